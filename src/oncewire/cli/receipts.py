@@ -1,0 +1,57 @@
+"""``oncewire receipts``: the receiver's records."""
+
+from __future__ import annotations
+
+import click
+
+from oncewire.cli.common import db_option, emit, json_option, table, yes_option
+from oncewire.receipts import Receipts
+
+__all__ = ["group"]
+
+
+@click.group("receipts")
+def group() -> None:
+    """A receiver's receipts: list, show, purge."""
+
+
+@group.command("list")
+@db_option
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option("--after", "after_key", default="", help="Start after this key (paging).")
+@json_option
+def list_receipts(db: str, limit: int, after_key: str, as_json: bool) -> None:
+    """List receipts by key."""
+    receipts = Receipts(db, create=False).list(limit=limit, after_key=after_key)
+    if as_json:
+        emit([r.as_dict() for r in receipts])
+        return
+    table(
+        ["key", "digest", "result"],
+        [(r.key, r.digest[:12], r.result_json) for r in receipts],
+    )
+
+
+@group.command("show")
+@db_option
+@click.argument("key")
+@json_option
+def show(db: str, key: str, as_json: bool) -> None:
+    """Show one receipt."""
+    data = Receipts(db, create=False).get(key).as_dict()
+    if as_json:
+        emit(data)
+        return
+    for name, value in data.items():
+        click.echo(f"{name:>10}: {value}")
+
+
+@group.command("purge")
+@db_option
+@yes_option
+def purge(db: str, yes: bool) -> None:
+    """Delete receipts whose retention window has ended (their keys become new work again)."""
+    receipts = Receipts(db, create=False)
+    if not yes:
+        click.confirm("Delete every receipt past its retention window?", abort=True)
+    click.echo(f"purged {receipts.purge()} receipt(s)")

@@ -1,0 +1,1 @@
+"""core: canonical JSON, errors, clock, ids and crash points. Imports nothing above it."""

@@ -1,0 +1,66 @@
+"""Canonical JSON and its digest.
+
+Two payloads are "the same" for oncewire exactly when their canonical JSON is byte-for-byte
+equal: keys sorted, compact separators, UTF-8, and no NaN or Infinity (they have no JSON form
+and would make a digest depend on the parser).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from oncewire.core.errors import InvalidPayload
+
+__all__ = ["canonical_json", "digest", "digest_json", "loads"]
+
+
+def _check_floats(value: Any, path: str) -> None:
+    # json.dumps(allow_nan=False) refuses NaN too, but names no location; walking the value
+    # first lets the error say where the bad number is.
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise InvalidPayload(f"{path or 'payload'} is {value!r}, which has no JSON form")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidPayload(f"{path or 'payload'} has a non-string key {key!r}")
+            _check_floats(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check_floats(item, f"{path}[{index}]")
+
+
+def canonical_json(value: Any) -> str:
+    """Encode ``value`` as canonical JSON text."""
+    _check_floats(value, "")
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from exc
+
+
+def digest(value: Any) -> str:
+    """The sha256 hex digest of ``value``'s canonical JSON, UTF-8 encoded."""
+    return digest_json(canonical_json(value))
+
+
+def digest_json(canonical_text: str) -> str:
+    """The sha256 hex digest of text that is already canonical JSON."""
+    return hashlib.sha256(canonical_text.encode("utf-8")).hexdigest()
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidPayload(f"{name} is not valid JSON")
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON text strictly: NaN, Infinity and -Infinity are refused."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidPayload(f"malformed JSON: {exc}") from exc

@@ -1,0 +1,129 @@
+"""The error tree: one root, typed subclasses, stable codes.
+
+Every error oncewire raises on purpose is an :class:`OncewireError`. ``code`` is stable across
+releases and is what scripts and the CLI match on; the message is for people. A subclass's
+docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "ConfigurationError",
+    "CrashPointUnknown",
+    "EffectNotFound",
+    "InvalidPayload",
+    "InvalidState",
+    "OncewireError",
+    "PayloadConflict",
+    "ReceiptNotFound",
+    "SchemaError",
+    "StaleFence",
+    "StorageError",
+    "StoreBusy",
+    "UnknownSink",
+]
+
+
+class OncewireError(Exception):
+    """An oncewire operation failed."""
+
+    code: ClassVar[str] = "oncewire_error"
+
+    def __init__(self, message: str | None = None, **fields: Any) -> None:
+        self.fields = fields
+        super().__init__(message or (self.__doc__ or self.code).strip().splitlines()[0])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self), **self.fields}
+
+
+class InvalidPayload(OncewireError, ValueError):
+    """The payload is not canonical JSON (malformed, NaN/Infinity, or not serialisable)."""
+
+    code = "invalid_payload"
+
+
+class PayloadConflict(OncewireError):
+    """This key is already bound to a different payload; nothing was changed."""
+
+    code = "payload_conflict"
+
+    def __init__(self, key: str, stored_digest: str, offered_digest: str) -> None:
+        super().__init__(
+            f"key {key!r} is bound to payload {stored_digest[:12]}…, "
+            f"not {offered_digest[:12]}…; nothing was changed",
+            key=key,
+            stored_digest=stored_digest,
+            offered_digest=offered_digest,
+        )
+        self.key = key
+        self.stored_digest = stored_digest
+        self.offered_digest = offered_digest
+
+
+class EffectNotFound(OncewireError, KeyError):
+    """No effect has this key."""
+
+    code = "effect_not_found"
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class ReceiptNotFound(OncewireError, KeyError):
+    """No receipt has this key."""
+
+    code = "receipt_not_found"
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidState(OncewireError):
+    """The record is not in a state that allows this operation."""
+
+    code = "invalid_state"
+
+
+class StaleFence(OncewireError):
+    """The lease this write relied on has been superseded; the write was refused."""
+
+    code = "stale_fence"
+
+
+class UnknownSink(OncewireError):
+    """No sink is registered for this effect kind."""
+
+    code = "unknown_sink"
+
+
+class StorageError(OncewireError):
+    """The store failed."""
+
+    code = "storage_error"
+
+
+class StoreBusy(StorageError):
+    """The store stayed locked by another writer past the busy timeout."""
+
+    code = "store_busy"
+
+
+class SchemaError(StorageError):
+    """The store's schema is missing, foreign, or newer than this version of oncewire."""
+
+    code = "schema_error"
+
+
+class ConfigurationError(OncewireError, ValueError):
+    """An option or argument is invalid."""
+
+    code = "configuration_error"
+
+
+class CrashPointUnknown(ConfigurationError):
+    """A crash point was armed that no code registers."""
+
+    code = "crash_point_unknown"

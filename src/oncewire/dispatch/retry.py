@@ -1,0 +1,37 @@
+"""When to try again: exponential backoff with jitter and a cap; a receiver's wish wins."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from oncewire.core.errors import ConfigurationError
+
+__all__ = ["RetryPolicy"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Delay before attempt ``n + 1`` after attempt ``n`` failed.
+
+    ``base_seconds * 2 ** (n - 1)``, capped at ``cap_seconds``, then scaled by a random factor in
+    ``[1 - jitter, 1]`` so that workers retrying the same receiver spread out.
+    """
+
+    base_seconds: float = 0.5
+    cap_seconds: float = 300.0
+    jitter: float = 0.5
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.base_seconds < 0 or self.cap_seconds < 0:
+            raise ConfigurationError("backoff seconds must not be negative")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ConfigurationError("jitter must be between 0 and 1")
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        if retry_after is not None and retry_after >= 0:
+            return float(retry_after)
+        exponent = min(max(attempt - 1, 0), 62)
+        raw = min(self.cap_seconds, self.base_seconds * (2.0**exponent))
+        return raw * (1.0 - self.jitter * self.rng.random())

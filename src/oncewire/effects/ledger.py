@@ -1,0 +1,191 @@
+"""The outbox: accept intents in the caller's transaction; read, cancel and retry them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from oncewire.core import crash
+from oncewire.core.canonical import canonical_json, digest_json
+from oncewire.core.clock import Clock, SystemClock
+from oncewire.core.errors import ConfigurationError, EffectNotFound, PayloadConflict
+from oncewire.storage import Store, open_store
+from oncewire.storage.base import Transaction
+from oncewire.storage.records import Effect, EffectState
+
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "EffectsView", "Ledger", "LedgerTransaction"]
+
+DEFAULT_MAX_ATTEMPTS = 10
+
+ACCEPT_BEFORE_COMMIT = crash.register(
+    "effects.accept_before_commit",
+    "the caller's rows and the accepted effect are written but not committed",
+)
+
+
+def _validate(key: str, kind: str, max_attempts: int) -> None:
+    if not isinstance(key, str) or not key or len(key) > 512:
+        raise ConfigurationError("an effect key must be a non-empty string of at most 512 chars")
+    if not isinstance(kind, str) or not kind or len(kind) > 128:
+        raise ConfigurationError("an effect kind must be a non-empty string of at most 128 chars")
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ConfigurationError("max_attempts must be a positive integer")
+
+
+class LedgerTransaction:
+    """A transaction shared by the caller's own tables and the outbox."""
+
+    def __init__(self, ledger: Ledger, raw: Transaction) -> None:
+        self._ledger = ledger
+        self._raw = raw
+        self.accepted: list[Effect] = []
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """Run the caller's own SQL in this transaction."""
+        return self._raw.execute(sql, params)
+
+    def accept(
+        self,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_seconds: float = 0.0,
+        deadline_seconds: float | None = None,
+    ) -> Effect:
+        """Record the intent. Durable when this transaction commits, together with the rest.
+
+        The same key with the same canonical payload returns the existing effect; with another
+        payload raises :class:`PayloadConflict` (and the whole transaction rolls back when the
+        exception leaves the ``with`` block).
+        """
+        _validate(key, kind, max_attempts)
+        payload_json = canonical_json(payload)
+        payload_digest = digest_json(payload_json)
+        now = self._ledger.clock.now()
+        effect, created = self._ledger.store.insert_effect_in_tx(
+            self._raw,
+            key=key,
+            kind=kind,
+            payload_json=payload_json,
+            digest=payload_digest,
+            max_attempts=max_attempts,
+            not_before=now + max(0.0, delay_seconds),
+            deadline=None if deadline_seconds is None else now + deadline_seconds,
+            now=now,
+        )
+        if not created and (effect.digest != payload_digest or effect.kind != kind):
+            raise PayloadConflict(key, effect.digest, payload_digest)
+        if created:
+            self.accepted.append(effect)
+        return effect
+
+
+class EffectsView:
+    """Reading and operating on effects: ``ledger.effects``."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def get(self, key: str) -> Effect:
+        effect = self._ledger.store.get_effect(key)
+        if effect is None:
+            raise EffectNotFound(f"no effect with key {key!r}", key=key)
+        return effect
+
+    def find(self, key: str) -> Effect | None:
+        return self._ledger.store.get_effect(key)
+
+    def list(
+        self,
+        state: EffectState | str | Sequence[EffectState | str] | None = None,
+        *,
+        kind: str | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[Effect]:
+        if state is None:
+            states: list[EffectState] = []
+        elif isinstance(state, str):
+            states = [_state(state)]
+        else:
+            states = [_state(s) for s in state]
+        return self._ledger.store.list_effects(
+            states=states, kind=kind, limit=limit, after_id=after_id
+        )
+
+    def counts(self) -> dict[EffectState, int]:
+        return self._ledger.store.count_effects()
+
+    def cancel(self, key: str, reason: str = "cancelled by operator") -> Effect:
+        return self._ledger.store.cancel_effect(key, now=self._ledger.clock.now(), reason=reason)
+
+    def retry(self, key: str) -> Effect:
+        return self._ledger.store.retry_effect(key, now=self._ledger.clock.now())
+
+
+def _state(value: EffectState | str) -> EffectState:
+    try:
+        return EffectState(value)
+    except ValueError:
+        names = ", ".join(s.value for s in EffectState)
+        raise ConfigurationError(f"unknown effect state {value!r} (one of: {names})") from None
+
+
+class Ledger:
+    """The caller's side: ``Ledger("app.db")`` or ``Ledger("postgresql://...")``."""
+
+    def __init__(
+        self,
+        url_or_path: str | Store,
+        *,
+        clock: Clock | None = None,
+        create: bool = True,
+    ) -> None:
+        self.store = (
+            url_or_path
+            if isinstance(url_or_path, Store)
+            else open_store(url_or_path, create=create)
+        )
+        self.clock: Clock = clock or SystemClock()
+        self.effects = EffectsView(self)
+
+    @contextmanager
+    def transaction(self) -> Iterator[LedgerTransaction]:
+        with self.store.transaction() as raw:
+            tx = LedgerTransaction(self, raw)
+            yield tx
+            if tx.accepted:
+                ACCEPT_BEFORE_COMMIT.hit()
+
+    def accept(
+        self,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_seconds: float = 0.0,
+        deadline_seconds: float | None = None,
+    ) -> Effect:
+        """Accept one effect in a transaction of its own."""
+        with self.transaction() as tx:
+            return tx.accept(
+                key,
+                kind,
+                payload,
+                max_attempts=max_attempts,
+                delay_seconds=delay_seconds,
+                deadline_seconds=deadline_seconds,
+            )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,125 @@
+"""Receipts: run a receiver's work once per key, bound to its payload.
+
+``run_once(key, payload, fn)`` opens one transaction, reserves the key, runs ``fn(tx)`` inside
+the same transaction and stores its result with the receipt. The work and its receipt commit
+together or not at all, so a redelivery finds either nothing (and does the work) or the receipt
+(and replays its result). A different payload under a used key is a :class:`PayloadConflict`
+and writes nothing.
+
+Receipts are kept for an explicit retention window. Nothing expires on its own: dropping old
+receipts is an operator's decision (:meth:`Receipts.purge`), because a purged key accepts its
+payload again as new work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from oncewire.core import crash
+from oncewire.core.canonical import canonical_json, digest_json, loads
+from oncewire.core.clock import Clock, SystemClock
+from oncewire.core.errors import ConfigurationError, PayloadConflict, ReceiptNotFound
+from oncewire.storage import Store, open_store
+from oncewire.storage.base import Transaction
+from oncewire.storage.records import Receipt
+
+__all__ = ["DEFAULT_RETENTION_SECONDS", "ReceiptResult", "Receipts"]
+
+DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600.0
+
+T = TypeVar("T")
+
+AFTER_WORK_BEFORE_COMMIT = crash.register(
+    "receipts.after_work_before_commit",
+    "the receiver did its work and wrote the receipt; neither is committed",
+)
+AFTER_COMMIT_BEFORE_REPLY = crash.register(
+    "receipts.after_commit_before_reply",
+    "the work and its receipt are committed; the caller has not been answered",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptResult(Generic[T]):
+    """What :meth:`Receipts.run_once` returns."""
+
+    key: str
+    result: T
+    replayed: bool  # True when the result came from an earlier run
+
+
+class Receipts:
+    """The receiver's store of receipts: ``Receipts("downstream.db")``."""
+
+    def __init__(
+        self,
+        url_or_path: str | Store,
+        *,
+        retention_seconds: float | None = DEFAULT_RETENTION_SECONDS,
+        clock: Clock | None = None,
+        create: bool = True,
+    ) -> None:
+        if retention_seconds is not None and retention_seconds <= 0:
+            raise ConfigurationError("retention_seconds must be positive (or None to keep all)")
+        self.store = (
+            url_or_path
+            if isinstance(url_or_path, Store)
+            else open_store(url_or_path, create=create)
+        )
+        self.retention_seconds = retention_seconds
+        self.clock: Clock = clock or SystemClock()
+
+    def run_once(self, key: str, payload: Any, fn: Callable[[Transaction], T]) -> ReceiptResult[T]:
+        """Run ``fn(tx)`` once for ``key`` and ``payload``; replay its result afterwards.
+
+        ``fn``'s result must be JSON-serialisable (it is what a replay returns).
+        """
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError("a receipt key must be a non-empty string")
+        payload_json = canonical_json(payload)
+        payload_digest = digest_json(payload_json)
+        now = self.clock.now()
+        expires = None if self.retention_seconds is None else now + self.retention_seconds
+        with self.store.transaction() as tx:
+            existing = self.store.reserve_receipt_in_tx(
+                tx,
+                key=key,
+                digest=payload_digest,
+                payload_json=payload_json,
+                now=now,
+                expires_at=expires,
+            )
+            if existing is not None:
+                if existing.digest != payload_digest:
+                    raise PayloadConflict(key, existing.digest, payload_digest)
+                replay: Any = loads(existing.result_json or "null")
+                return ReceiptResult(key, replay, True)
+            result = fn(tx)
+            self.store.complete_receipt_in_tx(tx, key=key, result_json=canonical_json(result))
+            AFTER_WORK_BEFORE_COMMIT.hit()
+        AFTER_COMMIT_BEFORE_REPLY.hit()
+        return ReceiptResult(key, result, False)
+
+    def get(self, key: str) -> Receipt:
+        receipt = self.store.get_receipt(key)
+        if receipt is None:
+            raise ReceiptNotFound(f"no receipt with key {key!r}", key=key)
+        return receipt
+
+    def list(self, *, limit: int = 100, after_key: str = "") -> list[Receipt]:
+        return self.store.list_receipts(limit=limit, after_key=after_key)
+
+    def purge(self, *, now: float | None = None) -> int:
+        """Delete receipts whose retention window has ended. Returns how many."""
+        return self.store.purge_receipts(expired_before=self.clock.now() if now is None else now)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Receipts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

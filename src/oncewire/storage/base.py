@@ -1,0 +1,176 @@
+"""The Store seam: the only way ledgers and engines touch a database.
+
+A store speaks in domain verbs (accept an effect, claim what is due, settle an attempt, reserve a
+receipt), never in raw SQL from the layers above. Verbs whose name ends in ``_in_tx`` run inside
+a transaction the caller opened with :meth:`Store.transaction`, so that the caller's own writes
+and oncewire's commit together; every other verb is its own transaction.
+
+Each backend keeps its schema as numbered SQL files and translates its driver's errors into the
+:mod:`oncewire.core.errors` tree at this boundary, once.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from oncewire.storage.records import Claim, Effect, EffectState, Receipt, Settlement
+
+__all__ = ["Store", "Transaction"]
+
+
+class Transaction(Protocol):
+    """An open database transaction shared by the caller and oncewire."""
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """Run the caller's own SQL (in the backend's dialect and placeholder style)."""
+        ...
+
+
+class Store(abc.ABC):
+    """A backend. Thread-safe: each thread gets its own connection."""
+
+    dialect: str
+    url: str
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        """A write transaction: committed on normal exit, rolled back on an exception."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> int: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    # -- effects -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def insert_effect_in_tx(
+        self,
+        tx: Transaction,
+        *,
+        key: str,
+        kind: str,
+        payload_json: str,
+        digest: str,
+        max_attempts: int,
+        not_before: float,
+        deadline: float | None,
+        now: float,
+    ) -> tuple[Effect, bool]:
+        """Insert the effect unless its key exists; return the row and whether it is new.
+
+        Does not compare digests: the ledger does, and raises before the transaction commits.
+        """
+
+    @abc.abstractmethod
+    def get_effect(self, key: str) -> Effect | None: ...
+
+    @abc.abstractmethod
+    def list_effects(
+        self,
+        *,
+        states: Sequence[EffectState] = (),
+        kind: str | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[Effect]: ...
+
+    @abc.abstractmethod
+    def count_effects(self) -> dict[EffectState, int]: ...
+
+    @abc.abstractmethod
+    def settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        *,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        kinds: Sequence[str] | None = None,
+    ) -> tuple[list[bool], list[Claim]]:
+        """In one transaction: apply ``settlements``, then claim up to ``limit`` due effects.
+
+        ``kinds`` limits the claim to effects this worker has sinks for (None: any kind).
+
+        Each settlement applies only if its effect is still claimed under its fence; the first
+        list says which did. Claiming bumps the fence and the attempt count and leases the
+        effect to ``owner`` until ``now + lease_seconds``. Past-deadline effects are not claimed.
+        """
+
+    @abc.abstractmethod
+    def renew_leases(
+        self, owner: str, fences: Sequence[tuple[int, int]], expires_at: float, now: float
+    ) -> int:
+        """Extend the leases ``(id, fence)`` still held by ``owner``; return how many were."""
+
+    @abc.abstractmethod
+    def lease_holders(self) -> list[str]:
+        """The distinct owners of claimed effects."""
+
+    @abc.abstractmethod
+    def release_claims(self, *, now: float, dead_owners: Sequence[str] = ()) -> int:
+        """Release claims whose lease expired or whose owner is known dead.
+
+        A released effect may have reached its receiver: it becomes ``uncertain`` (its next
+        attempt is a redelivery), or ``dead`` when it has no attempts or time left.
+        """
+
+    @abc.abstractmethod
+    def expire_deadlines(self, now: float) -> int:
+        """Move waiting effects whose deadline passed to ``dead``."""
+
+    @abc.abstractmethod
+    def next_wakeup(self, kinds: Sequence[str] | None = None) -> tuple[float | None, int, int]:
+        """(earliest not_before of a waiting effect, uncertain count, claimed count)."""
+
+    @abc.abstractmethod
+    def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:
+        """Any non-terminal effect -> ``cancelled``; a claimed one loses its lease."""
+
+    @abc.abstractmethod
+    def retry_effect(self, key: str, *, now: float) -> Effect:
+        """A ``dead``, ``rejected`` or ``cancelled`` effect -> ``pending`` with fresh attempts."""
+
+    # -- receipts ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def reserve_receipt_in_tx(
+        self,
+        tx: Transaction,
+        *,
+        key: str,
+        digest: str,
+        payload_json: str,
+        now: float,
+        expires_at: float | None,
+    ) -> Receipt | None:
+        """Reserve ``key`` (None) or return the receipt already stored under it."""
+
+    @abc.abstractmethod
+    def complete_receipt_in_tx(self, tx: Transaction, *, key: str, result_json: str) -> None: ...
+
+    @abc.abstractmethod
+    def get_receipt(self, key: str) -> Receipt | None: ...
+
+    @abc.abstractmethod
+    def list_receipts(self, *, limit: int = 100, after_key: str = "") -> list[Receipt]: ...
+
+    @abc.abstractmethod
+    def purge_receipts(self, *, expired_before: float) -> int:
+        """Delete receipts whose retention ended before ``expired_before``. Operator-only."""
+
+    # -- helpers -----------------------------------------------------------------------------
+    def iter_effects(
+        self, *, states: Sequence[EffectState] = (), page: int = 500
+    ) -> Iterator[Effect]:
+        after = 0
+        while True:
+            rows = self.list_effects(states=states, limit=page, after_id=after)
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].id

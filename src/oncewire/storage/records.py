@@ -1,0 +1,155 @@
+"""The records the store speaks in. Frozen: a record is a snapshot of a row, not a handle."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "TERMINAL_STATES",
+    "Claim",
+    "Effect",
+    "EffectState",
+    "Receipt",
+    "Settlement",
+]
+
+
+class EffectState(enum.StrEnum):
+    PENDING = "pending"  # accepted, waiting for its not_before; never attempted or NotSent
+    CLAIMED = "claimed"  # leased to one worker, whose attempt is in flight
+    UNCERTAIN = "uncertain"  # an attempt may have landed (MaybeSent, lost lease, crash)
+    DONE = "done"  # the sink reported it happened; result stored
+    REJECTED = "rejected"  # the receiver refused it; it never happened
+    DEAD = "dead"  # out of attempts or past its deadline; last_error says which
+    CANCELLED = "cancelled"  # an operator or the caller withdrew it
+
+
+TERMINAL_STATES = frozenset(
+    {EffectState.DONE, EffectState.REJECTED, EffectState.DEAD, EffectState.CANCELLED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One accepted intent to change the world."""
+
+    id: int
+    key: str
+    kind: str
+    payload_json: str
+    digest: str
+    state: EffectState
+    attempts: int
+    max_attempts: int
+    not_before: float
+    deadline: float | None
+    fence: int
+    lease_owner: str | None
+    lease_expires_at: float | None
+    maybe_sent: bool  # some earlier attempt may have landed: later attempts are redeliveries
+    result_json: str | None
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def payload(self) -> Any:
+        from oncewire.core.canonical import loads
+
+        return loads(self.payload_json)
+
+    @property
+    def result(self) -> Any:
+        from oncewire.core.canonical import loads
+
+        return None if self.result_json is None else loads(self.result_json)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "key": self.key,
+            "kind": self.kind,
+            "payload": self.payload,
+            "digest": self.digest,
+            "state": str(self.state),
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "not_before": self.not_before,
+            "deadline": self.deadline,
+            "fence": self.fence,
+            "lease_owner": self.lease_owner,
+            "lease_expires_at": self.lease_expires_at,
+            "maybe_sent": self.maybe_sent,
+            "result": self.result,
+            "last_error": self.last_error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """An effect leased to a worker for one attempt."""
+
+    id: int
+    key: str
+    kind: str
+    payload_json: str
+    attempt: int  # 1-based attempt number, counting this one
+    max_attempts: int
+    fence: int
+    redelivery: bool
+    deadline: float | None
+    lease_expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How to close one claimed attempt: the new state and what to write with it.
+
+    The store applies it only if the effect is still claimed under ``fence``.
+    """
+
+    id: int
+    fence: int
+    state: EffectState
+    result_json: str | None = None
+    last_error: str | None = None
+    not_before: float | None = None
+    maybe_sent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The receiver's durable record: key -> payload digest -> result."""
+
+    key: str
+    digest: str
+    payload_json: str
+    result_json: str | None
+    created_at: float
+    expires_at: float | None
+
+    @property
+    def result(self) -> Any:
+        from oncewire.core.canonical import loads
+
+        return None if self.result_json is None else loads(self.result_json)
+
+    def as_dict(self) -> dict[str, Any]:
+        from oncewire.core.canonical import loads
+
+        return {
+            "key": self.key,
+            "digest": self.digest,
+            "payload": loads(self.payload_json),
+            "result": self.result,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+        }

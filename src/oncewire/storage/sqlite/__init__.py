@@ -1,0 +1,5 @@
+"""The SQLite backend: the embedded default."""
+
+from oncewire.storage.sqlite.store import SQLiteStore
+
+__all__ = ["SQLiteStore"]

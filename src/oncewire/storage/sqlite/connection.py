@@ -1,0 +1,170 @@
+"""Connections, pragmas, error translation and migrations for SQLite."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+from oncewire.core.errors import SchemaError, StorageError, StoreBusy
+
+__all__ = ["connect", "migrate", "migrations", "path_from_url", "translate_errors"]
+
+# Primary result codes (extended codes carry them in the low byte).
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_CANTOPEN = 14
+_SQLITE_NOTADB = 26
+
+
+def path_from_url(url: str) -> str:
+    for prefix in ("sqlite:///", "sqlite://", "sqlite:"):
+        if url.startswith(prefix):
+            rest = url[len(prefix) :]
+            return "/" + rest if prefix == "sqlite:///" and not rest.startswith("/") else rest
+    return url
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Turn driver errors into the error tree, by SQLite's result code, never by message text."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            raise StoreBusy(f"{what}: the database stayed locked by another writer") from exc
+        if code == _SQLITE_NOTADB:
+            raise StorageError(f"{what}: the file is not a SQLite database") from exc
+        if code == _SQLITE_CANTOPEN:
+            raise StorageError(f"{what}: cannot open the database file") from exc
+        raise StorageError(f"{what}: {exc}") from exc
+
+
+def connect(
+    path: str, *, create: bool, busy_timeout_ms: int, synchronous: str
+) -> sqlite3.Connection:
+    if path != ":memory:" and not create and not Path(path).exists():
+        raise StorageError(f"no database at {path}")
+    with translate_errors(f"opening {path}"):
+        if create or path == ":memory:":
+            conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+        else:
+            uri = f"file:{Path(path).resolve()}?mode=rw"
+            conn = sqlite3.connect(
+                uri, uri=True, isolation_level=None, timeout=busy_timeout_ms / 1000
+            )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if path != ":memory:" and str(mode).lower() != "wal":
+                raise StorageError(f"{path}: could not switch the journal to WAL (got {mode})")
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every numbered migration file, in order."""
+    folder = resources.files("oncewire.storage.sqlite") / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    return found
+
+
+def fresh_schema() -> str:
+    return (resources.files("oncewire.storage.sqlite") / "schema.sql").read_text(encoding="utf-8")
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a script into complete statements (so they can run inside our own transaction)."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(
+        part.strip().startswith("--") or not part.strip() for part in buffer.splitlines()
+    ):
+        raise SchemaError("a schema file ends in an incomplete statement")
+    return statements
+
+
+SCHEMA_TABLE = """
+CREATE TABLE IF NOT EXISTS oncewire_schema (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)"""
+
+
+def current_version(conn: sqlite3.Connection) -> int | None:
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'oncewire_schema'"
+    ).fetchone()
+    if not exists:
+        return None
+    row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def migrate(conn: sqlite3.Connection, *, use_fresh_schema: bool = True) -> int:
+    """Bring the schema up to date; safe when several processes open the file at once.
+
+    A new database gets ``schema.sql`` in one go; an existing one gets each missing migration in
+    order. Both paths end in the same schema (a test proves it). Forward-only.
+    """
+    available = migrations()
+    latest = available[-1][0]
+    version = current_version(conn)
+    if version == latest:
+        return latest  # the common case: no write lock needed
+    with translate_errors("migrating the schema"):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = current_version(conn)  # re-read under the write lock
+            if version is not None and version > latest:
+                raise SchemaError(
+                    f"the database has schema version {version}; this oncewire knows up to "
+                    f"{latest}: upgrade oncewire"
+                )
+            conn.execute(SCHEMA_TABLE)
+            now = time.time()
+            if version is None or version == 0:
+                if use_fresh_schema:
+                    for statement in split_statements(fresh_schema()):
+                        conn.execute(statement)
+                    conn.executemany(
+                        "INSERT INTO oncewire_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                        [(number, name, now) for number, name, _ in available],
+                    )
+                    version = latest
+                else:
+                    version = 0
+            for number, name, sql in available:
+                if number <= version:
+                    continue
+                for statement in split_statements(sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO oncewire_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                    (number, name, now),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    return latest

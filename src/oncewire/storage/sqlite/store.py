@@ -1,0 +1,475 @@
+"""SQLiteStore: WAL, synchronous=FULL, BEGIN IMMEDIATE writers, one connection per thread."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from oncewire.core.errors import (
+    ConfigurationError,
+    EffectNotFound,
+    InvalidState,
+    SchemaError,
+)
+from oncewire.storage.base import Store
+from oncewire.storage.records import (
+    TERMINAL_STATES,
+    Claim,
+    Effect,
+    EffectState,
+    Receipt,
+    Settlement,
+)
+from oncewire.storage.sqlite.connection import (
+    connect,
+    current_version,
+    migrate,
+    path_from_url,
+    translate_errors,
+)
+
+__all__ = ["SQLiteStore", "SQLiteTransaction"]
+
+_EFFECT_COLUMNS = (
+    "id, key, kind, payload, digest, state, attempts, max_attempts, not_before, deadline, fence, "
+    "lease_owner, lease_expires_at, maybe_sent, result, last_error, created_at, updated_at"
+)
+_RECEIPT_COLUMNS = "key, digest, payload, result, created_at, expires_at"
+_WAITING = "('pending', 'uncertain')"
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def _effect(row: Sequence[Any]) -> Effect:
+    return Effect(
+        id=row[0],
+        key=row[1],
+        kind=row[2],
+        payload_json=row[3],
+        digest=row[4],
+        state=EffectState(row[5]),
+        attempts=row[6],
+        max_attempts=row[7],
+        not_before=row[8],
+        deadline=row[9],
+        fence=row[10],
+        lease_owner=row[11],
+        lease_expires_at=row[12],
+        maybe_sent=bool(row[13]),
+        result_json=row[14],
+        last_error=row[15],
+        created_at=row[16],
+        updated_at=row[17],
+    )
+
+
+def _receipt(row: Sequence[Any]) -> Receipt:
+    return Receipt(
+        key=row[0],
+        digest=row[1],
+        payload_json=row[2],
+        result_json=row[3],
+        created_at=row[4],
+        expires_at=row[5],
+    )
+
+
+def _kind_filter(kinds: Sequence[str] | None) -> tuple[str, list[str]]:
+    if kinds is None:
+        return "", []
+    if not kinds:
+        return " AND 0", []
+    return f" AND kind IN ({', '.join('?' * len(kinds))})", list(kinds)
+
+
+class SQLiteTransaction:
+    """The caller's view of an open SQLite transaction (``?`` or ``:name`` placeholders)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+
+class SQLiteStore(Store):
+    dialect = "sqlite"
+
+    def __init__(
+        self,
+        url_or_path: str,
+        *,
+        create: bool = True,
+        busy_timeout_ms: int = 10_000,
+        synchronous: str = "FULL",
+    ) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise ConfigurationError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        self.url = url_or_path
+        self.path = path_from_url(url_or_path)
+        self._create = create
+        self._busy_timeout_ms = busy_timeout_ms
+        self._synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        conn = self._conn()
+        with translate_errors(f"reading the schema of {self.path}"):
+            version = current_version(conn)
+        if version is None and not create:
+            raise SchemaError(f"{self.path} is not an oncewire store (no oncewire_schema table)")
+        migrate(conn)
+
+    # -- connections -------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(
+                self.path,
+                create=self._create,
+                busy_timeout_ms=self._busy_timeout_ms,
+                synchronous=self._synchronous,
+            )
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.ProgrammingError:
+                    pass  # created in another thread that already closed it
+            self._all.clear()
+        self._local = threading.local()
+
+    def schema_version(self) -> int:
+        with translate_errors("reading the schema version"):
+            return current_version(self._conn()) or 0
+
+    @contextmanager
+    def transaction(self) -> Iterator[SQLiteTransaction]:
+        conn = self._conn()
+        if conn.in_transaction:
+            raise InvalidState("a transaction is already open on this thread")
+        with translate_errors("beginning a transaction"):
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield SQLiteTransaction(conn)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        with translate_errors("committing"):
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+        with translate_errors(what), self.transaction() as tx:
+            yield tx.conn
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with translate_errors("reading"):
+            return self._conn().execute(sql, params).fetchall()
+
+    # -- effects -----------------------------------------------------------------------------
+    def insert_effect_in_tx(
+        self,
+        tx: Any,
+        *,
+        key: str,
+        kind: str,
+        payload_json: str,
+        digest: str,
+        max_attempts: int,
+        not_before: float,
+        deadline: float | None,
+        now: float,
+    ) -> tuple[Effect, bool]:
+        conn: sqlite3.Connection = tx.conn
+        with translate_errors("accepting an effect"):
+            inserted = conn.execute(
+                f"INSERT INTO oncewire_effects (key, kind, payload, digest, max_attempts, "
+                f"not_before, deadline, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                f"ON CONFLICT (key) DO NOTHING RETURNING {_EFFECT_COLUMNS}",
+                (key, kind, payload_json, digest, max_attempts, not_before, deadline, now, now),
+            ).fetchall()
+            if inserted:
+                return _effect(inserted[0]), True
+            rows = conn.execute(
+                f"SELECT {_EFFECT_COLUMNS} FROM oncewire_effects WHERE key = ?", (key,)
+            ).fetchall()
+        return _effect(rows[0]), False
+
+    def get_effect(self, key: str) -> Effect | None:
+        rows = self._read(f"SELECT {_EFFECT_COLUMNS} FROM oncewire_effects WHERE key = ?", (key,))
+        return _effect(rows[0]) if rows else None
+
+    def list_effects(
+        self,
+        *,
+        states: Sequence[EffectState] = (),
+        kind: str | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[Effect]:
+        where: list[str] = ["id > ?"]
+        params: list[Any] = [after_id]
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            params.extend(str(s) for s in states)
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind)
+        rows = self._read(
+            f"SELECT {_EFFECT_COLUMNS} FROM oncewire_effects WHERE {' AND '.join(where)} "
+            f"ORDER BY id LIMIT ?",
+            (*params, limit),
+        )
+        return [_effect(row) for row in rows]
+
+    def count_effects(self) -> dict[EffectState, int]:
+        counts = dict.fromkeys(EffectState, 0)
+        for state, count in self._read(
+            "SELECT state, COUNT(*) FROM oncewire_effects GROUP BY state"
+        ):
+            counts[EffectState(state)] = count
+        return counts
+
+    def _settle_in_tx(self, conn: sqlite3.Connection, item: Settlement, now: float) -> bool:
+        cursor = conn.execute(
+            "UPDATE oncewire_effects SET state = ?, result = ?, last_error = ?, "
+            "not_before = COALESCE(?, not_before), maybe_sent = MAX(maybe_sent, ?), "
+            "lease_owner = NULL, lease_expires_at = NULL, updated_at = ? "
+            "WHERE id = ? AND fence = ? AND state = 'claimed'",
+            (
+                str(item.state),
+                item.result_json,
+                item.last_error,
+                item.not_before,
+                int(item.maybe_sent),
+                now,
+                item.id,
+                item.fence,
+            ),
+        )
+        return cursor.rowcount == 1
+
+    def settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        *,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        kinds: Sequence[str] | None = None,
+    ) -> tuple[list[bool], list[Claim]]:
+        expires = now + lease_seconds
+        kind_clause, kind_params = _kind_filter(kinds)
+        with self._write("settling and claiming effects") as conn:
+            applied = [self._settle_in_tx(conn, item, now) for item in settlements]
+            if limit <= 0:
+                return applied, []
+            rows = conn.execute(
+                "UPDATE oncewire_effects SET state = 'claimed', attempts = attempts + 1, "
+                "fence = fence + 1, lease_owner = ?, lease_expires_at = ?, updated_at = ? "
+                "WHERE id IN (SELECT id FROM oncewire_effects "
+                f"  WHERE state IN {_WAITING} AND not_before <= ? "
+                f"  AND (deadline IS NULL OR deadline >= ?){kind_clause} "
+                "  ORDER BY not_before, id LIMIT ?) "
+                "RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, "
+                "deadline",
+                (owner, expires, now, now, now, *kind_params, limit),
+            ).fetchall()
+        claims = [
+            Claim(
+                id=row[0],
+                key=row[1],
+                kind=row[2],
+                payload_json=row[3],
+                attempt=row[4],
+                max_attempts=row[5],
+                fence=row[6],
+                redelivery=bool(row[7]),
+                deadline=row[8],
+                lease_expires_at=expires,
+            )
+            for row in rows
+        ]
+        claims.sort(key=lambda claim: claim.id)
+        return applied, claims
+
+    def renew_leases(
+        self, owner: str, fences: Sequence[tuple[int, int]], expires_at: float, now: float
+    ) -> int:
+        if not fences:
+            return 0
+        renewed = 0
+        with self._write("renewing leases") as conn:
+            for effect_id, fence in fences:
+                renewed += conn.execute(
+                    "UPDATE oncewire_effects SET lease_expires_at = ?, updated_at = ? "
+                    "WHERE id = ? AND fence = ? AND state = 'claimed' AND lease_owner = ?",
+                    (expires_at, now, effect_id, fence, owner),
+                ).rowcount
+        return renewed
+
+    def lease_holders(self) -> list[str]:
+        return [
+            row[0]
+            for row in self._read(
+                "SELECT DISTINCT lease_owner FROM oncewire_effects WHERE state = 'claimed'"
+            )
+        ]
+
+    def release_claims(self, *, now: float, dead_owners: Sequence[str] = ()) -> int:
+        owners = list(dead_owners)
+        owner_clause = f" OR lease_owner IN ({', '.join('?' * len(owners))})" if owners else ""
+        with self._write("releasing claims") as conn:
+            cursor = conn.execute(
+                "UPDATE oncewire_effects SET "
+                "  state = CASE WHEN attempts >= max_attempts "
+                "               OR (deadline IS NOT NULL AND deadline < ?) "
+                "          THEN 'dead' ELSE 'uncertain' END, "
+                "  last_error = CASE "
+                "    WHEN attempts >= max_attempts THEN 'out of attempts (' || attempts || "
+                "         '); the outcome of the last attempt is unknown' "
+                "    WHEN deadline IS NOT NULL AND deadline < ? THEN "
+                "         'deadline passed; the outcome of the last attempt is unknown' "
+                "    WHEN lease_expires_at < ? THEN 'lease of ' || lease_owner || "
+                "         ' expired during attempt ' || attempts "
+                "    ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END, "
+                "  maybe_sent = 1, lease_owner = NULL, lease_expires_at = NULL, "
+                "  not_before = ?, updated_at = ? "
+                f"WHERE state = 'claimed' AND (lease_expires_at < ?{owner_clause})",
+                (now, now, now, now, now, now, *owners),
+            )
+            return cursor.rowcount
+
+    def expire_deadlines(self, now: float) -> int:
+        with self._write("expiring deadlines") as conn:
+            return conn.execute(
+                "UPDATE oncewire_effects SET state = 'dead', updated_at = ?, last_error = "
+                "  CASE WHEN maybe_sent = 1 THEN 'deadline passed; an earlier attempt may have "
+                "landed' ELSE 'deadline passed before delivery' END "
+                f"WHERE state IN {_WAITING} AND deadline IS NOT NULL AND deadline < ?",
+                (now, now),
+            ).rowcount
+
+    def next_wakeup(self, kinds: Sequence[str] | None = None) -> tuple[float | None, int, int]:
+        clause, params = _kind_filter(kinds)
+        row = self._read(
+            "SELECT (SELECT MIN(not_before) FROM oncewire_effects "
+            f"        WHERE state IN {_WAITING}{clause}), "
+            f"       (SELECT COUNT(*) FROM oncewire_effects WHERE state = 'uncertain'{clause}), "
+            f"       (SELECT COUNT(*) FROM oncewire_effects WHERE state = 'claimed'{clause})",
+            (*params, *params, *params),
+        )[0]
+        return row[0], row[1], row[2]
+
+    def _locked_effect(self, conn: sqlite3.Connection, key: str) -> Effect:
+        rows = conn.execute(
+            f"SELECT {_EFFECT_COLUMNS} FROM oncewire_effects WHERE key = ?", (key,)
+        ).fetchall()
+        if not rows:
+            raise EffectNotFound(f"no effect with key {key!r}", key=key)
+        return _effect(rows[0])
+
+    def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:
+        with self._write("cancelling an effect") as conn:
+            effect = self._locked_effect(conn, key)
+            if effect.terminal:
+                raise InvalidState(
+                    f"effect {key!r} is already {effect.state}; only a non-terminal effect can "
+                    "be cancelled",
+                    key=key,
+                    state=str(effect.state),
+                )
+            if effect.state is EffectState.CLAIMED:
+                reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
+            rows = conn.execute(
+                "UPDATE oncewire_effects SET state = 'cancelled', last_error = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, fence = fence + 1, updated_at = ? "
+                f"WHERE id = ? RETURNING {_EFFECT_COLUMNS}",
+                (reason, now, effect.id),
+            ).fetchall()
+        return _effect(rows[0])
+
+    def retry_effect(self, key: str, *, now: float) -> Effect:
+        with self._write("retrying an effect") as conn:
+            effect = self._locked_effect(conn, key)
+            if effect.state not in TERMINAL_STATES - {EffectState.DONE}:
+                raise InvalidState(
+                    f"effect {key!r} is {effect.state}; only a dead, rejected or cancelled "
+                    "effect can be retried",
+                    key=key,
+                    state=str(effect.state),
+                )
+            rows = conn.execute(
+                "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_before = ?, "
+                f"last_error = NULL, updated_at = ? WHERE id = ? RETURNING {_EFFECT_COLUMNS}",
+                (now, now, effect.id),
+            ).fetchall()
+        return _effect(rows[0])
+
+    # -- receipts ----------------------------------------------------------------------------
+    def reserve_receipt_in_tx(
+        self,
+        tx: Any,
+        *,
+        key: str,
+        digest: str,
+        payload_json: str,
+        now: float,
+        expires_at: float | None,
+    ) -> Receipt | None:
+        conn: sqlite3.Connection = tx.conn
+        with translate_errors("reserving a receipt"):
+            inserted = conn.execute(
+                "INSERT INTO oncewire_receipts (key, digest, payload, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                (key, digest, payload_json, now, expires_at),
+            ).rowcount
+            if inserted:
+                return None
+            rows = conn.execute(
+                f"SELECT {_RECEIPT_COLUMNS} FROM oncewire_receipts WHERE key = ?", (key,)
+            ).fetchall()
+        return _receipt(rows[0])
+
+    def complete_receipt_in_tx(self, tx: Any, *, key: str, result_json: str) -> None:
+        conn: sqlite3.Connection = tx.conn
+        with translate_errors("completing a receipt"):
+            conn.execute(
+                "UPDATE oncewire_receipts SET result = ? WHERE key = ?", (result_json, key)
+            )
+
+    def get_receipt(self, key: str) -> Receipt | None:
+        rows = self._read(f"SELECT {_RECEIPT_COLUMNS} FROM oncewire_receipts WHERE key = ?", (key,))
+        return _receipt(rows[0]) if rows else None
+
+    def list_receipts(self, *, limit: int = 100, after_key: str = "") -> list[Receipt]:
+        rows = self._read(
+            f"SELECT {_RECEIPT_COLUMNS} FROM oncewire_receipts WHERE key > ? ORDER BY key LIMIT ?",
+            (after_key, limit),
+        )
+        return [_receipt(row) for row in rows]
+
+    def purge_receipts(self, *, expired_before: float) -> int:
+        with self._write("purging receipts") as conn:
+            return conn.execute(
+                "DELETE FROM oncewire_receipts WHERE expires_at IS NOT NULL AND expires_at < ?",
+                (expired_before,),
+            ).rowcount
