@@ -2,12 +2,75 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
 
 __all__ = ["command"]
 
 
 @click.command("lab")
-def command() -> None:
-    """Run the crash lab."""
-    raise click.ClickException("the lab is not built yet")
+@click.option(
+    "--suite",
+    "suite_names",
+    multiple=True,
+    metavar="NAME",
+    help="Run this suite (repeatable; all suites when omitted). See --list.",
+)
+@click.option("--list", "list_suites", is_flag=True, help="List the suites and exit.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write evidence JSON (overwrites).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the readable report here.",
+)
+@click.option(
+    "--directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the stores in this new directory (refused if it exists). Temporary by default.",
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed for the torture run.")
+@click.option("--operations", type=click.IntRange(1), help="Effects in the torture run [400].")
+@click.option("--kills", type=click.IntRange(0), help="SIGKILLs in the torture run [8].")
+@click.option("--json", "as_json", is_flag=True, help="Print the evidence JSON on stdout.")
+def command(
+    suite_names: tuple[str, ...],
+    list_suites: bool,
+    output: Path | None,
+    report: Path | None,
+    directory: Path | None,
+    seed: int,
+    operations: int | None,
+    kills: int | None,
+    as_json: bool,
+) -> None:
+    """Run the crash lab: real child processes, real SIGKILL, invariants read from the stores.
+
+    Exits 0 when every invariant holds, 1 otherwise.
+    """
+    from oncewire.lab.framework import suites
+    from oncewire.lab.runner import format_report, run_lab
+
+    if list_suites:
+        for name, found in suites().items():
+            click.echo(f"{name:12} {found.description}")
+        return
+    evidence = run_lab(
+        suite_names,
+        directory=directory,
+        seed=seed,
+        options={"operations": operations, "kills": kills},
+    )
+    text = format_report(evidence)
+    if output is not None:
+        output.write_text(json.dumps(evidence, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    if report is not None:
+        report.write_text(text + "\n", encoding="utf-8")
+    click.echo(json.dumps(evidence, indent=2) if as_json else text)
+    if not evidence["passed"]:
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,218 @@
+"""The lab's machinery: suites, scenarios, child processes and progress.
+
+A suite is a function ``(LabContext) -> list[ScenarioResult]`` registered under a name. It runs
+real child processes through :meth:`LabContext.child` (each with a deadline, its pid and return
+code kept for the evidence) and checks invariants by opening the stores itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = [
+    "CHILD_DEADLINE_SECONDS",
+    "LabContext",
+    "ProcessRecord",
+    "ScenarioResult",
+    "Suite",
+    "suite",
+    "suites",
+]
+
+CHILD_DEADLINE_SECONDS = 60.0
+
+
+@dataclass
+class ProcessRecord:
+    """One child process as the evidence keeps it."""
+
+    role: str
+    argv: list[str]
+    pid: int
+    exit_code: int | None
+    response: Any
+    stderr: str
+    duration_seconds: float
+    armed: str | None = None
+    timed_out: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    passed: bool = True
+    summary: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    processes: list[ProcessRecord] = field(default_factory=list)
+    before: Any = None
+    after: Any = None
+    details: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None  # why this cell does not apply (never counted as a pass)
+    duration_seconds: float = 0.0
+
+    def require(self, condition: bool, message: str) -> bool:
+        """Record a failed invariant (and keep checking the others)."""
+        if not condition:
+            self.passed = False
+            self.failures.append(message)
+        return condition
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "skipped": self.skipped,
+            "summary": self.summary,
+            "failures": self.failures,
+            "processes": [p.as_dict() for p in self.processes],
+            "before_recovery": self.before,
+            "after_recovery": self.after,
+            "details": self.details,
+            "duration_seconds": round(self.duration_seconds, 3),
+        }
+
+
+class Progress:
+    """One status line on a terminal; silent otherwise."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = self.stream.isatty()
+        self._width = 0
+
+    def update(self, text: str) -> None:
+        if not self.enabled:
+            return
+        line = text[:120]
+        self.stream.write("\r" + line.ljust(self._width))
+        self.stream.flush()
+        self._width = len(line)
+
+    def line(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self.stream.write("\r" + text.ljust(self._width) + "\n")
+        self.stream.flush()
+        self._width = 0
+
+
+@dataclass
+class LabContext:
+    root: Path
+    seed: int
+    options: dict[str, Any] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)
+
+    def scenario_dir(self, *parts: str) -> Path:
+        folder = self.root.joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=False)
+        return folder
+
+    def child(
+        self,
+        role: str,
+        args: Sequence[str],
+        *,
+        arm: str | None = None,
+        token: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        deadline_seconds: float = CHILD_DEADLINE_SECONDS,
+    ) -> ProcessRecord:
+        """Run ``python -m oncewire.lab.worker ROLE ARGS`` to completion (or its deadline).
+
+        ``arm`` arms a crash point in the child (and its own children); ``token`` makes it fire
+        at most once across that process tree.
+        """
+        argv = [sys.executable, "-m", "oncewire.lab.worker", role, *args]
+        child_env = dict(os.environ)
+        child_env.pop("ONCEWIRE_CRASH", None)
+        child_env.pop("ONCEWIRE_CRASH_TOKEN", None)
+        if arm:
+            child_env["ONCEWIRE_CRASH"] = arm
+            if token is not None:
+                child_env["ONCEWIRE_CRASH_TOKEN"] = str(token)
+        if env:
+            child_env.update(env)
+        started = time.monotonic()
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env,
+        )
+        timed_out = False
+        try:
+            stdout, stderr = process.communicate(stdin, timeout=deadline_seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            timed_out = True
+        try:
+            response: Any = json.loads(stdout) if stdout.strip() else None
+        except json.JSONDecodeError:
+            response = {"unparsed_stdout": stdout[-2000:]}
+        return ProcessRecord(
+            role=role,
+            argv=argv[1:],
+            pid=process.pid,
+            exit_code=process.returncode,
+            response=response,
+            stderr=stderr[-4000:],
+            duration_seconds=round(time.monotonic() - started, 4),
+            armed=arm,
+            timed_out=timed_out,
+        )
+
+    def spawn(self, role: str, args: Sequence[str]) -> subprocess.Popen[str]:
+        """Start a worker without waiting (the caller kills and reaps it)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_CRASH")}
+        return subprocess.Popen(
+            [sys.executable, "-m", "oncewire.lab.worker", role, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+
+SuiteFn = Callable[[LabContext], list[ScenarioResult]]
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    run: SuiteFn
+
+
+_SUITES: dict[str, Suite] = {}
+
+
+def suite(name: str, description: str) -> Callable[[SuiteFn], SuiteFn]:
+    def register(fn: SuiteFn) -> SuiteFn:
+        _SUITES[name] = Suite(name, description, fn)
+        return fn
+
+    return register
+
+
+def suites() -> dict[str, Suite]:
+    """Every registered suite, in registration order (importing the built-in ones first)."""
+    from oncewire.lab import crashpoints, outbox, torture  # noqa: F401
+
+    return dict(_SUITES)

@@ -1,0 +1,133 @@
+"""Suite ``torture``: many effects, a dispatcher SIGKILLed at random moments, then drained.
+
+Seeded (``--seed``): the kill times and the sink's misbehaviour (refusals before writing,
+answers lost after committing) are drawn from it, so a failing run can be replayed. Runs once
+with receipts and once without. Invariants, read from both stores:
+
+* no effect lost: every accepted key is in the outbox, every effect terminal, none claimed;
+* with receipts: exactly one ticket per done key (at most one for a dead one);
+* without receipts: every ticket beyond the first for a key carries the redelivery flag.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+from oncewire.effects import Ledger
+from oncewire.lab.framework import LabContext, ScenarioResult, suite
+from oncewire.lab.stores import FIXTURE, KIND, caller_path, initialise, snapshot
+
+__all__ = ["run_torture"]
+
+DEFAULT_OPERATIONS = 400
+DEFAULT_KILLS = 8
+
+
+def _accept_all(folder: Any, operations: int, first: int = 0) -> list[str]:
+    keys = [f"op-{i:05d}" for i in range(first, first + operations)]
+    with Ledger(str(caller_path(folder))) as ledger:
+        for start in range(0, operations, 50):
+            with ledger.transaction() as tx:
+                for key in keys[start : start + 50]:
+                    payload = {**FIXTURE, "title": f"{FIXTURE['title']} #{key}"}
+                    tx.execute(
+                        "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, 0)",
+                        (key, str(payload)),
+                    )
+                    tx.accept(key, KIND, payload, max_attempts=25)
+    return keys
+
+
+def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
+    seed = ctx.seed
+    operations = int(ctx.options.get("operations") or DEFAULT_OPERATIONS or 0)
+    kills_option = ctx.options.get("kills")
+    kills_wanted = DEFAULT_KILLS if kills_option is None else int(kills_option)
+    mode = "dedup" if deduplicate else "no_dedup"
+    result = ScenarioResult(f"torture[{mode}]")
+    folder = ctx.scenario_dir("torture", mode)
+    initialise(folder)
+    keys = _accept_all(folder, operations)
+    rng = random.Random(f"torture/{seed}/{mode}")
+    args = ["--directory", str(folder), "--seed", str(seed), "--concurrency", "2"]
+    if not deduplicate:
+        args.append("--no-deduplication")
+
+    kills: list[dict[str, Any]] = []
+    finished_early = 0
+    for round_number in range(kills_wanted * 3):
+        if len(kills) >= kills_wanted:
+            break
+        delay = rng.uniform(0.15, 0.5)
+        ctx.progress.update(f"torture[{mode}]: kill {len(kills) + 1}/{kills_wanted}")
+        process = ctx.spawn("torture", args)
+        time.sleep(delay)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.communicate()
+        if process.returncode == -signal.SIGKILL:
+            kills.append(
+                {"round": round_number, "pid": process.pid, "after_seconds": round(delay, 3)}
+            )
+        else:
+            finished_early += 1
+            result.require(
+                process.returncode == 0, f"a dispatcher failed: exit {process.returncode}"
+            )
+            # It drained before the kill landed: give the next round fresh work to interrupt.
+            keys += _accept_all(folder, max(20, operations // max(1, kills_wanted)), len(keys))
+    final = ctx.child("torture", args, deadline_seconds=300)
+    result.processes.append(final)
+    result.require(final.exit_code == 0, f"the final dispatcher failed: {final.stderr[-500:]}")
+
+    after = snapshot(folder)
+    effects = {e["key"]: e for e in after["effects"]}
+    result.require(sorted(effects) == keys, "an accepted effect is missing from the outbox")
+    states = Counter(e["state"] for e in after["effects"])
+    result.require(
+        set(states) <= {"done", "dead"}, f"effects left in non-terminal states: {dict(states)}"
+    )
+    per_key = Counter(t["operation_id"] for t in after["tickets"])
+    result.require(set(per_key) <= set(keys), "a ticket names a key that was never accepted")
+    if deduplicate:
+        for key, effect in effects.items():
+            count = per_key.get(key, 0)
+            if effect["state"] == "done":
+                result.require(count == 1, f"{key}: {count} tickets for a done effect")
+            else:
+                result.require(count <= 1, f"{key}: {count} tickets for a dead effect")
+    else:
+        for key, effect in effects.items():
+            if effect["state"] == "done":
+                result.require(per_key.get(key, 0) >= 1, f"{key}: done without a ticket")
+        seen: set[str] = set()
+        for ticket in after["tickets"]:
+            if ticket["operation_id"] in seen:
+                result.require(
+                    ticket["redelivery"] == 1,
+                    f"ticket {ticket['id']} duplicates {ticket['operation_id']} unflagged",
+                )
+            seen.add(ticket["operation_id"])
+    result.require(len(kills) >= min(1, kills_wanted), "no kill landed while work remained")
+    result.summary = {
+        "seed": seed,
+        "operations": len(keys),
+        "kills": len(kills),
+        "finished_before_kill": finished_early,
+        "states": dict(states),
+        "tickets": len(after["tickets"]),
+        "duplicates": sum(n - 1 for n in per_key.values()),
+        "flagged_redeliveries": sum(t["redelivery"] for t in after["tickets"]),
+        "max_attempts_used": max((e["attempts"] for e in after["effects"]), default=0),
+    }
+    result.details = {"kills": kills}
+    return result
+
+
+@suite("torture", "seeded random SIGKILLs of a busy dispatcher, with and without receipts")
+def run_torture(ctx: LabContext) -> list[ScenarioResult]:
+    return [_scenario(ctx, True), _scenario(ctx, False)]

@@ -1,0 +1,185 @@
+"""Child-process roles for the lab: ``python -m oncewire.lab.worker ROLE ...``.
+
+accept    accept one operation and its effect in one transaction of the caller's store
+dispatch  run a dispatcher until idle; the sink runs ``service`` as a separate process
+service   the downstream service: write one ticket (through receipts unless disabled)
+torture   a dispatcher whose sink writes tickets in-process, for random-kill runs
+
+Each prints one JSON object on stdout. ``service`` exits 3 on a payload conflict.
+These modes exist so that experiments cross real process boundaries; do not point them at
+unrelated database files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from oncewire.core import crash
+from oncewire.core.canonical import canonical_json, loads
+from oncewire.core.errors import PayloadConflict
+from oncewire.dispatch import Dispatcher, RetryPolicy
+from oncewire.effects import Attempt, Done, Ledger, MaybeSent, NotSent
+from oncewire.lab.stores import KIND, caller_path, downstream_path
+from oncewire.receipts import Receipts
+from oncewire.sinks import SubprocessSink
+from oncewire.storage.base import Transaction
+
+EXIT_CONFLICT = 3
+LAB_RETRY = RetryPolicy(base_seconds=0.02, cap_seconds=0.25)
+
+
+def accept(folder: Path, key: str, payload: Any) -> dict[str, Any]:
+    with Ledger(str(caller_path(folder))) as ledger, ledger.transaction() as tx:
+        tx.execute(
+            "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, ?)",
+            (key, canonical_json(payload), os.getpid()),
+        )
+        tx.accept(key, KIND, payload)
+    return {"accepted": key}
+
+
+def _insert_ticket(
+    tx: Transaction, key: str, payload: Any, attempt: int, redelivery: bool
+) -> dict[str, int]:
+    cursor = tx.execute(
+        "INSERT INTO tickets (operation_id, payload, attempt, redelivery, service_pid) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (key, canonical_json(payload), attempt, int(redelivery), os.getpid()),
+    )
+    return {"ticket_id": int(cursor.lastrowid or 0)}
+
+
+def write_ticket(
+    receipts: Receipts, key: str, payload: Any, attempt: int, redelivery: bool, deduplicate: bool
+) -> tuple[Any, bool]:
+    """The downstream service's one operation: (result, replayed)."""
+    if deduplicate:
+        outcome = receipts.run_once(
+            key, payload, lambda tx: _insert_ticket(tx, key, payload, attempt, redelivery)
+        )
+        return outcome.result, outcome.replayed
+    with receipts.store.transaction() as tx:
+        return _insert_ticket(tx, key, payload, attempt, redelivery), False
+
+
+def service(folder: Path, key: str, payload: Any, deduplicate: bool) -> dict[str, Any]:
+    attempt = int(os.environ.get("ONCEWIRE_ATTEMPT", "1"))
+    redelivery = os.environ.get("ONCEWIRE_REDELIVERY") == "1"
+    with Receipts(str(downstream_path(folder)), retention_seconds=None) as receipts:
+        result, replayed = write_ticket(receipts, key, payload, attempt, redelivery, deduplicate)
+    return {"result": result, "replayed": replayed, "service_pid": os.getpid()}
+
+
+def dispatch(folder: Path, deduplicate: bool) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "oncewire.lab.worker", "service", "--directory", str(folder)]
+    if not deduplicate:
+        argv.append("--no-deduplication")
+    sink = SubprocessSink(
+        argv, timeout_seconds=30, rejected_exit_codes=(EXIT_CONFLICT,), keep_history=True
+    )
+
+    def ticket_sink(attempt: Attempt) -> Any:
+        # The service answers {"result": ..., "replayed": ..., "service_pid": ...}; the effect's
+        # result is the ticket itself, the rest stays in the sink's history for the evidence.
+        outcome = sink(attempt)
+        if isinstance(outcome, Done) and isinstance(outcome.result, dict):
+            return Done(outcome.result.get("result"))
+        return outcome
+
+    with Ledger(str(caller_path(folder))) as ledger:
+        dispatcher = Dispatcher(
+            ledger, {KIND: ticket_sink}, batch_size=8, poll_seconds=0.02, retry=LAB_RETRY
+        )
+        stats = dispatcher.run(until_idle=True)
+        if stats.claimed == 0 and stats.released == 0:
+            return {"idle": True}
+        results = {
+            e.key: {"state": str(e.state), "result": e.result}
+            for e in ledger.effects.list(limit=100_000)
+        }
+    return {"stats": stats.as_dict(), "effects": results, "downstream": sink.history}
+
+
+class TortureSink:
+    """Writes tickets in-process, and misbehaves on purpose (seeded per key and attempt)."""
+
+    def __init__(self, folder: Path, deduplicate: bool, seed: int) -> None:
+        self.receipts = Receipts(str(downstream_path(folder)), retention_seconds=None)
+        self.deduplicate = deduplicate
+        self.seed = seed
+
+    def __call__(self, attempt: Attempt) -> Any:
+        rng = random.Random(f"{self.seed}/{attempt.key}/{attempt.attempt}")
+        roll = rng.random()
+        time.sleep(rng.random() * 0.008)
+        if roll < 0.08:
+            return NotSent("receiver busy (before any write)", retry_after=0.01)
+        result, _ = write_ticket(
+            self.receipts,
+            attempt.key,
+            attempt.payload,
+            attempt.attempt,
+            attempt.redelivery,
+            self.deduplicate,
+        )
+        if roll > 0.94:
+            # The ticket is committed but the answer is lost on the way back.
+            return MaybeSent("connection reset after the receiver committed")
+        return Done(result)
+
+
+def torture(folder: Path, deduplicate: bool, seed: int, concurrency: int) -> dict[str, Any]:
+    sink = TortureSink(folder, deduplicate, seed)
+    with Ledger(str(caller_path(folder))) as ledger:
+        stats = Dispatcher(
+            ledger,
+            {KIND: sink},
+            batch_size=16,
+            concurrency=concurrency,
+            lease_seconds=5.0,
+            poll_seconds=0.02,
+            retry=LAB_RETRY,
+        ).run(until_idle=True)
+    sink.receipts.close()
+    return {"stats": stats.as_dict()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m oncewire.lab.worker", description=__doc__)
+    parser.add_argument("role", choices=["accept", "dispatch", "service", "torture"])
+    parser.add_argument("--directory", type=Path, required=True)
+    parser.add_argument("--key", default=os.environ.get("ONCEWIRE_KEY", "operation-001"))
+    parser.add_argument("--payload", help="JSON; read from stdin when omitted")
+    parser.add_argument("--no-deduplication", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, default=1)
+    args = parser.parse_args(argv)
+    crash.check_armed()
+    deduplicate = not args.no_deduplication
+    if args.role in ("accept", "service"):
+        payload = loads(args.payload if args.payload is not None else sys.stdin.read())
+    if args.role == "accept":
+        result = accept(args.directory, args.key, payload)
+    elif args.role == "service":
+        try:
+            result = service(args.directory, args.key, payload, deduplicate)
+        except PayloadConflict:
+            print(json.dumps({"error": "payload_conflict"}))
+            return EXIT_CONFLICT
+    elif args.role == "dispatch":
+        result = dispatch(args.directory, deduplicate)
+    else:
+        result = torture(args.directory, deduplicate, args.seed, args.concurrency)
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
