@@ -1,0 +1,599 @@
+#!/usr/bin/env python3
+"""oncewire benchmarks: every figure against a baseline measured in the same run.
+
+    .venv/bin/python benchmarks/run.py [--quick] [--repeat N] [--only NAME]... [--json FILE]
+
+Each round runs every selected workload once, baselines first, in fresh files in one directory
+(one disk, one set of pragmas). A figure's value is the median over the rounds; its ratio is the
+median of the per-round ratios to its baseline, so that a baseline and the figure compared with it
+were always measured minutes, not hours, apart. Progress goes to stderr, the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+try:
+    import oncewire
+except ImportError:  # run from a checkout without an installed package
+    sys.path.insert(0, str(HERE.parent / "src"))
+    import oncewire
+
+import workloads as w  # noqa: E402
+from common import PRAGMAS  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Target:
+    on: str  # "ratio" (to the baseline) or "value"
+    op: str  # ">=" or "<"
+    threshold: float
+
+    def met(self, value: float, ratio: float | None) -> bool:
+        measured = ratio if self.on == "ratio" else value
+        if measured is None:
+            return False
+        return measured >= self.threshold if self.op == ">=" else measured < self.threshold
+
+    def text(self, figure: Figure) -> str:
+        if self.on == "ratio":
+            return f"{self.op} {self.threshold:g}x {figure.baseline}"
+        return f"{self.op} {self.threshold:g} {figure.unit}"
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    workload: str
+    title: str
+    unit: str
+    baseline: str | None = None
+    target: Target | None = None
+    better: str = "higher"  # or "lower"
+    optional: bool = False
+
+
+def _ratio_target(threshold: float) -> Target:
+    return Target("ratio", ">=", threshold)
+
+
+FIGURES: list[Figure] = [
+    Figure("floor", "floor", "raw SQLite, 1 INSERT + COMMIT per transaction", "commits/s"),
+    Figure(
+        "floor_batched",
+        "floor_batched",
+        "raw SQLite, {batch} INSERTs per COMMIT",
+        "rows/s",
+        "floor",
+    ),
+    Figure(
+        "accept",
+        "accept",
+        "Ledger.accept, 1 per transaction",
+        "effects/s",
+        "floor",
+        _ratio_target(0.8),
+    ),
+    Figure(
+        "e2e_single",
+        "e2e_single",
+        "accept 1/tx, then dispatch batch_size=1, no-op sink",
+        "effects/s",
+        "floor",
+        _ratio_target(0.5),
+    ),
+    Figure(
+        "e2e_batched",
+        "e2e_batched",
+        "accept {batch}/tx, then dispatch batch_size={batch}, no-op sink",
+        "effects/s",
+        "floor",
+        _ratio_target(2.0),
+    ),
+    Figure(
+        "e2e_single_receipts",
+        "e2e_single_receipts",
+        "as e2e_single, sink = Receipts.run_once (2nd file)",
+        "effects/s",
+        "floor",
+        _ratio_target(0.5),
+    ),
+    Figure(
+        "e2e_batched_receipts",
+        "e2e_batched_receipts",
+        "as e2e_batched, sink = Receipts.run_once (2nd file)",
+        "effects/s",
+        "floor",
+        _ratio_target(2.0),
+    ),
+    Figure(
+        "huey",
+        "huey",
+        "Huey SqliteHuey: enqueue 1/tx, then process (reference)",
+        "tasks/s",
+        "floor",
+        optional=True,
+    ),
+    Figure(
+        "start_first_process",
+        "start",
+        "no crash: new process -> first sink call",
+        "s",
+        better="lower",
+    ),
+    Figure(
+        "recovery_first_process",
+        "recovery",
+        "after SIGKILL: new process -> first redelivery",
+        "s",
+        "start_first_process",
+        Target("value", "<", 0.5),
+        better="lower",
+    ),
+    Figure(
+        "start_all_process",
+        "start",
+        "no crash: new process -> all {recovery} done",
+        "s",
+        better="lower",
+    ),
+    Figure(
+        "recovery_all_process",
+        "recovery",
+        "after SIGKILL: new process -> all {recovery} done",
+        "s",
+        "start_all_process",
+        better="lower",
+    ),
+    Figure(
+        "start_first_run",
+        "start",
+        "no crash: Dispatcher.run() -> first sink call",
+        "s",
+        better="lower",
+    ),
+    Figure(
+        "recovery_first_run",
+        "recovery",
+        "after SIGKILL: Dispatcher.run() -> first redelivery",
+        "s",
+        "start_first_run",
+        Target("value", "<", 0.5),
+        better="lower",
+    ),
+    Figure(
+        "start_all_run",
+        "start",
+        "no crash: Dispatcher.run() -> all {recovery} done",
+        "s",
+        better="lower",
+    ),
+    Figure(
+        "recovery_all_run",
+        "recovery",
+        "after SIGKILL: Dispatcher.run() -> all {recovery} done",
+        "s",
+        "start_all_run",
+        better="lower",
+    ),
+]
+BY_NAME = {figure.name: figure for figure in FIGURES}
+
+# The order workloads run in within a round: baselines before what is compared with them.
+WORKLOADS: dict[str, w.Workload] = {
+    "floor": w.floor,
+    "floor_batched": w.floor_batched,
+    "accept": w.accept,
+    "e2e_single": w.e2e_single,
+    "e2e_batched": w.e2e_batched,
+    "e2e_single_receipts": w.e2e_single_receipts,
+    "e2e_batched_receipts": w.e2e_batched_receipts,
+    "huey": w.huey,
+    "start": w.start,
+    "recovery": w.recovery,
+}
+
+SIZES = {
+    # single, batched, batch, recovery, recovery_batch
+    "full": (3000, 30000, 100, 1000, 100),
+    "quick": (200, 2000, 100, 200, 100),
+}
+
+
+def log(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+def select_figures(only: Sequence[str]) -> list[Figure]:
+    """The figures named (by figure or workload name), plus every baseline they need."""
+    if not only:
+        return list(FIGURES)
+    wanted: set[str] = set()
+    for name in only:
+        matches = [f.name for f in FIGURES if name in (f.name, f.workload)]
+        if not matches:
+            names = ", ".join(dict.fromkeys([*WORKLOADS, *BY_NAME]))
+            raise SystemExit(f"run.py: unknown figure or workload {name!r} (one of: {names})")
+        wanted.update(matches)
+    pending = list(wanted)
+    while pending:
+        baseline = BY_NAME[pending.pop()].baseline
+        if baseline and baseline not in wanted:
+            wanted.add(baseline)
+            pending.append(baseline)
+    return [f for f in FIGURES if f.name in wanted]
+
+
+# -- formatting --------------------------------------------------------------------------------
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value:.3f}"
+    return f"{value:,.0f}"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def title(figure: Figure, params: dict[str, Any]) -> str:
+    return figure.title.format(**params)
+
+
+# -- environment -------------------------------------------------------------------------------
+
+
+def filesystem_of(path: Path) -> str:
+    """The filesystem type holding ``path`` (Linux), so a tmpfs run is not mistaken for a disk."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    target, best = str(path.resolve()), ("", "unknown")
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1]
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best[0]):
+            best = (point, parts[2])
+    return best[1]
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "oncewire": oncewire.__version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def run_rounds(
+    figures: list[Figure], args: argparse.Namespace, workdir: Path, params: dict[str, Any]
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], dict[str, dict[str, Any]]]:
+    """Run every round. Returns per-figure samples (value + details, one per round), the notes
+    of skipped workloads, and the pragmas each engine was seen to run with."""
+    wanted = {f.name for f in figures}
+    order = [name for name in WORKLOADS if any(f.workload == name for f in figures)]
+    samples: dict[str, list[dict[str, Any]]] = {f.name: [] for f in figures}
+    skipped: dict[str, str] = {}
+    pragmas: dict[str, dict[str, Any]] = {}
+    for round_no in range(1, args.repeat + 1):
+        for name in order:
+            if name in skipped:
+                continue
+            where = workdir / f"r{round_no}-{name}"
+            where.mkdir()
+            ctx = w.Context(
+                workdir=where,
+                single=params["single"],
+                batched=params["batched"],
+                batch=params["batch"],
+                recovery=params["recovery"],
+                recovery_batch=params["recovery_batch"],
+            )
+            log(f"[{round_no}/{args.repeat}] {name} ...")
+            started = time.perf_counter()
+            try:
+                produced = WORKLOADS[name](ctx)
+            except w.Skip as exc:
+                skipped[name] = str(exc)
+                log(f"[{round_no}/{args.repeat}] {name}: skipped: {exc}")
+                continue
+            finally:
+                pragmas.update(ctx.pragmas)
+                if not args.keep:
+                    shutil.rmtree(where, ignore_errors=True)
+            elapsed = time.perf_counter() - started
+            for figure_name, sample in produced.items():
+                if figure_name not in wanted:
+                    continue
+                samples[figure_name].append({"value": sample.value, **sample.details})
+                unit = BY_NAME[figure_name].unit
+                log(
+                    f"[{round_no}/{args.repeat}]   {figure_name:<24} "
+                    f"{fmt_value(sample.value, unit):>10} {unit}"
+                )
+            log(f"[{round_no}/{args.repeat}] {name} took {elapsed:.1f} s")
+    return samples, skipped, pragmas
+
+
+def summarise(
+    figures: list[Figure],
+    samples: dict[str, list[dict[str, Any]]],
+    skipped: dict[str, str],
+    params: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for figure in figures:
+        rounds = samples[figure.name]
+        entry: dict[str, Any] = {
+            "title": title(figure, params),
+            "workload": figure.workload,
+            "unit": figure.unit,
+            "better": figure.better,
+            "baseline": figure.baseline,
+            "target": figure.target.text(figure) if figure.target else None,
+        }
+        if not rounds:
+            entry.update(
+                value=None,
+                ratio=None,
+                met=None,
+                skipped=True,
+                note=skipped.get(figure.workload, "not measured"),
+            )
+            results[figure.name] = entry
+            continue
+        values = [r["value"] for r in rounds]
+        ratios: list[float] = []
+        if figure.baseline:
+            base_rounds = samples[figure.baseline]
+            ratios = [
+                r["value"] / b["value"]
+                for r, b in zip(rounds, base_rounds, strict=False)
+                if b["value"] > 0
+            ]
+        value = statistics.median(values)
+        ratio = statistics.median(ratios) if ratios else None
+        commits = rounds[0].get("commits_per_effect")
+        entry.update(
+            value=value,
+            ratio=ratio,
+            baseline_value=(
+                statistics.median(r["value"] for r in samples[figure.baseline])
+                if figure.baseline
+                else None
+            ),
+            met=figure.target.met(value, ratio) if figure.target else None,
+            target_detail=(
+                {
+                    "on": figure.target.on,
+                    "op": figure.target.op,
+                    "threshold": figure.target.threshold,
+                }
+                if figure.target
+                else None
+            ),
+            # What a zero-overhead implementation would reach if every commit cost one floor
+            # commit: 1 / commits per effect (only meaningful against the floor).
+            commit_bound=(
+                round(1 / commits, 3) if commits and figure.baseline == "floor" else None
+            ),
+            skipped=False,
+            runs=values,
+            ratios=ratios,
+            rounds=rounds,
+        )
+        results[figure.name] = entry
+    return results
+
+
+def table(results: dict[str, dict[str, Any]], header: list[str]) -> str:
+    rows = [("figure", "what", "value", "unit", "vs", "ratio", "bound", "target", "met")]
+    for name, r in results.items():
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
+        bound = "-" if r.get("commit_bound") is None else f"{r['commit_bound']:.2f}x"
+        if r["skipped"]:
+            rows.append((name, r["title"], "skipped", r["unit"], "-", "-", "-", "-", "-"))
+            continue
+        rows.append(
+            (
+                name,
+                r["title"],
+                fmt_value(r["value"], r["unit"]),
+                r["unit"],
+                r["baseline"] or "-",
+                fmt_ratio(r["ratio"]),
+                bound,
+                r["target"] or "-",
+                met,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = {2, 5, 6}
+    lines = list(header)
+    for index, row in enumerate(rows):
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    notes = [f"  {name}: {r['note']}" for name, r in results.items() if r["skipped"]]
+    if notes:
+        lines += ["", "skipped:", *notes]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/run.py",
+        description="oncewire throughput and recovery, each against a baseline from the same run.",
+    )
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    parser.add_argument(
+        "--repeat", type=int, default=3, metavar="N", help="rounds; report medians (default 3)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a figure or workload to run (repeatable); baselines come along",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    parser.add_argument(
+        "--dir", metavar="DIR", help="where the database files go (default: a new temp directory)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the database files")
+    parser.add_argument("--single", type=int, metavar="N", help="effects per 1-per-tx workload")
+    parser.add_argument("--batched", type=int, metavar="N", help="effects per batched workload")
+    parser.add_argument("--recovery", type=int, metavar="N", help="effects claimed, then killed")
+    parser.add_argument("--list", action="store_true", help="list the figures and exit")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    for option in ("single", "batched", "recovery"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            parser.error(f"--{option} must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    single, batched, batch, recovery, recovery_batch = SIZES["quick" if args.quick else "full"]
+    params: dict[str, Any] = {
+        "single": args.single or single,
+        "batched": args.batched or batched,
+        "batch": batch,
+        "recovery": args.recovery or recovery,
+        "recovery_batch": recovery_batch,
+    }
+    if args.list:
+        for figure in FIGURES:
+            print(f"{figure.name:<24} ({figure.workload}) {title(figure, params)}")
+        return 0
+    if any(key.startswith("ONCEWIRE_CRASH") for key in os.environ):
+        log("run.py: a crash point is armed in the environment (ONCEWIRE_CRASH*); unset it first")
+        return 2
+    figures = select_figures(args.only)
+
+    if args.dir:
+        root = Path(args.dir)
+        root.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="oncewire-bench-", dir=root))
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="oncewire-bench-"))
+    env = environment()
+    fs = filesystem_of(workdir)
+    log(
+        f"oncewire benchmarks: {len(figures)} figures, {args.repeat} round(s), "
+        f"files in {workdir} ({fs})"
+    )
+    started = time.perf_counter()
+    try:
+        samples, skipped, pragmas = run_rounds(figures, args, workdir, params)
+    except w.BenchmarkError as exc:
+        log(f"run.py: {exc}")
+        return 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results = summarise(figures, samples, skipped, params)
+    elapsed = time.perf_counter() - started
+
+    pragma_text = ", ".join(f"{k}={v}" for k, v in PRAGMAS.items())
+    header = [
+        f"oncewire {env['oncewire']} benchmarks, median of {args.repeat} round(s), "
+        f"{elapsed:.0f} s in all",
+        f"Python {env['python']}, SQLite {env['sqlite']}, {env['platform']}, "
+        f"{env['cpu_count']} CPUs, {env['date']}",
+        f"files: {workdir} ({fs}); every engine ran with {pragma_text} "
+        f"({', '.join(sorted(pragmas)) or 'none'})",
+        "ratio: median of per-round ratios to the baseline (vs); bound: the ratio if every "
+        "commit cost one floor commit and nothing else did",
+        "",
+    ]
+    print(table(results, header))
+
+    if args.json:
+        document = {
+            "environment": env,
+            "parameters": {
+                **params,
+                "repeat": args.repeat,
+                "quick": args.quick,
+                "only": args.only,
+                "workdir": str(workdir),
+                "filesystem": fs,
+                "pragmas": PRAGMAS,
+                "pragmas_seen": pragmas,
+                "method": (
+                    "each round runs every selected workload once, baselines first, in fresh "
+                    "files in one directory; value = median over rounds; ratio = median of the "
+                    "per-round ratios. End-to-end workloads are sequential: accept all, then "
+                    "Dispatcher.run(until_idle=True); the clock runs from the first accept to "
+                    "the return of run(), when every effect is done and recorded."
+                ),
+            },
+            "elapsed_seconds": elapsed,
+            "figures": results,
+        }
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
