@@ -58,9 +58,17 @@ def _refuse_constant(name: str) -> Any:
     raise InvalidPayload(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # e.g. 1e999: valid JSON syntax, but it would parse to Infinity
+        raise InvalidPayload(f"{text} is out of range for a JSON number")
+    return value
+
+
 def loads(text: str | bytes) -> Any:
-    """Parse JSON text strictly: NaN, Infinity and -Infinity are refused."""
+    """Parse JSON text strictly: NaN, Infinity and -Infinity (or numbers that overflow to
+    them) are refused."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise InvalidPayload(f"malformed JSON: {exc}") from exc

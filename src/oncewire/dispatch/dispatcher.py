@@ -125,7 +125,7 @@ class Dispatcher:
     # -- the loop ----------------------------------------------------------------------------
     def run(self, *, until_idle: bool = False, handle_signals: bool = True) -> DispatchStats:
         """Dispatch until stopped (SIGTERM/SIGINT stop gracefully) or, with ``until_idle``,
-        until nothing is due, uncertain or claimed."""
+        until nothing is due, uncertain, claimed or waiting for a retry."""
         self._stop.clear()
         restore = self._install_signals() if handle_signals else None
         heartbeat = threading.Thread(target=self._heartbeat, name="oncewire-lease", daemon=True)
@@ -294,13 +294,18 @@ class Dispatcher:
         return released
 
     def _idle(self) -> bool:
-        next_due, uncertain, claimed = self.ledger.store.next_wakeup(self.kinds)
-        if claimed or uncertain:
+        """Nothing due, uncertain, claimed or waiting for a retry.
+
+        A pending effect whose first attempt is scheduled later (``delay_seconds``) does not
+        keep ``run(until_idle=True)`` waiting; a retry already under way does.
+        """
+        backlog = self.ledger.store.backlog(self.kinds)
+        if backlog.claimed or backlog.uncertain or backlog.retrying:
             return False
-        return next_due is None or next_due > self.clock.now()
+        return backlog.next_due is None or backlog.next_due > self.clock.now()
 
     def _sleep_until_due(self) -> None:
-        next_due, _, _ = self.ledger.store.next_wakeup(self.kinds)
+        next_due = self.ledger.store.backlog(self.kinds).next_due
         wait = self.poll_seconds
         if next_due is not None:
             wait = min(wait, max(0.0, next_due - self.clock.now()))

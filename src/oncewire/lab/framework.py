@@ -161,8 +161,9 @@ class LabContext:
             process.kill()
             stdout, stderr = process.communicate()
             timed_out = True
+        lines = stdout.strip().splitlines()
         try:
-            response: Any = json.loads(stdout) if stdout.strip() else None
+            response: Any = json.loads(lines[-1]) if lines else None
         except json.JSONDecodeError:
             response = {"unparsed_stdout": stdout[-2000:]}
         return ProcessRecord(

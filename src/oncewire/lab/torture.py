@@ -62,9 +62,11 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
     for round_number in range(kills_wanted * 3):
         if len(kills) >= kills_wanted:
             break
-        delay = rng.uniform(0.15, 0.5)
+        delay = rng.uniform(0.005, 0.25)
         ctx.progress.update(f"torture[{mode}]: kill {len(kills) + 1}/{kills_wanted}")
         process = ctx.spawn("torture", args)
+        assert process.stdout is not None
+        process.stdout.readline()  # "ready": imports done, stores open, about to dispatch
         time.sleep(delay)
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)

@@ -137,6 +137,7 @@ class TortureSink:
 
 def torture(folder: Path, deduplicate: bool, seed: int, concurrency: int) -> dict[str, Any]:
     sink = TortureSink(folder, deduplicate, seed)
+    print("ready", flush=True)  # the lab times its kill from here, not from process start
     with Ledger(str(caller_path(folder))) as ledger:
         stats = Dispatcher(
             ledger,

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from oncewire.storage.records import Claim, Effect, EffectState, Receipt, Settlement
+from oncewire.storage.records import Backlog, Claim, Effect, EffectState, Receipt, Settlement
 
 __all__ = ["Store", "Transaction"]
 
@@ -125,8 +125,8 @@ class Store(abc.ABC):
         """Move waiting effects whose deadline passed to ``dead``."""
 
     @abc.abstractmethod
-    def next_wakeup(self, kinds: Sequence[str] | None = None) -> tuple[float | None, int, int]:
-        """(earliest not_before of a waiting effect, uncertain count, claimed count)."""
+    def backlog(self, kinds: Sequence[str] | None = None) -> Backlog:
+        """What remains for a dispatcher of ``kinds`` (None: any kind)."""
 
     @abc.abstractmethod
     def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:

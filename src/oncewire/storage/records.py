@@ -8,6 +8,7 @@ from typing import Any
 
 __all__ = [
     "TERMINAL_STATES",
+    "Backlog",
     "Claim",
     "Effect",
     "EffectState",
@@ -123,6 +124,16 @@ class Settlement:
     last_error: str | None = None
     not_before: float | None = None
     maybe_sent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What is left to do, as a dispatcher deciding whether it is idle sees it."""
+
+    next_due: float | None  # earliest not_before of a pending or uncertain effect
+    uncertain: int  # effects whose last attempt may have landed
+    claimed: int  # effects leased to some worker right now
+    retrying: int  # pending effects already attempted at least once (a retry is scheduled)
 
 
 @dataclass(frozen=True, slots=True)

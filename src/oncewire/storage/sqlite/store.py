@@ -17,6 +17,7 @@ from oncewire.core.errors import (
 from oncewire.storage.base import Store
 from oncewire.storage.records import (
     TERMINAL_STATES,
+    Backlog,
     Claim,
     Effect,
     EffectState,
@@ -118,11 +119,17 @@ class SQLiteStore(Store):
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         conn = self._conn()
-        with translate_errors(f"reading the schema of {self.path}"):
-            version = current_version(conn)
-        if version is None and not create:
-            raise SchemaError(f"{self.path} is not an oncewire store (no oncewire_schema table)")
-        migrate(conn)
+        try:
+            with translate_errors(f"reading the schema of {self.path}"):
+                version = current_version(conn)
+            if version is None and not create:
+                raise SchemaError(
+                    f"{self.path} is not an oncewire store (no oncewire_schema table)"
+                )
+            migrate(conn)
+        except BaseException:
+            self.close()  # a store that failed to open must not leak its connection
+            raise
 
     # -- connections -------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -368,16 +375,18 @@ class SQLiteStore(Store):
                 (now, now),
             ).rowcount
 
-    def next_wakeup(self, kinds: Sequence[str] | None = None) -> tuple[float | None, int, int]:
+    def backlog(self, kinds: Sequence[str] | None = None) -> Backlog:
         clause, params = _kind_filter(kinds)
         row = self._read(
             "SELECT (SELECT MIN(not_before) FROM oncewire_effects "
             f"        WHERE state IN {_WAITING}{clause}), "
             f"       (SELECT COUNT(*) FROM oncewire_effects WHERE state = 'uncertain'{clause}), "
-            f"       (SELECT COUNT(*) FROM oncewire_effects WHERE state = 'claimed'{clause})",
-            (*params, *params, *params),
+            f"       (SELECT COUNT(*) FROM oncewire_effects WHERE state = 'claimed'{clause}), "
+            "       (SELECT COUNT(*) FROM oncewire_effects "
+            f"        WHERE state = 'pending' AND attempts > 0{clause})",
+            (*params, *params, *params, *params),
         )[0]
-        return row[0], row[1], row[2]
+        return Backlog(next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3])
 
     def _locked_effect(self, conn: sqlite3.Connection, key: str) -> Effect:
         rows = conn.execute(

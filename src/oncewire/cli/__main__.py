@@ -1,0 +1,7 @@
+"""``python -m oncewire.cli``: the same as the ``oncewire`` command."""
+
+import sys
+
+from oncewire.cli import main
+
+sys.exit(main())
