@@ -13,11 +13,14 @@ __all__ = [
     "ConfigurationError",
     "CrashPointUnknown",
     "EffectNotFound",
+    "InboundNotFound",
     "InvalidPayload",
     "InvalidState",
     "OncewireError",
     "PayloadConflict",
     "ReceiptNotFound",
+    "ReplyConflict",
+    "ReplyNotFound",
     "SchemaError",
     "StaleFence",
     "StorageError",
@@ -127,3 +130,27 @@ class CrashPointUnknown(ConfigurationError):
     """A crash point was armed that no code registers."""
 
     code = "crash_point_unknown"
+
+
+class InboundNotFound(OncewireError, KeyError):
+    """No inbound message has this id."""
+
+    code = "inbound_not_found"
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ReplyNotFound(OncewireError, KeyError):
+    """No reply record matches."""
+
+    code = "reply_not_found"
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ReplyConflict(OncewireError):
+    """This inbound message already has a committed reply with different text; nothing changed."""
+
+    code = "reply_conflict"

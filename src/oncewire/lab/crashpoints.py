@@ -117,7 +117,7 @@ def _cell(ctx: LabContext, point: str, deduplicate: bool) -> ScenarioResult:
     return result
 
 
-@suite("crashpoints", "every registered outbox crash point x deduplication on/off")
+@suite("crashpoints", "every registered outbox crash point x deduplication on/off", order=20)
 def run_crashpoints(ctx: LabContext) -> list[ScenarioResult]:
     results = []
     for point in outbox_points():

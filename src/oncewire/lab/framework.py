@@ -199,14 +199,15 @@ class Suite:
     name: str
     description: str
     run: SuiteFn
+    order: int = 100  # where it runs when all suites run (the seed's scenarios first)
 
 
 _SUITES: dict[str, Suite] = {}
 
 
-def suite(name: str, description: str) -> Callable[[SuiteFn], SuiteFn]:
+def suite(name: str, description: str, *, order: int = 100) -> Callable[[SuiteFn], SuiteFn]:
     def register(fn: SuiteFn) -> SuiteFn:
-        _SUITES[name] = Suite(name, description, fn)
+        _SUITES[name] = Suite(name, description, fn, order)
         return fn
 
     return register
@@ -216,4 +217,4 @@ def suites() -> dict[str, Suite]:
     """Every registered suite, in registration order (importing the built-in ones first)."""
     from oncewire.lab import crashpoints, outbox, torture  # noqa: F401
 
-    return dict(_SUITES)
+    return {s.name: s for s in sorted(_SUITES.values(), key=lambda s: s.order)}

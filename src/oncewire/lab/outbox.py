@@ -172,7 +172,7 @@ def _changed_payload(ctx: LabContext) -> ScenarioResult:
     return result
 
 
-@suite("outbox", "the five two-store outbox scenarios with real SIGKILL")
+@suite("outbox", "the five two-store outbox scenarios with real SIGKILL", order=10)
 def run_outbox(ctx: LabContext) -> list[ScenarioResult]:
     return [
         _dispatch_crash(ctx, "crash_before_dispatch", CRASH_BEFORE_DISPATCH, True),

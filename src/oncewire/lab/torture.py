@@ -130,6 +130,8 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
     return result
 
 
-@suite("torture", "seeded random SIGKILLs of a busy dispatcher, with and without receipts")
+@suite(
+    "torture", "seeded random SIGKILLs of a busy dispatcher, with and without receipts", order=30
+)
 def run_torture(ctx: LabContext) -> list[ScenarioResult]:
     return [_scenario(ctx, True), _scenario(ctx, False)]
