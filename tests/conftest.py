@@ -1,0 +1,119 @@
+"""Fixtures shared by every test layer: real SQLite files in tmp_path, a manual clock, and
+helpers for reading a database around oncewire and for starting real child processes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncewire import Ledger, ManualClock, Receipts
+
+Rows = list[tuple[Any, ...]]
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """Where the caller's database (and its outbox) lives; not created yet."""
+    return tmp_path / "app.db"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def ledger(db_path: Path, clock: ManualClock) -> Iterator[Ledger]:
+    opened = Ledger(str(db_path), clock=clock)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def receipts(tmp_path: Path, clock: ManualClock) -> Iterator[Receipts]:
+    opened = Receipts(str(tmp_path / "receiver.db"), clock=clock, retention_seconds=3600.0)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _peek(path: Path | str, sql: str, params: Sequence[Any] = ()) -> Rows:
+    conn = sqlite3.connect(str(path), timeout=10)
+    try:
+        return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def peek() -> Callable[..., Rows]:
+    """``peek(path, sql, params)``: rows read by a separate sqlite3 connection, not oncewire's."""
+    return _peek
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def child_env() -> Callable[..., dict[str, str]]:
+    """The environment for a child process: ours, without any ONCEWIRE_* setting, plus extras."""
+    return _child_env
+
+
+def _python_child(
+    code: str, *args: str, env: dict[str, str] | None = None, **popen: Any
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=_child_env() if env is None else env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+@pytest.fixture
+def python_child() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start ``python -c CODE ARGS...``; any child still running at teardown is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(code: str, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
+        child = _python_child(code, *args, **kwargs)
+        started.append(child)
+        return child
+
+    yield start
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=10)
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout: float = 20.0, what: str = "") -> None:
+    """Poll ``predicate`` until it holds; fail the test (not hang it) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or predicate}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def wait() -> Callable[..., None]:
+    return wait_for

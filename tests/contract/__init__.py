@@ -1,0 +1,1 @@
+"""The store contract suite (one suite, every backend)."""
