@@ -238,7 +238,7 @@ def select_figures(only: Sequence[str]) -> list[Figure]:
     pending = list(wanted)
     while pending:
         baseline = BY_NAME[pending.pop()].baseline
-        if baseline and baseline not in wanted:
+        if baseline is not None and baseline not in wanted:
             wanted.add(baseline)
             pending.append(baseline)
     return [f for f in FIGURES if f.name in wanted]
@@ -372,18 +372,21 @@ def summarise(
     skipped: dict[str, str],
     params: dict[str, Any],
 ) -> dict[str, dict[str, Any]]:
+    """Medians per figure. A figure without a baseline is its own (ratio 1)."""
     results: dict[str, dict[str, Any]] = {}
     for figure in figures:
         rounds = samples[figure.name]
+        baseline = figure.baseline or figure.name
         entry: dict[str, Any] = {
             "title": title(figure, params),
             "workload": figure.workload,
             "unit": figure.unit,
             "better": figure.better,
-            "baseline": figure.baseline,
+            "baseline": baseline,
             "target": figure.target.text(figure) if figure.target else None,
         }
-        if not rounds:
+        base_rounds = samples.get(baseline, [])
+        if not rounds or not base_rounds:
             entry.update(
                 value=None,
                 ratio=None,
@@ -394,25 +397,18 @@ def summarise(
             results[figure.name] = entry
             continue
         values = [r["value"] for r in rounds]
-        ratios: list[float] = []
-        if figure.baseline:
-            base_rounds = samples[figure.baseline]
-            ratios = [
-                r["value"] / b["value"]
-                for r, b in zip(rounds, base_rounds, strict=False)
-                if b["value"] > 0
-            ]
+        ratios = [
+            r["value"] / b["value"]
+            for r, b in zip(rounds, base_rounds, strict=True)
+            if b["value"] > 0
+        ]
         value = statistics.median(values)
         ratio = statistics.median(ratios) if ratios else None
         commits = rounds[0].get("commits_per_effect")
         entry.update(
             value=value,
             ratio=ratio,
-            baseline_value=(
-                statistics.median(r["value"] for r in samples[figure.baseline])
-                if figure.baseline
-                else None
-            ),
+            baseline_value=statistics.median(b["value"] for b in base_rounds),
             met=figure.target.met(value, ratio) if figure.target else None,
             target_detail=(
                 {
@@ -423,11 +419,9 @@ def summarise(
                 if figure.target
                 else None
             ),
-            # What a zero-overhead implementation would reach if every commit cost one floor
-            # commit: 1 / commits per effect (only meaningful against the floor).
-            commit_bound=(
-                round(1 / commits, 3) if commits and figure.baseline == "floor" else None
-            ),
+            # The ratio to the floor that an implementation would reach if each of its commits
+            # cost exactly one floor commit and nothing else cost anything: 1 / commits per item.
+            commit_bound=round(1 / commits, 3) if commits and baseline == "floor" else None,
             skipped=False,
             runs=values,
             ratios=ratios,
@@ -437,29 +431,37 @@ def summarise(
     return results
 
 
+PHASES = {
+    "accept_rate": "accept",
+    "dispatch_rate": "dispatch",
+    "enqueue_rate": "enqueue",
+    "process_rate": "process",
+}
+
+
 def table(results: dict[str, dict[str, Any]], header: list[str]) -> str:
-    rows = [("figure", "what", "value", "unit", "vs", "ratio", "bound", "target", "met")]
+    rows = [("figure", "value", "unit", "vs", "ratio", "bound", "target", "met", "what")]
     for name, r in results.items():
+        if r["skipped"]:
+            rows.append((name, "skipped", r["unit"], "-", "-", "-", "-", "-", r["title"]))
+            continue
         met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
         bound = "-" if r.get("commit_bound") is None else f"{r['commit_bound']:.2f}x"
-        if r["skipped"]:
-            rows.append((name, r["title"], "skipped", r["unit"], "-", "-", "-", "-", "-"))
-            continue
         rows.append(
             (
                 name,
-                r["title"],
                 fmt_value(r["value"], r["unit"]),
                 r["unit"],
-                r["baseline"] or "-",
+                "(itself)" if r["baseline"] == name else r["baseline"],
                 fmt_ratio(r["ratio"]),
                 bound,
                 r["target"] or "-",
                 met,
+                r["title"],
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = {2, 5, 6}
+    right = {1, 4, 5}
     lines = list(header)
     for index, row in enumerate(rows):
         cells = [
@@ -468,7 +470,18 @@ def table(results: dict[str, dict[str, Any]], header: list[str]) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
         if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
+            lines.append("  ".join("-" * width for width in widths).rstrip())
+    phases = []
+    for name, r in results.items():
+        parts = [
+            f"{label} {statistics.median(x[key] for x in r['rounds']):,.0f}/s"
+            for key, label in PHASES.items()
+            if not r["skipped"] and key in r["rounds"][0]
+        ]
+        if parts:
+            phases.append(f"  {name}: {', '.join(parts)}")
+    if phases:
+        lines += ["", "phases (medians):", *phases]
     notes = [f"  {name}: {r['note']}" for name, r in results.items() if r["skipped"]]
     if notes:
         lines += ["", "skipped:", *notes]
