@@ -284,10 +284,10 @@ def filesystem_of(path: Path) -> str:
     return best[1]
 
 
-def git_commit() -> str | None:
+def git(*args: str) -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+            ["git", *args],
             cwd=HERE,
             capture_output=True,
             text=True,
@@ -296,13 +296,18 @@ def git_commit() -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def environment() -> dict[str, Any]:
     return {
         "oncewire": oncewire.__version__,
-        "git_commit": git_commit(),
+        "oncewire_path": str(Path(oncewire.__file__).resolve().parent),
+        "git_commit": git("rev-parse", "HEAD"),
+        # Uncommitted changes under src/ at the start of the run (None outside a checkout).
+        "source_modified": None
+        if (status := git("status", "--porcelain", "--", "src")) is None
+        else bool(status),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "sqlite": sqlite3.sqlite_version,
@@ -572,6 +577,9 @@ def main(argv: Sequence[str]) -> int:
         f"{elapsed:.0f} s in all",
         f"Python {env['python']}, SQLite {env['sqlite']}, {env['platform']}, "
         f"{env['cpu_count']} CPUs, {env['date']}",
+        f"oncewire from {env['oncewire_path']}"
+        + (f", commit {env['git_commit'][:12]}" if env["git_commit"] else "")
+        + (", with uncommitted changes under src/" if env["source_modified"] else ""),
         f"files: {workdir} ({fs}); every engine ran with {pragma_text} "
         f"({', '.join(sorted(pragmas)) or 'none'})",
         "ratio: median of per-round ratios to the baseline (vs); bound: the ratio if every "
