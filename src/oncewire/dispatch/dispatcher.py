@@ -130,12 +130,14 @@ class Dispatcher:
         restore = self._install_signals() if handle_signals else None
         heartbeat = threading.Thread(target=self._heartbeat, name="oncewire-lease", daemon=True)
         heartbeat.start()
+        unsubscribe = self.ledger.store.subscribe(self.wake)
         if self.concurrency > 1:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="oncewire-sink")
         try:
             self._loop(until_idle)
         finally:
             self._stop.set()
+            unsubscribe()
             heartbeat.join(timeout=5)
             if self._pool is not None:
                 self._pool.shutdown(wait=True)

@@ -12,7 +12,7 @@ Each backend keeps its schema as numbered SQL files and translates its driver's 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -164,6 +164,13 @@ class Store(abc.ABC):
         """Delete receipts whose retention ended before ``expired_before``. Operator-only."""
 
     # -- helpers -----------------------------------------------------------------------------
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when new effects commit, where the backend can tell; return a stopper.
+
+        The default cannot tell (SQLite has no cross-process notifications): dispatchers poll.
+        """
+        return lambda: None
+
     def iter_effects(
         self, *, states: Sequence[EffectState] = (), page: int = 500
     ) -> Iterator[Effect]:

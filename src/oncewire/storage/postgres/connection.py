@@ -1,0 +1,121 @@
+"""Connections, error translation and migrations for PostgreSQL (psycopg 3)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+from oncewire.core.errors import ConfigurationError, SchemaError, StorageError, StoreBusy
+
+__all__ = ["connect", "current_version", "migrate", "migrations", "psycopg", "translate_errors"]
+
+psycopg: Any
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - exercised only without the extra installed
+    psycopg = None
+
+# SQLSTATE classes and codes (never the message text).
+_RETRYABLE = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+_CONNECTION_CLASS = "08"  # connection exception
+_SHUTDOWN = {"57P01", "57P02", "57P03"}  # admin shutdown / crash shutdown / cannot connect now
+
+SCHEMA_LOCK = 0x6F6E6365  # advisory lock key held while migrating ("once")
+
+
+def require_driver() -> Any:
+    if psycopg is None:
+        raise ConfigurationError(
+            "the PostgreSQL backend needs psycopg 3: pip install 'oncewire[postgres]'"
+        )
+    return psycopg
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    if psycopg is None:  # pragma: no cover
+        yield
+        return
+    try:
+        yield
+    except psycopg.Error as exc:
+        state = getattr(exc, "sqlstate", None) or ""
+        if state in _RETRYABLE:
+            raise StoreBusy(f"{what}: {type(exc).__name__} (SQLSTATE {state})") from exc
+        if state.startswith(_CONNECTION_CLASS) or state in _SHUTDOWN or not state:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StorageError(f"{what}: the database connection failed: {detail}") from exc
+        raise StorageError(f"{what}: {exc} (SQLSTATE {state})") from exc
+
+
+def connect(url: str) -> Any:
+    driver = require_driver()
+    with translate_errors("connecting to PostgreSQL"):
+        return driver.connect(url, autocommit=True, connect_timeout=10)
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    folder = resources.files("oncewire.storage.postgres") / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql") and entry.name[:4].isdigit():
+            found.append((int(entry.name[:4]), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    return found
+
+
+def fresh_schema() -> str:
+    return (resources.files("oncewire.storage.postgres") / "schema.sql").read_text(encoding="utf-8")
+
+
+def current_version(conn: Any) -> int | None:
+    row = conn.execute("SELECT to_regclass('oncewire_schema') IS NOT NULL").fetchone()
+    if not row[0]:
+        return None
+    row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def migrate(conn: Any, *, use_fresh_schema: bool = True) -> int:
+    """Bring the schema up to date under an advisory lock (safe with concurrent openers)."""
+    available = migrations()
+    latest = available[-1][0]
+    with translate_errors("reading the schema version"):
+        if current_version(conn) == latest:
+            return latest
+    with translate_errors("migrating the schema"), conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        version = current_version(conn)
+        if version is not None and version > latest:
+            raise SchemaError(
+                f"the database has schema version {version}; this oncewire knows up to "
+                f"{latest}: upgrade oncewire"
+            )
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS oncewire_schema (version INTEGER PRIMARY KEY, "
+            "name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        now = time.time()
+        if not version:
+            if use_fresh_schema:
+                conn.execute(fresh_schema())
+                for number, name, _ in available:
+                    conn.execute(
+                        "INSERT INTO oncewire_schema (version, name, applied_at) "
+                        "VALUES (%s, %s, %s)",
+                        (number, name, now),
+                    )
+                return latest
+            version = 0
+        for number, name, sql in available:
+            if number <= version:
+                continue
+            conn.execute(sql)
+            conn.execute(
+                "INSERT INTO oncewire_schema (version, name, applied_at) VALUES (%s, %s, %s)",
+                (number, name, now),
+            )
+    return latest
