@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from oncewire.storage.records import Backlog, Claim, Effect, EffectState, Receipt, Settlement
+from oncewire.storage.replies import ReplyVerbs
 
 __all__ = ["Store", "Transaction"]
 
@@ -29,7 +30,7 @@ class Transaction(Protocol):
         ...
 
 
-class Store(abc.ABC):
+class Store(ReplyVerbs, abc.ABC):
     """A backend. Thread-safe: each thread gets its own connection."""
 
     dialect: str

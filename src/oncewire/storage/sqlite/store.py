@@ -31,6 +31,7 @@ from oncewire.storage.sqlite.connection import (
     path_from_url,
     translate_errors,
 )
+from oncewire.storage.sqlite.replies import SQLiteReplyVerbs
 
 __all__ = ["SQLiteStore", "SQLiteTransaction"]
 
@@ -97,7 +98,7 @@ class SQLiteTransaction:
         return self.conn.execute(sql, params)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteReplyVerbs, Store):
     dialect = "sqlite"
 
     def __init__(

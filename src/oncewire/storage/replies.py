@@ -1,0 +1,355 @@
+"""Inbound messages, reply records and wire operations: the records and the store's verbs.
+
+An inbound message is admitted once under (platform, bot, chat, thread, platform message id).
+Each inbound has at most one reply record, which owns every wire operation sent for it. The
+verbs here are the only way the inbound and replies ledgers and the reply engine touch them.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oncewire.storage.base import Transaction
+
+
+__all__ = [
+    "Inbound",
+    "InboundStatus",
+    "OpKind",
+    "OpState",
+    "Reply",
+    "ReplyOp",
+    "ReplyState",
+    "ReplyVerbs",
+    "SendRequest",
+]
+
+
+class InboundStatus(enum.StrEnum):
+    RECEIVED = "received"  # admitted; nobody has started answering it
+    ANSWERING = "answering"  # a reply record is open (the answer may be streaming)
+    ANSWERED = "answered"  # the final text is committed; delivery is not finished
+    DELIVERED = "delivered"  # the reply is visible (or, if dead, its failure was reported)
+    QUARANTINED = "quarantined"  # set aside after repeated failures; recovery skips it
+
+
+class ReplyState(enum.StrEnum):
+    OPEN = "open"  # the record exists (previews may be visible); no final text yet
+    COMMITTED = "committed"  # the final text and its chunk plan are committed; delivering
+    DELIVERED = "delivered"  # every chunk of the final text is acknowledged on the platform
+    DEAD = "dead"  # out of attempts or refused for good; last_error says why
+
+
+class OpKind(enum.StrEnum):
+    SEND = "send"  # a new platform message (one per chunk slot)
+    EDIT = "edit"  # replace the text of a recorded message (idempotent)
+    DELETE = "delete"  # remove a recorded message (idempotent)
+
+
+class OpState(enum.StrEnum):
+    PLANNED = "planned"  # written down, not started
+    IN_FLIGHT = "in_flight"  # durably marked as started before the wire call
+    ACKED = "acked"  # the platform acknowledged it (message_id is known)
+    REFUSED = "refused"  # it never reached the platform (or was rejected): it did not happen
+    AMBIGUOUS = "ambiguous"  # it may have landed: a timeout after sending, a lost ack
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """Where a reply goes and how, stored in full so that recovery keeps the threading."""
+
+    platform: str
+    bot: str
+    chat: str
+    thread: str = ""
+    reply_to: str | None = None
+    format: str = "plain"
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One message received from a platform, admitted once."""
+
+    id: int
+    platform: str
+    bot: str
+    chat: str
+    thread: str
+    platform_message_id: str
+    payload_json: str
+    digest: str
+    status: InboundStatus
+    deliveries: int  # how often the platform delivered it (1 + re-deliveries)
+    attempts: int  # how often answering it started
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def payload(self) -> Any:
+        from oncewire.core.canonical import loads
+
+        return loads(self.payload_json)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "platform": self.platform,
+            "bot": self.bot,
+            "chat": self.chat,
+            "thread": self.thread,
+            "platform_message_id": self.platform_message_id,
+            "payload": self.payload,
+            "status": str(self.status),
+            "deliveries": self.deliveries,
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The single record that owns everything sent for one inbound message."""
+
+    id: int
+    inbound_id: int
+    request: SendRequest
+    cap: int  # the platform's cap the plan was made for, in ``unit``
+    unit: str  # "utf16" or "codepoints"
+    state: ReplyState
+    final_text: str | None
+    plan_json: str | None  # the chunk plan of final_text (JSON list of chunk objects)
+    marked: bool  # the marker decision: some send of this reply may duplicate a landed one
+    attempts: int  # failed wire attempts so far
+    max_attempts: int
+    not_before: float
+    lease_owner: str | None
+    lease_expires_at: float | None
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def plan(self) -> list[dict[str, str]]:
+        from oncewire.core.canonical import loads
+
+        return [] if self.plan_json is None else list(loads(self.plan_json))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "inbound_id": self.inbound_id,
+            "platform": self.request.platform,
+            "bot": self.request.bot,
+            "chat": self.request.chat,
+            "thread": self.request.thread,
+            "reply_to": self.request.reply_to,
+            "format": self.request.format,
+            "cap": self.cap,
+            "unit": self.unit,
+            "state": str(self.state),
+            "final_text": self.final_text,
+            "chunks": len(self.plan),
+            "marked": self.marked,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "not_before": self.not_before,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyOp:
+    """One wire operation of a reply."""
+
+    id: int
+    reply_id: int
+    seq: int
+    slot: int  # which visible message of the reply (-1: the could-not-deliver notice)
+    kind: OpKind
+    body: str  # the text without the marker (the adapter renders the marker)
+    marked: bool
+    state: OpState
+    message_id: str | None  # send: the acknowledged id; edit/delete: the target
+    retry_after: float | None
+    error: str | None
+    created_at: float
+    updated_at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "slot": self.slot,
+            "kind": str(self.kind),
+            "state": str(self.state),
+            "marked": self.marked,
+            "message_id": self.message_id,
+            "retry_after": self.retry_after,
+            "error": self.error,
+            "chars": len(self.body),
+        }
+
+
+class ReplyVerbs(abc.ABC):
+    """The store's verbs for inbound messages, replies and their wire operations."""
+
+    # -- inbound -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def admit_inbound(
+        self,
+        *,
+        platform: str,
+        bot: str,
+        chat: str,
+        thread: str,
+        platform_message_id: str,
+        payload_json: str,
+        digest: str,
+        now: float,
+    ) -> tuple[Inbound, bool]:
+        """Insert the inbound unless its key exists (then count a re-delivery); (row, new)."""
+
+    @abc.abstractmethod
+    def get_inbound(self, inbound_id: int) -> Inbound | None: ...
+
+    @abc.abstractmethod
+    def list_inbound(
+        self, *, statuses: Sequence[InboundStatus] = (), limit: int = 100, after_id: int = 0
+    ) -> list[Inbound]: ...
+
+    @abc.abstractmethod
+    def start_inbound(self, inbound_id: int, *, now: float) -> Inbound:
+        """Count one start of answering; ``received`` becomes ``answering``."""
+
+    @abc.abstractmethod
+    def quarantine_inbound(self, inbound_id: int, *, reason: str, now: float) -> Inbound: ...
+
+    # -- replies -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def open_reply(
+        self,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> Reply:
+        """The inbound's reply record, created ``open`` if it has none (inbound: answering)."""
+
+    @abc.abstractmethod
+    def commit_reply_in_tx(
+        self,
+        tx: Transaction,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        final_text: str,
+        plan_json: str,
+        planned_sends: Sequence[tuple[int, str]],
+        now: float,
+    ) -> tuple[Reply, bool]:
+        """Commit the final text on the inbound's reply (creating it if needed); (row, changed).
+
+        An open reply becomes ``committed`` and its inbound ``answered``; ``planned_sends``
+        (slot, body) are written as planned operations. A reply that already has a final text is
+        returned unchanged (the ledger compares the texts).
+        """
+
+    @abc.abstractmethod
+    def get_reply(self, reply_id: int) -> Reply | None: ...
+
+    @abc.abstractmethod
+    def reply_for_inbound(self, inbound_id: int) -> Reply | None: ...
+
+    @abc.abstractmethod
+    def list_replies(
+        self,
+        *,
+        states: Sequence[ReplyState] = (),
+        due_before: float | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[Reply]: ...
+
+    @abc.abstractmethod
+    def count_replies(self) -> dict[ReplyState, int]: ...
+
+    @abc.abstractmethod
+    def claim_reply(
+        self,
+        reply_id: int,
+        *,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        dead_owners: Sequence[str] = (),
+    ) -> Reply | None:
+        """Lease the reply to ``owner`` unless another live owner holds it; None if held."""
+
+    @abc.abstractmethod
+    def reply_lease_holders(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def release_reply(
+        self,
+        reply_id: int,
+        *,
+        owner: str,
+        now: float,
+        not_before: float | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        """Give the lease back (optionally scheduling the next try)."""
+
+    @abc.abstractmethod
+    def set_reply_marked(self, reply_id: int, *, now: float) -> None: ...
+
+    @abc.abstractmethod
+    def finish_reply(
+        self, reply_id: int, *, state: ReplyState, now: float, last_error: str | None = None
+    ) -> Reply:
+        """``delivered`` or ``dead``; the inbound becomes ``delivered``; the lease ends."""
+
+    # -- wire operations ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def reply_ops(self, reply_id: int) -> list[ReplyOp]: ...
+
+    @abc.abstractmethod
+    def begin_op(
+        self,
+        reply_id: int,
+        *,
+        slot: int,
+        kind: OpKind,
+        body: str,
+        marked: bool,
+        message_id: str | None,
+        now: float,
+    ) -> ReplyOp:
+        """Mark an operation ``in_flight`` (a matching planned one, or a new one) and commit."""
+
+    @abc.abstractmethod
+    def end_op(
+        self,
+        op_id: int,
+        *,
+        state: OpState,
+        now: float,
+        message_id: str | None = None,
+        retry_after: float | None = None,
+        error: str | None = None,
+        count_attempt: bool = False,
+        deliver: bool = False,
+    ) -> ReplyOp:
+        """Record an operation's outcome; ``count_attempt`` adds a failed attempt to the reply;
+        ``deliver`` also finishes the reply as delivered, in the same transaction."""
