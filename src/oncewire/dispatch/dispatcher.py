@@ -21,7 +21,7 @@ from typing import Any
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, loads
-from oncewire.core.errors import ConfigurationError, OncewireError
+from oncewire.core.errors import ConfigurationError, OncewireError, SchemaError, StorageError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.attempt import Attempt
@@ -58,6 +58,7 @@ class DispatchStats:
     redeliveries: int = 0
     stale_refused: int = 0  # outcomes refused because the lease had moved on
     released: int = 0  # claims of dead or expired owners released by this dispatcher
+    storage_errors: int = 0  # store calls that failed and were retried
     batches: int = 0
     by_state: dict[str, int] = field(default_factory=dict)
 
@@ -85,6 +86,7 @@ class Dispatcher:
         poll_seconds: float = 0.5,
         retry: RetryPolicy | None = None,
         owner: str | None = None,
+        storage_patience_seconds: float = 60.0,
     ) -> None:
         if not sinks:
             raise ConfigurationError("a dispatcher needs at least one sink")
@@ -101,6 +103,7 @@ class Dispatcher:
         self.poll_seconds = poll_seconds
         self.retry = retry or RetryPolicy()
         self.owner = owner or this_process_owner()
+        self.storage_patience_seconds = storage_patience_seconds
         self.stats = DispatchStats()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -147,42 +150,70 @@ class Dispatcher:
         return self.stats
 
     def _loop(self, until_idle: bool) -> None:
-        store = self.ledger.store
         settlements: list[Settlement] = []
-        self._reap()
-        last_reap = time.monotonic()
+        last_reap = -float("inf")
         reap_every = min(self.lease_seconds / 2, 5.0)
+        failing_since: float | None = None
         while True:
-            stopping = self._stop.is_set()
-            now = self.clock.now()
-            applied, claims = store.settle_and_claim(
-                settlements,
-                owner=self.owner,
-                now=now,
-                lease_seconds=self.lease_seconds,
-                limit=0 if stopping else self.batch_size,
-                kinds=self.kinds,
-            )
-            if settlements:
-                self._count_settled(settlements, applied)
-                AFTER_RECORD.hit()
-            settlements = []
-            if stopping:
-                return
-            if claims:
-                self.stats.batches += 1
-                self.stats.claimed += len(claims)
-                AFTER_CLAIM.hit()
-                settlements = self._attempt(claims)
-                continue
-            if time.monotonic() - last_reap >= reap_every or until_idle:
-                if self._reap():
+            try:
+                if time.monotonic() - last_reap >= reap_every:
+                    self._reap()
                     last_reap = time.monotonic()
+                settlements, done = self._step(settlements, until_idle)
+                failing_since = None
+                if done:
+                    return
+                if settlements:
                     continue
-                last_reap = time.monotonic()
-            if until_idle and self._idle():
-                return
-            self._sleep_until_due()
+                if until_idle:
+                    if self._reap():
+                        continue
+                    if self._idle():
+                        return
+                self._sleep_until_due()
+            except StorageError as exc:
+                # The database went away (restart, failover, network). Outcomes not yet
+                # recorded are kept and retried: they are fenced, so a retry after a commit
+                # whose answer was lost is refused rather than applied twice.
+                if isinstance(exc, SchemaError):
+                    raise
+                now = time.monotonic()
+                failing_since = failing_since or now
+                self.stats.storage_errors += 1
+                if now - failing_since > self.storage_patience_seconds:
+                    raise
+                delay = min(2.0, 0.05 * 2 ** min(self.stats.storage_errors, 6))
+                log.warning("store unavailable (%s); retrying in %.2fs", exc, delay)
+                if self._stop.wait(delay) and not settlements:
+                    return
+
+    def _step(
+        self, settlements: list[Settlement], until_idle: bool
+    ) -> tuple[list[Settlement], bool]:
+        """Record ``settlements`` and claim the next batch in one transaction; attempt it.
+
+        Returns the new settlements to record and whether the loop is finished.
+        """
+        stopping = self._stop.is_set()
+        applied, claims = self.ledger.store.settle_and_claim(
+            settlements,
+            owner=self.owner,
+            now=self.clock.now(),
+            lease_seconds=self.lease_seconds,
+            limit=0 if stopping else self.batch_size,
+            kinds=self.kinds,
+        )
+        if settlements:
+            self._count_settled(settlements, applied)
+            AFTER_RECORD.hit()
+        if stopping:
+            return [], True
+        if not claims:
+            return [], False
+        self.stats.batches += 1
+        self.stats.claimed += len(claims)
+        AFTER_CLAIM.hit()
+        return self._attempt(claims), False
 
     def _attempt(self, claims: Sequence[Claim]) -> list[Settlement]:
         with self._inflight_lock:
