@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from oncewire.core.errors import EffectNotFound, InvalidState
@@ -366,6 +368,18 @@ def test_the_backlog_counts_what_a_dispatcher_still_has_to_do(
     assert (mail.next_due, mail.uncertain, mail.claimed, mail.retrying) == (T0 - 40, 1, 0, 0)
     nothing = store.backlog([])
     assert (nothing.next_due, nothing.uncertain, nothing.claimed) == (None, 0, 0)
+
+
+def test_a_stopped_subscription_never_wakes(store: Store, arrange: Arrange) -> None:
+    # A backend may or may not be able to announce commits (SQLite polls); either way, once
+    # stopped, the subscriber is never called again.
+    woken = threading.Event()
+    stop = store.subscribe(woken.set)
+    stop()
+    woken.clear()
+    arrange.add("after-stop")
+    assert not woken.is_set()
+    assert store.backlog().next_due == T0  # and the store still works
 
 
 # -- cancel and retry ------------------------------------------------------------------------
