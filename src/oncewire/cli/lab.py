@@ -37,6 +37,20 @@ __all__ = ["command"]
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed for the torture run.")
 @click.option("--operations", type=click.IntRange(1), help="Effects in the torture run [400].")
 @click.option("--kills", type=click.IntRange(0), help="SIGKILLs in the torture run [8].")
+@click.option(
+    "--backend",
+    type=click.Choice(["sqlite", "postgresql", "postgres"]),
+    default="sqlite",
+    show_default=True,
+    help="Where the scenario stores live.",
+)
+@click.option(
+    "--db",
+    "db_url",
+    metavar="URL",
+    help="PostgreSQL database for --backend postgresql (each scenario gets its own schemas, "
+    "dropped afterwards unless --directory is given).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence JSON on stdout.")
 def command(
     suite_names: tuple[str, ...],
@@ -47,24 +61,31 @@ def command(
     seed: int,
     operations: int | None,
     kills: int | None,
+    backend: str,
+    db_url: str | None,
     as_json: bool,
 ) -> None:
     """Run the crash lab: real child processes, real SIGKILL, invariants read from the stores.
 
     Exits 0 when every invariant holds, 1 otherwise.
     """
+    import os
+
     from oncewire.lab.framework import suites
     from oncewire.lab.runner import format_report, run_lab
+    from oncewire.lab.stores import Backend
 
     if list_suites:
         for name, found in suites().items():
             click.echo(f"{name:12} {found.description}")
         return
+    name = "postgresql" if backend.startswith("postgres") else "sqlite"
     evidence = run_lab(
         suite_names,
         directory=directory,
         seed=seed,
         options={"operations": operations, "kills": kills},
+        backend=Backend(name, db_url, run_id=str(os.getpid())),
     )
     text = format_report(evidence)
     if output is not None:

@@ -20,7 +20,7 @@ from collections import Counter
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
 from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, suite
-from oncewire.lab.stores import FIXTURE, initialise, snapshot
+from oncewire.lab.stores import FIXTURE, snapshot
 
 __all__ = ["OUTBOX_PREFIXES", "outbox_points", "run_crashpoints"]
 
@@ -44,9 +44,8 @@ def _cell(ctx: LabContext, point: str, deduplicate: bool) -> ScenarioResult:
     if point.startswith("receipts.") and not deduplicate:
         result.skipped = "receipts are not on the path when deduplication is off"
         return result
-    folder = ctx.scenario_dir("crashpoints", f"{point}-{mode}")
-    initialise(folder)
-    token = folder / "crash.token"
+    stores = ctx.stores("crashpoints", f"{point}-{mode}")
+    token = ctx.root / "crashpoints" / f"{point}-{mode}" / "crash.token"
     died: list[ProcessRecord] = []
 
     def run(role: str, args: list[str], stdin: str | None = None) -> ProcessRecord:
@@ -59,13 +58,13 @@ def _cell(ctx: LabContext, point: str, deduplicate: bool) -> ScenarioResult:
         return record
 
     for key in KEYS:
-        record = run("accept", ["--directory", str(folder), "--key", key], canonical_json(FIXTURE))
+        record = run("accept", [*stores.args(), "--key", key], canonical_json(FIXTURE))
         result.require(record.exit_code == 0, f"accept {key} failed: {record.stderr[-300:]}")
-    before = snapshot(folder)
-    dispatch_args = ["--directory", str(folder)] + ([] if deduplicate else ["--no-deduplication"])
+    before = snapshot(stores)
+    dispatch_args = stores.args() + ([] if deduplicate else ["--no-deduplication"])
     record = run("dispatch", dispatch_args)
     result.require(record.exit_code == 0, f"dispatch failed: {record.stderr[-300:]}")
-    after = snapshot(folder)
+    after = snapshot(stores)
     result.before, result.after = before, after
 
     fired = token.read_text().split() if token.exists() else []

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from oncewire.lab.stores import Backend, StorePair, initialise
+
 __all__ = [
     "CHILD_DEADLINE_SECONDS",
     "LabContext",
@@ -113,11 +115,27 @@ class LabContext:
     seed: int
     options: dict[str, Any] = field(default_factory=dict)
     progress: Progress = field(default_factory=Progress)
+    backend: Backend = field(default_factory=Backend)
+    keep: bool = False  # keep PostgreSQL schemas after the run (files are kept with the folder)
+    pairs: dict[str, StorePair] = field(default_factory=dict)
 
     def scenario_dir(self, *parts: str) -> Path:
         folder = self.root.joinpath(*parts)
         folder.mkdir(parents=True, exist_ok=False)
         return folder
+
+    def stores(self, *parts: str) -> StorePair:
+        """Fresh, initialised caller and downstream stores for one scenario."""
+        folder = self.scenario_dir(*parts)
+        pair = self.backend.pair(folder)
+        self.pairs["/".join(parts)] = pair
+        initialise(pair)
+        return pair
+
+    def cleanup(self) -> None:
+        if not self.keep:
+            for pair in self.pairs.values():
+                self.backend.drop(pair)
 
     def child(
         self,
@@ -129,13 +147,14 @@ class LabContext:
         env: Mapping[str, str] | None = None,
         stdin: str | None = None,
         deadline_seconds: float = CHILD_DEADLINE_SECONDS,
+        module: str = "oncewire.lab.worker",
     ) -> ProcessRecord:
         """Run ``python -m oncewire.lab.worker ROLE ARGS`` to completion (or its deadline).
 
         ``arm`` arms a crash point in the child (and its own children); ``token`` makes it fire
         at most once across that process tree.
         """
-        argv = [sys.executable, "-m", "oncewire.lab.worker", role, *args]
+        argv = [sys.executable, "-m", module, role, *args]
         child_env = dict(os.environ)
         child_env.pop("ONCEWIRE_CRASH", None)
         child_env.pop("ONCEWIRE_CRASH_TOKEN", None)
@@ -178,11 +197,13 @@ class LabContext:
             timed_out=timed_out,
         )
 
-    def spawn(self, role: str, args: Sequence[str]) -> subprocess.Popen[str]:
+    def spawn(
+        self, role: str, args: Sequence[str], *, module: str = "oncewire.lab.worker"
+    ) -> subprocess.Popen[str]:
         """Start a worker without waiting (the caller kills and reaps it)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_CRASH")}
         return subprocess.Popen(
-            [sys.executable, "-m", "oncewire.lab.worker", role, *args],
+            [sys.executable, "-m", module, role, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -14,7 +14,7 @@ from typing import Any
 
 from oncewire.core.canonical import canonical_json
 from oncewire.lab.framework import LabContext, ScenarioResult, suite
-from oncewire.lab.stores import FIXTURE, initialise, snapshot
+from oncewire.lab.stores import FIXTURE, StorePair, snapshot
 
 __all__ = ["run_outbox"]
 
@@ -27,17 +27,19 @@ CRASH_AFTER_DOWNSTREAM_COMMIT = "dispatch.after_sink_before_record"
 CRASH_DURING_ACCEPTANCE = "effects.accept_before_commit"
 
 
-def _accept(ctx: LabContext, folder: Any, *, arm: str | None = None) -> Any:
+def _accept(ctx: LabContext, pair: StorePair, *, arm: str | None = None) -> Any:
     return ctx.child(
         "accept",
-        ["--directory", str(folder), "--key", KEY],
+        [*pair.args(), "--key", KEY],
         arm=arm,
         stdin=canonical_json(FIXTURE),
     )
 
 
-def _dispatch(ctx: LabContext, folder: Any, *, deduplicate: bool, arm: str | None = None) -> Any:
-    args = ["--directory", str(folder)]
+def _dispatch(
+    ctx: LabContext, pair: StorePair, *, deduplicate: bool, arm: str | None = None
+) -> Any:
+    args = pair.args()
     if not deduplicate:
         args.append("--no-deduplication")
     return ctx.child("dispatch", args, arm=arm)
@@ -45,15 +47,14 @@ def _dispatch(ctx: LabContext, folder: Any, *, deduplicate: bool, arm: str | Non
 
 def _dispatch_crash(ctx: LabContext, name: str, crash: str, deduplicate: bool) -> ScenarioResult:
     result = ScenarioResult(name)
-    folder = ctx.scenario_dir("outbox", name)
-    initialise(folder)
-    acceptance = _accept(ctx, folder)
-    failed = _dispatch(ctx, folder, deduplicate=deduplicate, arm=crash)
+    stores = ctx.stores("outbox", name)
+    acceptance = _accept(ctx, stores)
+    failed = _dispatch(ctx, stores, deduplicate=deduplicate, arm=crash)
     result.processes += [acceptance, failed]
     result.require(acceptance.exit_code == 0, f"acceptance failed: {acceptance.stderr}")
     result.require(failed.exit_code == KILLED, f"dispatcher did not die from SIGKILL: {failed}")
 
-    before = snapshot(folder)
+    before = snapshot(stores)
     result.before = before
     expected_before = 0 if crash == CRASH_BEFORE_DISPATCH else 1
     result.require(
@@ -64,10 +65,10 @@ def _dispatch_crash(ctx: LabContext, name: str, crash: str, deduplicate: bool) -
     result.require(effect.get("state") == "claimed", f"effect before recovery: {effect}")
     result.require(effect.get("result") is None, "the caller has a result before recovery")
 
-    recovered = _dispatch(ctx, folder, deduplicate=deduplicate)
+    recovered = _dispatch(ctx, stores, deduplicate=deduplicate)
     result.processes.append(recovered)
     result.require(recovered.exit_code == 0, f"recovery failed: {recovered.stderr}")
-    after = snapshot(folder)
+    after = snapshot(stores)
     result.after = after
     expected_after = 1 if deduplicate or crash == CRASH_BEFORE_DISPATCH else 2
     result.require(
@@ -103,12 +104,12 @@ def _dispatch_crash(ctx: LabContext, name: str, crash: str, deduplicate: bool) -
             "the attempt after the crash was not flagged as a redelivery",
         )
 
-    idle = _dispatch(ctx, folder, deduplicate=deduplicate)
+    idle = _dispatch(ctx, stores, deduplicate=deduplicate)
     result.processes.append(idle)
     result.require(
         idle.response == {"idle": True}, f"a completed effect was dispatched again: {idle.response}"
     )
-    result.require(snapshot(folder) == after, "an idle dispatcher changed the stores")
+    result.require(snapshot(stores) == after, "an idle dispatcher changed the stores")
     result.summary = {
         "crash_exit": failed.exit_code,
         "tickets_before": len(before["tickets"]),
@@ -121,21 +122,20 @@ def _dispatch_crash(ctx: LabContext, name: str, crash: str, deduplicate: bool) -
 
 def _acceptance_crash(ctx: LabContext) -> ScenarioResult:
     result = ScenarioResult("crash_during_acceptance")
-    folder = ctx.scenario_dir("outbox", "acceptance_rollback")
-    initialise(folder)
-    failed = _accept(ctx, folder, arm=CRASH_DURING_ACCEPTANCE)
+    stores = ctx.stores("outbox", "acceptance_rollback")
+    failed = _accept(ctx, stores, arm=CRASH_DURING_ACCEPTANCE)
     result.processes.append(failed)
     result.require(failed.exit_code == KILLED, f"the accepting process survived: {failed}")
-    before = snapshot(folder)
+    before = snapshot(stores)
     result.before = before
     result.require(
         before == {"operations": [], "effects": [], "tickets": [], "receipts": []},
         "a partial acceptance survived the crash",
     )
-    accepted = _accept(ctx, folder)
-    recovered = _dispatch(ctx, folder, deduplicate=True)
+    accepted = _accept(ctx, stores)
+    recovered = _dispatch(ctx, stores, deduplicate=True)
     result.processes += [accepted, recovered]
-    after = snapshot(folder)
+    after = snapshot(stores)
     result.after = after
     result.require(accepted.exit_code == 0 and recovered.exit_code == 0, "resubmission failed")
     result.require(len(after["operations"]) == 1, "the operation row is missing")
@@ -154,19 +154,19 @@ def _acceptance_crash(ctx: LabContext) -> ScenarioResult:
 
 def _changed_payload(ctx: LabContext) -> ScenarioResult:
     result = ScenarioResult("changed_payload_rejected")
-    folder = ctx.root / "outbox" / "crash_after_downstream_commit"
-    original = snapshot(folder)
+    stores = ctx.pairs["outbox/crash_after_downstream_commit"]
+    original = snapshot(stores)
     changed = {**FIXTURE, "priority": "urgent"}
     conflict = ctx.child(
         "service",
-        ["--directory", str(folder), "--key", KEY, "--payload", canonical_json(changed)],
+        [*stores.args(), "--key", KEY, "--payload", canonical_json(changed)],
     )
     result.processes.append(conflict)
     result.require(conflict.exit_code == 3, f"expected exit 3, got {conflict.exit_code}")
     result.require(
         conflict.response == {"error": "payload_conflict"}, f"unexpected answer {conflict.response}"
     )
-    result.require(snapshot(folder) == original, "the rejected payload changed a store")
+    result.require(snapshot(stores) == original, "the rejected payload changed a store")
     result.before = result.after = original
     result.summary = {"exit_code": conflict.exit_code, "tickets_after": len(original["tickets"])}
     return result

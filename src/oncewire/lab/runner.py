@@ -16,6 +16,7 @@ from typing import Any
 from oncewire import __version__
 from oncewire.core.errors import ConfigurationError
 from oncewire.lab.framework import LabContext, Progress, ScenarioResult, suites
+from oncewire.lab.stores import Backend
 
 __all__ = ["format_report", "run_lab"]
 
@@ -54,6 +55,7 @@ def run_lab(
     seed: int = 1,
     options: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    backend: Backend | None = None,
 ) -> dict[str, Any]:
     available = suites()
     chosen = list(names) or list(available)
@@ -65,6 +67,7 @@ def run_lab(
     started = time.monotonic()
     began = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     progress = progress or Progress()
+    backend = backend or Backend()
     if directory is not None:
         try:
             directory.mkdir(parents=True, exist_ok=False)
@@ -72,10 +75,15 @@ def run_lab(
             raise ConfigurationError(
                 f"--directory {directory} already exists; choose a fresh path"
             ) from None
-        report = _run(LabContext(directory, seed, options or {}, progress), chosen)
+        ctx = LabContext(directory, seed, options or {}, progress, backend, keep=True)
+        report = _run(ctx, chosen)
     else:
         with tempfile.TemporaryDirectory(prefix="oncewire-lab-") as folder:
-            report = _run(LabContext(Path(folder), seed, options or {}, progress), chosen)
+            ctx = LabContext(Path(folder), seed, options or {}, progress, backend)
+            try:
+                report = _run(ctx, chosen)
+            finally:
+                ctx.cleanup()
     return {
         "experiment": EXPERIMENT,
         "oncewire": __version__,
@@ -84,6 +92,7 @@ def run_lab(
         "platform": platform.platform(),
         "system": platform.system(),
         "signal": "SIGKILL",
+        "backend": backend.name,
         "seed": seed,
         "options": options or {},
         "started_at": began,
@@ -113,7 +122,8 @@ def format_report(evidence: dict[str, Any]) -> str:
     lines.append(
         f"{verdict}: {counted} scenarios in {len(evidence['suites'])} suite(s)"
         + (f", {skipped} not applicable" if skipped else "")
-        + f"; real SIGKILL; seed {evidence['seed']}; {evidence['duration_seconds']:.1f}s"
+        + f"; real SIGKILL; {evidence['backend']}; seed {evidence['seed']};"
+        + f" {evidence['duration_seconds']:.1f}s"
     )
     return "\n".join(lines)
 

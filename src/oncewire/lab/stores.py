@@ -1,22 +1,28 @@
 """The two stores of the outbox experiments, and how the lab reads them.
 
-``caller.sqlite`` holds the caller's own ``operations`` table beside oncewire's outbox, so that an
-operation and its effect are accepted in one transaction. ``downstream.sqlite`` is the receiving
-service: its ``tickets`` table and oncewire's receipts. The lab reads both with plain sqlite3,
-not through the code under test.
+The *caller* store holds the caller's own ``operations`` table beside oncewire's outbox, so that
+an operation and its effect are accepted in one transaction. The *downstream* store is the
+receiving service: its ``tickets`` table and oncewire's receipts. On SQLite they are two files in
+the scenario's folder; on PostgreSQL two schemas of the database given to the lab.
+
+The lab reads both with the plain driver (sqlite3 or psycopg), not through the code under test.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from oncewire.core.errors import ConfigurationError
 from oncewire.effects import Ledger
 from oncewire.receipts import Receipts
 
-__all__ = ["FIXTURE", "KIND", "caller_path", "downstream_path", "initialise", "snapshot"]
+__all__ = ["FIXTURE", "KIND", "Backend", "StorePair", "initialise", "snapshot"]
 
 KIND = "ticket"
 FIXTURE: dict[str, Any] = {
@@ -26,49 +32,129 @@ FIXTURE: dict[str, Any] = {
 }
 
 
-def caller_path(folder: Path) -> Path:
-    return folder / "caller.sqlite"
+def with_search_path(url: str, schema: str, application_name: str | None = None) -> str:
+    """``url`` pointed at ``schema`` (libpq options), optionally naming its connections."""
+    options = quote(f"-csearch_path={schema}")
+    extra = f"options={options}"
+    if application_name:
+        extra += f"&application_name={quote(application_name)}"
+    return url + ("&" if "?" in url else "?") + extra
 
 
-def downstream_path(folder: Path) -> Path:
-    return folder / "downstream.sqlite"
+@dataclass(frozen=True)
+class StorePair:
+    """Where one scenario's caller and downstream stores live."""
+
+    dialect: str  # "sqlite" or "postgresql"
+    caller: str
+    downstream: str
+    schemas: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        return ["--caller", self.caller, "--downstream", self.downstream]
+
+    def sql(self, text: str) -> str:
+        """The lab writes ``?`` placeholders; PostgreSQL's driver wants ``%s``."""
+        return text.replace("?", "%s") if self.dialect == "postgresql" else text
 
 
-def initialise(folder: Path) -> None:
-    """Create both stores with their schemas (the folder must exist and be empty)."""
-    with Ledger(str(caller_path(folder))) as ledger, ledger.transaction() as tx:
+@dataclass(frozen=True)
+class Backend:
+    """``sqlite`` (files under the lab's folder) or ``postgresql`` (schemas in ``url``)."""
+
+    name: str = "sqlite"
+    url: str | None = None
+    run_id: str = "lab"
+
+    def __post_init__(self) -> None:
+        if self.name not in ("sqlite", "postgresql"):
+            raise ConfigurationError(f"unknown backend {self.name!r} (sqlite or postgresql)")
+        if self.name == "postgresql" and not (self.url or "").startswith(
+            ("postgresql://", "postgres://")
+        ):
+            raise ConfigurationError("--backend postgresql needs --db postgresql://...")
+
+    def pair(self, folder: Path) -> StorePair:
+        if self.name == "sqlite":
+            return StorePair(
+                "sqlite", str(folder / "caller.sqlite"), str(folder / "downstream.sqlite")
+            )
+        assert self.url is not None
+        tag = hashlib.sha256(str(folder).encode()).hexdigest()[:10]
+        caller, downstream = f"oncewire_lab_{tag}_c", f"oncewire_lab_{tag}_d"
+        _pg_execute(self.url, f"CREATE SCHEMA {caller}", f"CREATE SCHEMA {downstream}")
+        (folder / "schemas.txt").write_text(f"{caller}\n{downstream}\n", encoding="utf-8")
+        name = f"oncewire-lab-{self.run_id}"
+        return StorePair(
+            "postgresql",
+            with_search_path(self.url, caller, name),
+            with_search_path(self.url, downstream, name),
+            (caller, downstream),
+        )
+
+    def drop(self, pair: StorePair) -> None:
+        if self.name == "postgresql" and self.url and pair.schemas:
+            _pg_execute(self.url, *(f"DROP SCHEMA IF EXISTS {s} CASCADE" for s in pair.schemas))
+
+
+def _pg_execute(url: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def initialise(pair: StorePair) -> None:
+    """Create both stores with their schemas."""
+    serial = "BIGSERIAL" if pair.dialect == "postgresql" else "INTEGER"
+    with Ledger(pair.caller) as ledger, ledger.transaction() as tx:
         tx.execute(
             "CREATE TABLE operations (id TEXT PRIMARY KEY, payload TEXT NOT NULL, "
             "created_by INTEGER NOT NULL)"
         )
-    with Receipts(str(downstream_path(folder))) as receipts, receipts.store.transaction() as tx:
+    with Receipts(pair.downstream) as receipts, receipts.store.transaction() as tx:
         tx.execute(
-            "CREATE TABLE tickets (id INTEGER PRIMARY KEY, operation_id TEXT NOT NULL, "
+            f"CREATE TABLE tickets (id {serial} PRIMARY KEY, operation_id TEXT NOT NULL, "
             "payload TEXT NOT NULL, attempt INTEGER NOT NULL, redelivery INTEGER NOT NULL, "
             "service_pid INTEGER NOT NULL)"
         )
 
 
-def _rows(path: Path, sql: str) -> list[dict[str, Any]]:
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+def _rows(dialect: str, where: str, sql: str) -> list[dict[str, Any]]:
+    if dialect == "postgresql":
+        import psycopg
+        from psycopg.rows import dict_row
+
+        with psycopg.connect(where, autocommit=True, row_factory=dict_row) as conn:
+            return [dict(row) for row in conn.execute(sql)]
+    with closing(sqlite3.connect(f"file:{where}?mode=ro", uri=True)) as db:
         db.row_factory = sqlite3.Row
         return [dict(row) for row in db.execute(sql)]
 
 
-def snapshot(folder: Path) -> dict[str, list[dict[str, Any]]]:
-    caller, downstream = caller_path(folder), downstream_path(folder)
+def snapshot(pair: StorePair) -> dict[str, list[dict[str, Any]]]:
+    effects = _rows(
+        pair.dialect,
+        pair.caller,
+        "SELECT key, state, attempts, maybe_sent, fence, lease_owner, result, last_error "
+        "FROM oncewire_effects ORDER BY key",
+    )
+    for effect in effects:
+        effect["maybe_sent"] = int(effect["maybe_sent"])
     return {
-        "operations": _rows(caller, "SELECT id, payload FROM operations ORDER BY id"),
-        "effects": _rows(
-            caller,
-            "SELECT key, state, attempts, maybe_sent, fence, lease_owner, result, last_error "
-            "FROM oncewire_effects ORDER BY key",
+        "operations": _rows(
+            pair.dialect, pair.caller, "SELECT id, payload FROM operations ORDER BY id"
         ),
+        "effects": effects,
         "tickets": _rows(
-            downstream,
+            pair.dialect,
+            pair.downstream,
             "SELECT id, operation_id, payload, attempt, redelivery FROM tickets ORDER BY id",
         ),
         "receipts": _rows(
-            downstream, "SELECT key, digest, result FROM oncewire_receipts ORDER BY key"
+            pair.dialect,
+            pair.downstream,
+            "SELECT key, digest, result FROM oncewire_receipts ORDER BY key",
         ),
     }

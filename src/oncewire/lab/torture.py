@@ -19,7 +19,7 @@ from typing import Any
 
 from oncewire.effects import Ledger
 from oncewire.lab.framework import LabContext, ScenarioResult, suite
-from oncewire.lab.stores import FIXTURE, KIND, caller_path, initialise, snapshot
+from oncewire.lab.stores import FIXTURE, KIND, StorePair, snapshot
 
 __all__ = ["run_torture"]
 
@@ -27,15 +27,17 @@ DEFAULT_OPERATIONS = 400
 DEFAULT_KILLS = 8
 
 
-def _accept_all(folder: Any, operations: int, first: int = 0) -> list[str]:
+def _accept_all(pair: StorePair, operations: int, first: int = 0) -> list[str]:
     keys = [f"op-{i:05d}" for i in range(first, first + operations)]
-    with Ledger(str(caller_path(folder))) as ledger:
+    with Ledger(pair.caller) as ledger:
         for start in range(0, operations, 50):
             with ledger.transaction() as tx:
                 for key in keys[start : start + 50]:
                     payload = {**FIXTURE, "title": f"{FIXTURE['title']} #{key}"}
                     tx.execute(
-                        "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, 0)",
+                        pair.sql(
+                            "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, 0)"
+                        ),
                         (key, str(payload)),
                     )
                     tx.accept(key, KIND, payload, max_attempts=25)
@@ -49,11 +51,10 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
     kills_wanted = DEFAULT_KILLS if kills_option is None else int(kills_option)
     mode = "dedup" if deduplicate else "no_dedup"
     result = ScenarioResult(f"torture[{mode}]")
-    folder = ctx.scenario_dir("torture", mode)
-    initialise(folder)
-    keys = _accept_all(folder, operations)
+    stores = ctx.stores("torture", mode)
+    keys = _accept_all(stores, operations)
     rng = random.Random(f"torture/{seed}/{mode}")
-    args = ["--directory", str(folder), "--seed", str(seed), "--concurrency", "2"]
+    args = [*stores.args(), "--seed", str(seed), "--concurrency", "2"]
     if not deduplicate:
         args.append("--no-deduplication")
 
@@ -81,12 +82,12 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
                 process.returncode == 0, f"a dispatcher failed: exit {process.returncode}"
             )
             # It drained before the kill landed: give the next round fresh work to interrupt.
-            keys += _accept_all(folder, max(20, operations // max(1, kills_wanted)), len(keys))
+            keys += _accept_all(stores, max(20, operations // max(1, kills_wanted)), len(keys))
     final = ctx.child("torture", args, deadline_seconds=300)
     result.processes.append(final)
     result.require(final.exit_code == 0, f"the final dispatcher failed: {final.stderr[-500:]}")
 
-    after = snapshot(folder)
+    after = snapshot(stores)
     effects = {e["key"]: e for e in after["effects"]}
     result.require(sorted(effects) == keys, "an accepted effect is missing from the outbox")
     states = Counter(e["state"] for e in after["effects"])

@@ -18,7 +18,6 @@ import os
 import random
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from oncewire.core import crash
@@ -26,7 +25,7 @@ from oncewire.core.canonical import canonical_json, loads
 from oncewire.core.errors import PayloadConflict
 from oncewire.dispatch import Dispatcher, RetryPolicy
 from oncewire.effects import Attempt, Done, Ledger, MaybeSent, NotSent
-from oncewire.lab.stores import KIND, caller_path, downstream_path
+from oncewire.lab.stores import KIND
 from oncewire.receipts import Receipts
 from oncewire.sinks import SubprocessSink
 from oncewire.storage.base import Transaction
@@ -35,10 +34,14 @@ EXIT_CONFLICT = 3
 LAB_RETRY = RetryPolicy(base_seconds=0.02, cap_seconds=0.25)
 
 
-def accept(folder: Path, key: str, payload: Any) -> dict[str, Any]:
-    with Ledger(str(caller_path(folder))) as ledger, ledger.transaction() as tx:
+def _sql(url: str, text: str) -> str:
+    return text.replace("?", "%s") if url.startswith(("postgresql:", "postgres:")) else text
+
+
+def accept(caller: str, key: str, payload: Any) -> dict[str, Any]:
+    with Ledger(caller) as ledger, ledger.transaction() as tx:
         tx.execute(
-            "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, ?)",
+            _sql(caller, "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, ?)"),
             (key, canonical_json(payload), os.getpid()),
         )
         tx.accept(key, KIND, payload)
@@ -46,39 +49,44 @@ def accept(folder: Path, key: str, payload: Any) -> dict[str, Any]:
 
 
 def _insert_ticket(
-    tx: Transaction, key: str, payload: Any, attempt: int, redelivery: bool
+    tx: Transaction, url: str, key: str, payload: Any, attempt: int, redelivery: bool
 ) -> dict[str, int]:
-    cursor = tx.execute(
-        "INSERT INTO tickets (operation_id, payload, attempt, redelivery, service_pid) "
-        "VALUES (?, ?, ?, ?, ?)",
+    row = tx.execute(
+        _sql(
+            url,
+            "INSERT INTO tickets (operation_id, payload, attempt, redelivery, service_pid) "
+            "VALUES (?, ?, ?, ?, ?) RETURNING id",
+        ),
         (key, canonical_json(payload), attempt, int(redelivery), os.getpid()),
-    )
-    return {"ticket_id": int(cursor.lastrowid or 0)}
+    ).fetchone()
+    return {"ticket_id": int(row[0])}
 
 
 def write_ticket(
     receipts: Receipts, key: str, payload: Any, attempt: int, redelivery: bool, deduplicate: bool
 ) -> tuple[Any, bool]:
     """The downstream service's one operation: (result, replayed)."""
+    url = receipts.store.url
     if deduplicate:
         outcome = receipts.run_once(
-            key, payload, lambda tx: _insert_ticket(tx, key, payload, attempt, redelivery)
+            key, payload, lambda tx: _insert_ticket(tx, url, key, payload, attempt, redelivery)
         )
         return outcome.result, outcome.replayed
     with receipts.store.transaction() as tx:
-        return _insert_ticket(tx, key, payload, attempt, redelivery), False
+        return _insert_ticket(tx, url, key, payload, attempt, redelivery), False
 
 
-def service(folder: Path, key: str, payload: Any, deduplicate: bool) -> dict[str, Any]:
+def service(downstream: str, key: str, payload: Any, deduplicate: bool) -> dict[str, Any]:
     attempt = int(os.environ.get("ONCEWIRE_ATTEMPT", "1"))
     redelivery = os.environ.get("ONCEWIRE_REDELIVERY") == "1"
-    with Receipts(str(downstream_path(folder)), retention_seconds=None) as receipts:
+    with Receipts(downstream, retention_seconds=None) as receipts:
         result, replayed = write_ticket(receipts, key, payload, attempt, redelivery, deduplicate)
     return {"result": result, "replayed": replayed, "service_pid": os.getpid()}
 
 
-def dispatch(folder: Path, deduplicate: bool) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "oncewire.lab.worker", "service", "--directory", str(folder)]
+def dispatch(caller: str, downstream: str, deduplicate: bool) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "oncewire.lab.worker", "service"]
+    argv += ["--caller", caller, "--downstream", downstream]
     if not deduplicate:
         argv.append("--no-deduplication")
     sink = SubprocessSink(
@@ -93,7 +101,7 @@ def dispatch(folder: Path, deduplicate: bool) -> dict[str, Any]:
             return Done(outcome.result.get("result"))
         return outcome
 
-    with Ledger(str(caller_path(folder))) as ledger:
+    with Ledger(caller) as ledger:
         dispatcher = Dispatcher(
             ledger, {KIND: ticket_sink}, batch_size=8, poll_seconds=0.02, retry=LAB_RETRY
         )
@@ -110,15 +118,16 @@ def dispatch(folder: Path, deduplicate: bool) -> dict[str, Any]:
 class TortureSink:
     """Writes tickets in-process, and misbehaves on purpose (seeded per key and attempt)."""
 
-    def __init__(self, folder: Path, deduplicate: bool, seed: int) -> None:
-        self.receipts = Receipts(str(downstream_path(folder)), retention_seconds=None)
+    def __init__(self, downstream: str, deduplicate: bool, seed: int, delay: float) -> None:
+        self.receipts = Receipts(downstream, retention_seconds=None)
         self.deduplicate = deduplicate
         self.seed = seed
+        self.delay = delay
 
     def __call__(self, attempt: Attempt) -> Any:
         rng = random.Random(f"{self.seed}/{attempt.key}/{attempt.attempt}")
         roll = rng.random()
-        time.sleep(rng.random() * 0.008)
+        time.sleep(rng.random() * self.delay)
         if roll < 0.08:
             return NotSent("receiver busy (before any write)", retry_after=0.01)
         result, _ = write_ticket(
@@ -135,49 +144,54 @@ class TortureSink:
         return Done(result)
 
 
-def torture(folder: Path, deduplicate: bool, seed: int, concurrency: int) -> dict[str, Any]:
-    sink = TortureSink(folder, deduplicate, seed)
+def torture(args: argparse.Namespace) -> dict[str, Any]:
+    sink = TortureSink(args.downstream, not args.no_deduplication, args.seed, args.sink_delay)
     print("ready", flush=True)  # the lab times its kill from here, not from process start
-    with Ledger(str(caller_path(folder))) as ledger:
-        stats = Dispatcher(
+    with Ledger(args.caller) as ledger:
+        dispatcher = Dispatcher(
             ledger,
             {KIND: sink},
-            batch_size=16,
-            concurrency=concurrency,
-            lease_seconds=5.0,
+            batch_size=args.batch_size,
+            concurrency=args.concurrency,
+            lease_seconds=args.lease_seconds,
             poll_seconds=0.02,
             retry=LAB_RETRY,
-        ).run(until_idle=True)
+        )
+        stats = dispatcher.run(until_idle=True)
     sink.receipts.close()
-    return {"stats": stats.as_dict()}
+    return {"stats": stats.as_dict(), "owner": dispatcher.owner, "pid": os.getpid()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oncewire.lab.worker", description=__doc__)
     parser.add_argument("role", choices=["accept", "dispatch", "service", "torture"])
-    parser.add_argument("--directory", type=Path, required=True)
+    parser.add_argument("--caller", required=True, help="the caller's store (path or URL)")
+    parser.add_argument("--downstream", required=True, help="the downstream store")
     parser.add_argument("--key", default=os.environ.get("ONCEWIRE_KEY", "operation-001"))
     parser.add_argument("--payload", help="JSON; read from stdin when omitted")
     parser.add_argument("--no-deduplication", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--lease-seconds", type=float, default=5.0)
+    parser.add_argument("--sink-delay", type=float, default=0.008, help="max seconds per call")
     args = parser.parse_args(argv)
     crash.check_armed()
     deduplicate = not args.no_deduplication
     if args.role in ("accept", "service"):
         payload = loads(args.payload if args.payload is not None else sys.stdin.read())
     if args.role == "accept":
-        result = accept(args.directory, args.key, payload)
+        result = accept(args.caller, args.key, payload)
     elif args.role == "service":
         try:
-            result = service(args.directory, args.key, payload, deduplicate)
+            result = service(args.downstream, args.key, payload, deduplicate)
         except PayloadConflict:
             print(json.dumps({"error": "payload_conflict"}))
             return EXIT_CONFLICT
     elif args.role == "dispatch":
-        result = dispatch(args.directory, deduplicate)
+        result = dispatch(args.caller, args.downstream, deduplicate)
     else:
-        result = torture(args.directory, deduplicate, args.seed, args.concurrency)
+        result = torture(args)
     print(json.dumps(result, sort_keys=True))
     return 0
 
