@@ -3,9 +3,10 @@ redelivery flags, stale fences and a thread pool."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from oncewire import (
     NotSent,
     Rejected,
     RetryPolicy,
+    StoreBusy,
 )
+from oncewire.storage.sqlite import SQLiteStore
 
 # No waiting between attempts: run(until_idle=True) drains retries at once.
 IMMEDIATE = RetryPolicy(base_seconds=0.0, jitter=0.0)
@@ -231,3 +234,78 @@ def test_stop_from_a_sink_records_the_attempt_in_flight(
         EffectState.PENDING,
         EffectState.PENDING,
     ]
+
+
+class WriteLock:
+    """Another connection holding the database's write lock, released on demand or later."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.lock = threading.Lock()
+
+    def take(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        with self.lock:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.release()
+        self.conn.close()
+
+
+@pytest.fixture
+def write_lock(db_path: Path, ledger: Ledger) -> Iterator[WriteLock]:
+    held = WriteLock(db_path)
+    yield held
+    held.close()
+
+
+@pytest.fixture
+def impatient(db_path: Path, clock: ManualClock, ledger: Ledger) -> Iterator[Ledger]:
+    """A second ledger on the same file whose writes give up after 50 ms of a held lock."""
+    store = SQLiteStore(str(db_path), busy_timeout_ms=50)
+    yield Ledger(store, clock=clock)
+    store.close()
+
+
+def test_a_store_outage_is_waited_out_and_the_outcome_still_recorded(
+    impatient: Ledger, write_lock: WriteLock
+) -> None:
+    impatient.accept("k", "work", {})
+
+    def sink(attempt: Attempt) -> Any:
+        write_lock.take()  # the database becomes unwritable while the sink works ...
+        threading.Timer(0.3, write_lock.release).start()  # ... for a little while
+        return "landed"
+
+    dispatcher = drain(impatient, {"work": sink}, storage_patience_seconds=30)
+    effect = impatient.effects.get("k")
+    assert (effect.state, effect.result, effect.attempts) == (EffectState.DONE, "landed", 1)
+    assert dispatcher.stats.storage_errors >= 1
+    assert dispatcher.stats.done == 1
+
+
+def test_an_outage_longer_than_the_patience_is_raised_and_nothing_is_lost(
+    impatient: Ledger, write_lock: WriteLock, clock: ManualClock
+) -> None:
+    impatient.accept("k", "work", {})
+
+    def sink(attempt: Attempt) -> Any:
+        write_lock.take()  # and never given back while this dispatcher runs
+        return "landed"
+
+    dispatcher = Dispatcher(impatient, {"work": sink}, storage_patience_seconds=0.2)
+    with pytest.raises(StoreBusy):
+        dispatcher.run(until_idle=True, handle_signals=False)
+    assert dispatcher.stats.storage_errors >= 2
+    write_lock.release()
+    effect = impatient.effects.get("k")
+    assert effect.state is EffectState.CLAIMED  # the outcome was never recorded ...
+    clock.advance(60)  # ... so once its lease runs out, it is redelivered, flagged
+    again = Script(k=["again"])
+    drain(impatient, {"work": again})
+    assert again.flags("k") == [True]
+    assert impatient.effects.get("k").state is EffectState.DONE
