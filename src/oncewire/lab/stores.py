@@ -158,3 +158,27 @@ def snapshot(pair: StorePair) -> dict[str, list[dict[str, Any]]]:
             "SELECT key, digest, result FROM oncewire_receipts ORDER BY key",
         ),
     }
+
+
+def claims_held_by(pair: StorePair, pid: int) -> int:
+    """How many effects a worker process holds claimed right now (read around oncewire)."""
+    rows = _rows(
+        pair.dialect,
+        pair.caller,
+        "SELECT COUNT(*) AS n FROM oncewire_effects WHERE state = 'claimed' "
+        f"AND lease_owner LIKE '%:{int(pid)}:%'",
+    )
+    return int(rows[0]["n"])
+
+
+def terminate_connections(url: str, application_name: str) -> int:
+    """pg_terminate_backend every connection that names itself ``application_name``."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        ).fetchall()
+    return sum(1 for row in rows if row[0])
