@@ -4,9 +4,11 @@
     .venv/bin/python benchmarks/run.py [--quick] [--repeat N] [--only NAME]... [--json FILE]
 
 Each round runs every selected workload once, baselines first, in fresh files in one directory
-(one disk, one set of pragmas). A figure's value is the median over the rounds; its ratio is the
-median of the per-round ratios to its baseline, so that a baseline and the figure compared with it
-were always measured minutes, not hours, apart. Progress goes to stderr, the table to stdout.
+(one disk, one set of pragmas). A workload compared with the raw SQLite floor is bracketed by two
+floor measurements, just before and just after it, and compared with their mean. A figure's value
+is the median over the rounds; its ratio is the median of the per-round ratios to its baseline,
+so a figure and its baseline were always measured seconds apart. Progress goes to stderr, the
+table to stdout.
 """
 
 from __future__ import annotations
@@ -324,50 +326,86 @@ def environment() -> dict[str, Any]:
 def run_rounds(
     figures: list[Figure], args: argparse.Namespace, workdir: Path, params: dict[str, Any]
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], dict[str, dict[str, Any]]]:
-    """Run every round. Returns per-figure samples (value + details, one per round), the notes
-    of skipped workloads, and the pragmas each engine was seen to run with."""
+    """Run every round. Returns per-figure samples (value + details), the notes of skipped
+    workloads, and the pragmas each engine was seen to run with.
+
+    A workload compared with the floor is bracketed: the floor is measured again right after it,
+    and its baseline for that round is the mean of the floors just before and just after. On a
+    machine whose speed drifts (a neighbour starts a build), the comparison stays local.
+    """
     wanted = {f.name for f in figures}
     order = [name for name in WORKLOADS if any(f.workload == name for f in figures)]
     samples: dict[str, list[dict[str, Any]]] = {f.name: [] for f in figures}
     skipped: dict[str, str] = {}
     pragmas: dict[str, dict[str, Any]] = {}
+
+    def run_one(round_no: int, name: str, label: str) -> dict[str, w.Sample] | None:
+        where = workdir / f"r{round_no}-{label}"
+        where.mkdir()
+        ctx = w.Context(
+            workdir=where,
+            single=params["single"],
+            batched=params["batched"],
+            batch=params["batch"],
+            recovery=params["recovery"],
+            recovery_batch=params["recovery_batch"],
+        )
+        prefix = f"[{round_no}/{args.repeat}]"
+        log(f"{prefix} {label} ...")
+        started = time.perf_counter()
+        try:
+            produced = WORKLOADS[name](ctx)
+        except w.Skip as exc:
+            skipped[name] = str(exc)
+            log(f"{prefix} {label}: skipped: {exc}")
+            return None
+        finally:
+            pragmas.update(ctx.pragmas)
+            if not args.keep:
+                shutil.rmtree(where, ignore_errors=True)
+        elapsed = time.perf_counter() - started
+        for figure_name, sample in produced.items():
+            if figure_name in wanted:
+                unit = BY_NAME[figure_name].unit
+                log(f"{prefix}   {figure_name:<24} {fmt_value(sample.value, unit):>10} {unit}")
+        log(f"{prefix} {label} took {elapsed:.1f} s")
+        return produced
+
     for round_no in range(1, args.repeat + 1):
+        floor_before: float | None = None
         for name in order:
             if name in skipped:
                 continue
-            where = workdir / f"r{round_no}-{name}"
-            where.mkdir()
-            ctx = w.Context(
-                workdir=where,
-                single=params["single"],
-                batched=params["batched"],
-                batch=params["batch"],
-                recovery=params["recovery"],
-                recovery_batch=params["recovery_batch"],
-            )
-            log(f"[{round_no}/{args.repeat}] {name} ...")
-            started = time.perf_counter()
-            try:
-                produced = WORKLOADS[name](ctx)
-            except w.Skip as exc:
-                skipped[name] = str(exc)
-                log(f"[{round_no}/{args.repeat}] {name}: skipped: {exc}")
+            produced = run_one(round_no, name, name)
+            if produced is None:
                 continue
-            finally:
-                pragmas.update(ctx.pragmas)
-                if not args.keep:
-                    shutil.rmtree(where, ignore_errors=True)
-            elapsed = time.perf_counter() - started
+            if name == "floor":
+                floor_before = produced["floor"].value
+            bracketed = name != "floor" and any(
+                f in wanted and BY_NAME[f].baseline == "floor" for f in produced
+            )
+            extra: dict[str, Any] = {}
+            if bracketed:
+                after = run_one(round_no, "floor", f"floor-after-{name}")
+                assert after is not None
+                floor_after = after["floor"].value
+                samples["floor"].append(
+                    {"value": floor_after, **after["floor"].details, "after": name}
+                )
+                before = floor_after if floor_before is None else floor_before
+                extra = {
+                    "baseline_value": (before + floor_after) / 2,
+                    "floor_before": before,
+                    "floor_after": floor_after,
+                }
+                floor_before = floor_after
             for figure_name, sample in produced.items():
                 if figure_name not in wanted:
                     continue
-                samples[figure_name].append({"value": sample.value, **sample.details})
-                unit = BY_NAME[figure_name].unit
-                log(
-                    f"[{round_no}/{args.repeat}]   {figure_name:<24} "
-                    f"{fmt_value(sample.value, unit):>10} {unit}"
+                figure_extra = extra if BY_NAME[figure_name].baseline == "floor" else {}
+                samples[figure_name].append(
+                    {"value": sample.value, **sample.details, **figure_extra}
                 )
-            log(f"[{round_no}/{args.repeat}] {name} took {elapsed:.1f} s")
     return samples, skipped, pragmas
 
 
@@ -402,18 +440,20 @@ def summarise(
             results[figure.name] = entry
             continue
         values = [r["value"] for r in rounds]
-        ratios = [
-            r["value"] / b["value"]
-            for r, b in zip(rounds, base_rounds, strict=True)
-            if b["value"] > 0
-        ]
+        if baseline == figure.name:
+            bases = values
+        elif all("baseline_value" in r for r in rounds):  # bracketed by floors
+            bases = [r["baseline_value"] for r in rounds]
+        else:  # a baseline workload that ran right before, once per round
+            bases = [b["value"] for b in base_rounds]
+        ratios = [v / b for v, b in zip(values, bases, strict=True) if b > 0]
         value = statistics.median(values)
         ratio = statistics.median(ratios) if ratios else None
         commits = rounds[0].get("commits_per_effect")
         entry.update(
             value=value,
             ratio=ratio,
-            baseline_value=statistics.median(b["value"] for b in base_rounds),
+            baseline_value=statistics.median(bases),
             met=figure.target.met(value, ratio) if figure.target else None,
             target_detail=(
                 {
@@ -583,8 +623,9 @@ def main(argv: Sequence[str]) -> int:
         + (", with uncommitted changes under src/" if env["source_modified"] else ""),
         f"files: {workdir} ({fs}); every engine ran with {pragma_text} "
         f"({', '.join(sorted(pragmas)) or 'none'})",
-        "ratio: median of per-round ratios to the baseline (vs); bound: the ratio if every "
-        "commit cost one floor commit and nothing else did",
+        "ratio: median of per-round ratios to the baseline (vs; the floor is measured just "
+        "before and after each workload compared with it)",
+        "bound: the ratio if every commit cost one floor commit and nothing else cost anything",
         "",
     ]
     print(table(results, header))
@@ -603,8 +644,11 @@ def main(argv: Sequence[str]) -> int:
                 "pragmas_seen": pragmas,
                 "method": (
                     "each round runs every selected workload once, baselines first, in fresh "
-                    "files in one directory; value = median over rounds; ratio = median of the "
-                    "per-round ratios. End-to-end workloads are sequential: accept all, then "
+                    "files in one directory; a workload compared with the floor is bracketed by "
+                    "floor measurements just before and after it and compared with their mean; "
+                    "value = median over rounds (the floor: over all its measurements); ratio = "
+                    "median of the per-round ratios. End-to-end workloads are sequential: "
+                    "accept all, then "
                     "Dispatcher.run(until_idle=True); the clock runs from the first accept to "
                     "the return of run(), when every effect is done and recorded."
                 ),
