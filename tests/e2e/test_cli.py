@@ -301,6 +301,10 @@ BAD_INPUT = {
     "malformed payload": (["effects", "accept", "k", "mail", "{bad"], ["malformed JSON"]),
     "NaN payload": (["effects", "accept", "k", "mail", '{"x": NaN}'], ["NaN is not valid JSON"]),
     "Infinity payload": (["effects", "accept", "k", "mail", "[Infinity]"], ["invalid_payload"]),
+    "deeply nested payload": (
+        ["effects", "accept", "k", "mail", "[" * 5000 + "]" * 5000],
+        ["nested too deeply", "invalid_payload"],
+    ),
     "overflowing payload": (["effects", "accept", "k", "mail", "1e999"], ["out of range"]),
     "payload conflict": (
         ["effects", "accept", "pending-1", "mail", '{"to": "eve@example.com"}'],

@@ -99,6 +99,26 @@ def test_values_without_a_json_form_are_refused(bad: Any) -> None:
         canonical_json(bad)
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_payload_nested_too_deeply_is_invalid_not_a_crash() -> None:
+    # Regression: this used to escape as a bare RecursionError.
+    with pytest.raises(InvalidPayload, match="nested too deeply"):
+        canonical_json(_nested(100_000))
+
+
+def test_a_payload_that_contains_itself_is_invalid() -> None:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    with pytest.raises(InvalidPayload, match="contains itself"):
+        canonical_json(loop)
+
+
 def test_invalid_payload_is_a_value_error_in_the_tree() -> None:
     with pytest.raises(ValueError) as caught:
         canonical_json(float("inf"))
@@ -126,6 +146,17 @@ def test_strict_loads_refuses_numbers_that_overflow_to_infinity(text: str) -> No
 def test_strict_loads_refuses_malformed_text(text: str) -> None:
     with pytest.raises(InvalidPayload, match="malformed JSON"):
         loads(text)
+
+
+def test_strict_loads_refuses_text_nested_too_deeply() -> None:
+    # Regression: this used to escape as a bare RecursionError (a traceback in the CLI).
+    with pytest.raises(InvalidPayload, match="nested too deeply"):
+        loads("[" * 100_000 + "]" * 100_000)
+
+
+def test_strict_loads_refuses_bytes_that_are_not_utf8() -> None:
+    with pytest.raises(InvalidPayload, match="malformed JSON"):
+        loads(b'{"a": "\xff\xfe"}')
 
 
 def test_strict_loads_accepts_bytes_and_ordinary_numbers() -> None:

@@ -35,13 +35,19 @@ def _check_floats(value: Any, path: str) -> None:
 
 def canonical_json(value: Any) -> str:
     """Encode ``value`` as canonical JSON text."""
-    _check_floats(value, "")
+    too_deep = "payload is nested too deeply (or contains itself)"
+    try:
+        _check_floats(value, "")
+    except RecursionError:
+        raise InvalidPayload(too_deep) from None
     try:
         return json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from exc
+    except RecursionError:
+        raise InvalidPayload(too_deep) from None
 
 
 def digest(value: Any) -> str:
@@ -70,5 +76,7 @@ def loads(text: str | bytes) -> Any:
     them) are refused."""
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidPayload(f"malformed JSON: {exc}") from exc
+    except RecursionError:
+        raise InvalidPayload("malformed JSON: nested too deeply") from None
