@@ -312,6 +312,8 @@ BAD_INPUT = {
     ),
     "cancel a done effect": (["effects", "cancel", "done-1", "--yes"], ["invalid_state"]),
     "retry a pending effect": (["effects", "retry", "pending-1", "--yes"], ["invalid_state"]),
+    "NaN deadline": (["effects", "accept", "k", "mail", "{}", "--deadline", "nan"], ["finite"]),
+    "infinite delay": (["effects", "accept", "k", "mail", "{}", "--delay", "inf"], ["finite"]),
     "empty kind": (["effects", "accept", "k", "", "{}"], ["configuration_error"]),
 }
 

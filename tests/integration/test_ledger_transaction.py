@@ -6,6 +6,7 @@ ledger that wrote it.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -127,6 +128,25 @@ def test_invalid_arguments_are_refused_before_anything_is_written(
 ) -> None:
     with pytest.raises(ConfigurationError):
         ledger.accept(key, kind, {}, max_attempts=max_attempts)
+    assert peek(db_path, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "timing",
+    [
+        {"delay_seconds": math.nan},
+        {"delay_seconds": math.inf},
+        {"deadline_seconds": math.nan},  # used to be stored as NULL: silently no deadline
+        {"deadline_seconds": math.inf},
+        {"deadline_seconds": -math.inf},
+    ],
+    ids=repr,
+)
+def test_non_finite_delays_and_deadlines_are_refused(
+    ledger: Ledger, db_path: Path, peek: Peek, timing: dict[str, float]
+) -> None:
+    with pytest.raises(ConfigurationError, match="finite"):
+        ledger.accept("k", "send", {}, **timing)
     assert peek(db_path, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
 
 

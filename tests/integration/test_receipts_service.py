@@ -3,6 +3,7 @@ redelivery replays, a changed payload is refused, and retention is explicit."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -179,7 +180,7 @@ def test_without_retention_receipts_are_kept(tmp_path: Path, clock: ManualClock)
         assert [r.key for r in keep.list()] == ["k"]
 
 
-@pytest.mark.parametrize("retention", [0.0, -5.0])
+@pytest.mark.parametrize("retention", [0.0, -5.0, math.nan, math.inf])
 def test_retention_must_be_positive(tmp_path: Path, retention: float) -> None:
     with pytest.raises(ConfigurationError):
         Receipts(str(tmp_path / "r.db"), retention_seconds=retention)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -55,6 +56,11 @@ def test_retry_after_wins_over_backoff_and_cap(retry_after: float) -> None:
     assert policy.delay(5, retry_after) == retry_after
 
 
+def test_an_infinite_cap_means_no_cap() -> None:
+    policy = RetryPolicy(base_seconds=1.0, cap_seconds=math.inf, jitter=0.0)
+    assert policy.delay(20) == 2.0**19
+
+
 def test_a_negative_retry_after_is_ignored() -> None:
     policy = RetryPolicy(base_seconds=1.0, jitter=0.0)
     assert policy.delay(3, -1.0) == 4.0
@@ -62,7 +68,17 @@ def test_a_negative_retry_after_is_ignored() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"base_seconds": -1.0}, {"cap_seconds": -0.1}, {"jitter": -0.1}, {"jitter": 1.5}],
+    [
+        {"base_seconds": -1.0},
+        {"base_seconds": math.nan},
+        {"base_seconds": math.inf},
+        {"cap_seconds": -0.1},
+        {"cap_seconds": math.nan},
+        {"jitter": -0.1},
+        {"jitter": 1.5},
+        {"jitter": math.nan},
+    ],
+    ids=repr,
 )
 def test_invalid_settings_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigurationError):

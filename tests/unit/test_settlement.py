@@ -226,6 +226,9 @@ def test_effects_without_a_sink_are_left_alone(ledger: Ledger) -> None:
         {"concurrency": 0},
         {"lease_seconds": 0.0},
         {"poll_seconds": -1.0},
+        {"lease_seconds": math.nan},
+        {"lease_seconds": math.inf},
+        {"poll_seconds": math.nan},
     ],
 )
 def test_invalid_dispatcher_settings_are_refused(ledger: Ledger, kwargs: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ at once, and any other owner when its lease runs out.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -92,8 +93,8 @@ class Dispatcher:
             raise ConfigurationError("a dispatcher needs at least one sink")
         if batch_size < 1 or concurrency < 1:
             raise ConfigurationError("batch_size and concurrency must be at least 1")
-        if lease_seconds <= 0 or poll_seconds <= 0:
-            raise ConfigurationError("lease_seconds and poll_seconds must be positive")
+        if not (0 < lease_seconds < math.inf and 0 < poll_seconds < math.inf):
+            raise ConfigurationError("lease_seconds and poll_seconds must be positive and finite")
         self.ledger = ledger
         self.sinks = dict(sinks)
         self.kinds = sorted(self.sinks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -24,8 +25,11 @@ class RetryPolicy:
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.base_seconds < 0 or self.cap_seconds < 0:
-            raise ConfigurationError("backoff seconds must not be negative")
+        # Written so that NaN fails too; an infinite cap means "no cap".
+        if not (0 <= self.base_seconds < math.inf and self.cap_seconds >= 0):
+            raise ConfigurationError(
+                "base_seconds must be finite and not negative; cap_seconds not negative"
+            )
         if not 0.0 <= self.jitter <= 1.0:
             raise ConfigurationError("jitter must be between 0 and 1")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,13 +25,20 @@ ACCEPT_BEFORE_COMMIT = crash.register(
 )
 
 
-def _validate(key: str, kind: str, max_attempts: int) -> None:
+def _validate(
+    key: str, kind: str, max_attempts: int, delay_seconds: float, deadline_seconds: float | None
+) -> None:
     if not isinstance(key, str) or not key or len(key) > 512:
         raise ConfigurationError("an effect key must be a non-empty string of at most 512 chars")
     if not isinstance(kind, str) or not kind or len(kind) > 128:
         raise ConfigurationError("an effect kind must be a non-empty string of at most 128 chars")
     if not isinstance(max_attempts, int) or max_attempts < 1:
         raise ConfigurationError("max_attempts must be a positive integer")
+    # NaN would be stored as NULL (no deadline) and Infinity as an effect never due.
+    if not math.isfinite(delay_seconds):
+        raise ConfigurationError("delay_seconds must be a finite number")
+    if deadline_seconds is not None and not math.isfinite(deadline_seconds):
+        raise ConfigurationError("deadline_seconds must be a finite number (or None)")
 
 
 class LedgerTransaction:
@@ -61,7 +69,7 @@ class LedgerTransaction:
         payload raises :class:`PayloadConflict` (and the whole transaction rolls back when the
         exception leaves the ``with`` block).
         """
-        _validate(key, kind, max_attempts)
+        _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
         payload_json = canonical_json(payload)
         payload_digest = digest_json(payload_json)
         now = self._ledger.clock.now()

@@ -13,6 +13,7 @@ payload again as new work.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -61,8 +62,10 @@ class Receipts:
         clock: Clock | None = None,
         create: bool = True,
     ) -> None:
-        if retention_seconds is not None and retention_seconds <= 0:
-            raise ConfigurationError("retention_seconds must be positive (or None to keep all)")
+        if retention_seconds is not None and not 0 < retention_seconds < math.inf:
+            raise ConfigurationError(
+                "retention_seconds must be positive and finite (or None to keep all)"
+            )
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
