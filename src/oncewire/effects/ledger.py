@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, digest_json
@@ -14,6 +15,10 @@ from oncewire.core.errors import ConfigurationError, EffectNotFound, PayloadConf
 from oncewire.storage import Store, open_store
 from oncewire.storage.base import Transaction
 from oncewire.storage.records import Effect, EffectState
+
+if TYPE_CHECKING:
+    from oncewire.inbound.service import InboundView
+    from oncewire.replies.service import RepliesView
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "EffectsView", "Ledger", "LedgerTransaction"]
 
@@ -188,6 +193,20 @@ class Ledger:
                 delay_seconds=delay_seconds,
                 deadline_seconds=deadline_seconds,
             )
+
+    @cached_property
+    def inbound(self) -> InboundView:
+        """Inbound chat messages, admitted once."""
+        from oncewire.inbound.service import InboundView
+
+        return InboundView(self)
+
+    @cached_property
+    def replies(self) -> RepliesView:
+        """Reply records and their wire operations."""
+        from oncewire.replies.service import RepliesView
+
+        return RepliesView(self)
 
     def close(self) -> None:
         self.store.close()

@@ -261,7 +261,8 @@ class ReplyVerbs(abc.ABC):
         """Commit the final text on the inbound's reply (creating it if needed); (row, changed).
 
         An open reply becomes ``committed`` and its inbound ``answered``; ``planned_sends``
-        (slot, body) are written as planned operations. A reply that already has a final text is
+        (slot, body) are written as planned operations, except for slots a
+        preview already sent. A reply that already has a final text is
         returned unchanged (the ledger compares the texts).
         """
 
@@ -318,7 +319,8 @@ class ReplyVerbs(abc.ABC):
     def finish_reply(
         self, reply_id: int, *, state: ReplyState, now: float, last_error: str | None = None
     ) -> Reply:
-        """``delivered`` or ``dead``; the inbound becomes ``delivered``; the lease ends."""
+        """``delivered`` (the inbound becomes ``delivered``) or ``dead`` (it stays ``answered``);
+        the lease ends."""
 
     # -- wire operations ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -335,8 +337,15 @@ class ReplyVerbs(abc.ABC):
         marked: bool,
         message_id: str | None,
         now: float,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
     ) -> ReplyOp:
-        """Mark an operation ``in_flight`` (a matching planned one, or a new one) and commit."""
+        """Mark an operation ``in_flight`` (a matching planned one, or a new one) and commit.
+
+        With ``owner``, the reply is leased to it in the same transaction (or
+        :class:`StaleFence` is raised if another live lease holds it). A marked send records the
+        marker decision on the reply.
+        """
 
     @abc.abstractmethod
     def end_op(

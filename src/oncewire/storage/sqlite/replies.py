@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound
+from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, StaleFence
 from oncewire.storage.replies import (
     Inbound,
     InboundStatus,
@@ -294,13 +294,24 @@ class SQLiteReplyVerbs(ReplyVerbs):
                 "WHERE id = ? AND status IN ('received', 'answering')",
                 (now, inbound_id),
             )
+            # A slot a stream preview already sent needs no send: it will be edited.
+            sent = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT slot FROM oncewire_reply_ops WHERE reply_id = ? AND kind = 'send' "
+                    "AND state = 'acked'",
+                    (reply.id,),
+                )
+            }
             seq = self._next_seq(conn, reply.id)
             conn.executemany(
                 "INSERT INTO oncewire_reply_ops (reply_id, seq, slot, kind, body, created_at, "
                 "updated_at) VALUES (?, ?, ?, 'send', ?, ?, ?)",
                 [
                     (reply.id, seq + n, slot, body, now, now)
-                    for n, (slot, body) in enumerate(planned_sends)
+                    for n, (slot, body) in enumerate(
+                        item for item in planned_sends if item[0] not in sent
+                    )
                 ],
             )
         return reply, True
@@ -418,10 +429,11 @@ class SQLiteReplyVerbs(ReplyVerbs):
         if not rows:
             raise ReplyNotFound(f"no reply {reply_id}", reply_id=reply_id)
         reply = _reply(rows[0])
-        conn.execute(
-            "UPDATE oncewire_inbound SET status = 'delivered', updated_at = ? WHERE id = ?",
-            (now, reply.inbound_id),
-        )
+        if state is ReplyState.DELIVERED:  # a dead reply leaves its inbound answered
+            conn.execute(
+                "UPDATE oncewire_inbound SET status = 'delivered', updated_at = ? WHERE id = ?",
+                (now, reply.inbound_id),
+            )
         return reply
 
     def finish_reply(
@@ -458,8 +470,26 @@ class SQLiteReplyVerbs(ReplyVerbs):
         marked: bool,
         message_id: str | None,
         now: float,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
     ) -> ReplyOp:
         with self._write("starting a wire operation") as conn:
+            if owner is not None:
+                leased = conn.execute(
+                    "UPDATE oncewire_replies SET lease_owner = ?, lease_expires_at = ?, "
+                    "marked = MAX(marked, ?), updated_at = ? WHERE id = ? AND (lease_owner IS NULL "
+                    "OR lease_owner = ? OR lease_expires_at < ?)",
+                    (owner, now + lease_seconds, int(marked), now, reply_id, owner, now),
+                ).rowcount
+                if not leased:
+                    raise StaleFence(
+                        f"reply {reply_id} is leased to another owner", reply_id=reply_id
+                    )
+            elif marked:
+                conn.execute(
+                    "UPDATE oncewire_replies SET marked = 1, updated_at = ? WHERE id = ?",
+                    (now, reply_id),
+                )
             rows = conn.execute(
                 "UPDATE oncewire_reply_ops SET state = 'in_flight', body = ?, marked = ?, "
                 "message_id = ?, updated_at = ? WHERE id = (SELECT id FROM oncewire_reply_ops "

@@ -1,0 +1,379 @@
+"""A journaled fake chat platform for tests and the lab, with scripted wire faults.
+
+Every send, edit and delete the fake accepts is appended to its journal (one JSON object per
+line) and fsynced before it answers, so what the chat shows survives a SIGKILL of the process
+that used the fake: a new :class:`FakePlatform` on the same journal continues from it, and
+:class:`ChatView` (the oracle) reads it from any process.
+
+Faults match an operation by platform, kind of operation, chat and a substring of the rendered
+text, and fire a bounded number of times (counted in the journal, across restarts):
+
+=============  ==============================================================================
+``timeout``     not accepted; the caller sees a timeout (ambiguous: it cannot know)
+``ack_lost``    accepted and journaled; the caller sees a timeout (ambiguous)
+``rate_limit``  refused with ``retry_after`` (a 429)
+``conn_error``  refused: the connection failed before the request was written
+``rejected``    refused for good (chat gone, bot blocked)
+``hold``        park before acceptance (for crash tests); after ``hold_seconds``, a timeout
+``hold_after``  accept and journal, then park; after ``hold_seconds``, a timeout
+=============  ==============================================================================
+
+``python -m oncewire.platforms.fake view JOURNAL...`` prints what each chat shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oncewire.core.errors import ConfigurationError
+from oncewire.replies.splitting import rejoin
+from oncewire.replies.wire import (
+    Acked,
+    Ambiguous,
+    PlatformProfile,
+    Refused,
+    RejectedPermanently,
+    WireOutcome,
+)
+from oncewire.storage.replies import SendRequest
+
+__all__ = ["FAULT_KINDS", "ChatView", "Copy", "FakePlatform", "Fault", "VisibleMessage"]
+
+FAULT_KINDS = ("timeout", "ack_lost", "rate_limit", "conn_error", "rejected", "hold", "hold_after")
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A scripted fault; ``name`` identifies it in the journal (default: its position)."""
+
+    kind: str
+    op: str = "any"  # send, edit, delete or any
+    chat: str | None = None
+    contains: str | None = None
+    platform: str | None = None
+    times: int = 1
+    retry_after: float = 1.0
+    hold_seconds: float = 60.0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ConfigurationError(f"unknown fault {self.kind!r} (one of {FAULT_KINDS})")
+        if self.op not in ("send", "edit", "delete", "any"):
+            raise ConfigurationError(f"unknown operation {self.op!r}")
+
+    def matches(self, platform: str, op: str, chat: str, text: str) -> bool:
+        return (
+            (self.platform is None or self.platform == platform)
+            and self.op in ("any", op)
+            and (self.chat is None or self.chat == chat)
+            and (self.contains is None or self.contains in text)
+        )
+
+
+class FakePlatform:
+    """One fake platform (``name``, e.g. ``fk_tg``) behind a profile, journaled to ``journal``."""
+
+    def __init__(
+        self,
+        journal: Path | str,
+        profile: PlatformProfile,
+        *,
+        name: str | None = None,
+        faults: Sequence[Fault] = (),
+    ) -> None:
+        self.journal = Path(journal)
+        self._profile = profile
+        self.name = name or profile.name
+        self.faults = [f if f.name else _named(f, str(n)) for n, f in enumerate(faults)]
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        self.calls: list[tuple[str, str]] = []  # (op, outcome) as the caller saw them
+        self._next_id = 1
+        self._fired: dict[str, int] = {}
+        self._alive: dict[str, str] = {}  # message id -> chat, for messages not deleted
+        for entry in _read(self.journal):
+            if entry["event"] == "send":
+                self._next_id = max(self._next_id, int(entry["message_id"]) + 1)
+                self._alive[entry["message_id"]] = entry["chat"]
+            elif entry["event"] == "delete":
+                self._alive.pop(entry["message_id"], None)
+            elif entry["event"] == "fault":
+                self._fired[entry["fault"]] = self._fired.get(entry["fault"], 0) + 1
+        self.journal.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @property
+    def profile(self) -> PlatformProfile:
+        return self._profile
+
+    def close(self) -> None:
+        self._release.set()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def release_holds(self) -> None:
+        """Let every parked operation go on (as a timeout)."""
+        self._release.set()
+
+    # -- the platform contract ---------------------------------------------------------------
+    def send(self, request: SendRequest, body: str, *, marked: bool) -> WireOutcome:
+        text = self._profile.render(body, marked)
+        return self._call("send", request, None, text)
+
+    def edit(
+        self, request: SendRequest, message_id: str, body: str, *, marked: bool
+    ) -> WireOutcome:
+        if not self._profile.can_edit:
+            return RejectedPermanently("this platform cannot edit messages")
+        return self._call("edit", request, message_id, self._profile.render(body, marked))
+
+    def delete(self, request: SendRequest, message_id: str) -> WireOutcome:
+        if not self._profile.can_delete:
+            return RejectedPermanently("this platform cannot delete messages")
+        return self._call("delete", request, message_id, "")
+
+    # -- internals ---------------------------------------------------------------------------
+    def _write(self, entry: dict[str, Any]) -> None:
+        os.write(self._fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
+        os.fsync(self._fd)
+
+    def _fault_for(self, op: str, chat: str, text: str) -> Fault | None:
+        for fault in self.faults:
+            if self._fired.get(fault.name, 0) < fault.times and fault.matches(
+                self.name, op, chat, text
+            ):
+                self._fired[fault.name] = self._fired.get(fault.name, 0) + 1
+                return fault
+        return None
+
+    def _call(
+        self, op: str, request: SendRequest, message_id: str | None, text: str
+    ) -> WireOutcome:
+        outcome = self._decide(op, request, message_id, text)
+        self.calls.append((op, type(outcome).__name__))
+        return outcome
+
+    def _decide(
+        self, op: str, request: SendRequest, message_id: str | None, text: str
+    ) -> WireOutcome:
+        if len(text) > 0 and _units(text, self._profile) > self._profile.cap:
+            return RejectedPermanently(f"message longer than {self._profile.cap}")
+        with self._lock:
+            fault = self._fault_for(op, request.chat, text)
+            if fault is not None:
+                self._write(
+                    {
+                        "event": "fault",
+                        "fault": fault.name,
+                        "kind": fault.kind,
+                        "op": op,
+                        "platform": self.name,
+                        "chat": request.chat,
+                        "text": text[:200],
+                        "pid": os.getpid(),
+                        "ts": time.time(),
+                    }
+                )
+            kind = fault.kind if fault else None
+            if kind == "conn_error":
+                return Refused("connection refused before the request was written")
+            if kind == "rate_limit":
+                assert fault is not None
+                return Refused("429 too many requests", retry_after=fault.retry_after)
+            if kind == "rejected":
+                return RejectedPermanently("403 bot was blocked by the user")
+            if kind == "timeout":
+                return Ambiguous("timed out waiting for the platform")
+            if kind != "hold":
+                accepted = self._accept(op, request, message_id, text)
+                if isinstance(accepted, RejectedPermanently):
+                    return accepted
+                if kind is None:
+                    return accepted
+                if kind == "ack_lost":
+                    return Ambiguous("timed out after the request was sent")
+        assert fault is not None  # hold or hold_after: park outside the lock
+        self._release.wait(fault.hold_seconds)
+        return Ambiguous("timed out (the request was parked)")
+
+    def _accept(
+        self, op: str, request: SendRequest, message_id: str | None, text: str
+    ) -> WireOutcome:
+        if op == "send":
+            message_id = str(self._next_id)
+            self._next_id += 1
+            self._alive[message_id] = request.chat
+        elif message_id not in self._alive or self._alive[message_id] != request.chat:
+            return RejectedPermanently(f"message {message_id} not found in this chat")
+        elif op == "delete":
+            del self._alive[message_id]
+        self._write(
+            {
+                "event": op,
+                "platform": self.name,
+                "chat": request.chat,
+                "thread": request.thread,
+                "reply_to": request.reply_to,
+                "message_id": message_id,
+                "text": text,
+                "ts": time.time(),
+            }
+        )
+        assert message_id is not None
+        return Acked(message_id)
+
+
+def _named(fault: Fault, name: str) -> Fault:
+    from dataclasses import replace
+
+    return replace(fault, name=name)
+
+
+def _units(text: str, profile: PlatformProfile) -> int:
+    from oncewire.replies.splitting import measure
+
+    return measure(text, profile.unit)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a torn last line: the write it belonged to was never answered
+    return entries
+
+
+# -- the oracle -------------------------------------------------------------------------------
+@dataclass
+class VisibleMessage:
+    platform: str
+    chat: str
+    thread: str
+    reply_to: str | None
+    message_id: str
+    text: str
+    edits: int = 0
+
+
+@dataclass
+class Copy:
+    """One rendition of a reply on screen, re-joined across its chunks."""
+
+    texts: list[str] = field(default_factory=list)
+    marked: bool = False
+    complete: bool = False
+    message_ids: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return rejoin(self.texts)
+
+
+class ChatView:
+    """What the chats show, read from one or more journals (any process may read them)."""
+
+    def __init__(self, journals: Iterable[Path | str]) -> None:
+        self.messages: list[VisibleMessage] = []
+        self.faults: list[dict[str, Any]] = []
+        self.operations: list[dict[str, Any]] = []
+        by_id: dict[tuple[str, str], VisibleMessage] = {}
+        for journal in journals:
+            for entry in _read(Path(journal)):
+                key = (entry.get("platform", ""), str(entry.get("message_id")))
+                if entry["event"] == "fault":
+                    self.faults.append(entry)
+                    continue
+                self.operations.append(entry)
+                if entry["event"] == "send":
+                    message = VisibleMessage(
+                        entry["platform"],
+                        entry["chat"],
+                        entry.get("thread", ""),
+                        entry.get("reply_to"),
+                        entry["message_id"],
+                        entry["text"],
+                    )
+                    by_id[key] = message
+                    self.messages.append(message)
+                elif entry["event"] == "edit" and key in by_id:
+                    by_id[key].text = entry["text"]
+                    by_id[key].edits += 1
+                elif entry["event"] == "delete" and key in by_id:
+                    self.messages.remove(by_id.pop(key))
+
+    def visible(self, platform: str | None = None, chat: str | None = None) -> list[VisibleMessage]:
+        return [
+            m
+            for m in self.messages
+            if (platform is None or m.platform == platform) and (chat is None or m.chat == chat)
+        ]
+
+    def copies(
+        self,
+        platform: str,
+        chat: str,
+        header: str,
+        footer: str,
+        profile: PlatformProfile,
+    ) -> tuple[list[Copy], list[VisibleMessage]]:
+        """(copies of the reply between ``header`` and ``footer``, messages outside any copy)."""
+        copies: list[Copy] = []
+        others: list[VisibleMessage] = []
+        current: Copy | None = None
+        for message in self.visible(platform, chat):
+            body, marked = profile.strip_marker(message.text)
+            if body.startswith(header):
+                current = Copy(marked=marked)
+                copies.append(current)
+            elif current is None or current.complete:
+                others.append(message)
+                continue
+            current.texts.append(body)
+            current.message_ids.append(message.message_id)
+            if footer in body:
+                current.complete = True
+        return copies, others
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m oncewire.platforms.fake")
+    sub = parser.add_subparsers(dest="command", required=True)
+    view = sub.add_parser("view", help="print what every chat shows, from journals")
+    view.add_argument("journals", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    shown = ChatView(args.journals)
+    for message in shown.messages:
+        print(
+            json.dumps(
+                {
+                    "platform": message.platform,
+                    "chat": message.chat,
+                    "thread": message.thread,
+                    "message_id": message.message_id,
+                    "edits": message.edits,
+                    "text": message.text,
+                },
+                ensure_ascii=False,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

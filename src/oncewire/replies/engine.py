@@ -1,0 +1,465 @@
+"""The reply engine: previews, sealing, the final delivery and recovery, all from the record.
+
+Everything the engine does to a chat is a wire operation on the reply record, durably
+``in_flight`` before the platform is called and settled after. Each step reads the record and
+computes what is still missing, so a live delivery and a recovery after a crash are one
+algorithm: for each chunk slot of the plan,
+
+* a slot whose message was acknowledged is edited if it shows something else (edits are
+  idempotent and replayed freely) and never sent again;
+* a slot with no message is sent; unmarked if no earlier send of it may have landed, with the
+  duplicate marker if one may have (an ``ambiguous`` send, or one still ``in_flight`` when its
+  process died);
+* on the final delivery, slots beyond the plan are deleted.
+
+Streaming sends the first preview, edits it at a bounded cadence, and when the text outgrows
+the cap seals the full chunk and carries on in a new message; on an editable platform the final
+delivery is then a (recoverable) edit. Refusals wait as the platform asks: short waits inline,
+long ones scheduled on the record so other replies go on. After ``max_attempts`` failed
+operations the reply is ``dead`` and one "could not deliver" notice is attempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from oncewire.core import crash
+from oncewire.core.errors import ConfigurationError, StaleFence
+from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.replies.service import plan_chunks
+from oncewire.replies.splitting import Chunk
+from oncewire.replies.wire import Acked, Ambiguous, Platform, Refused, WireOutcome
+from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState
+
+if TYPE_CHECKING:
+    from oncewire.effects.ledger import Ledger, LedgerTransaction
+
+__all__ = ["DEFAULT_NOTICE", "Delivery", "RecoveryReport", "ReplyEngine"]
+
+DEFAULT_NOTICE = "Sorry: a reply to your message could not be delivered."
+
+COMMITTED_NOT_SENT = crash.register(
+    "replies.committed_not_sent",
+    "the final text and the reply record are committed; the final delivery has not started",
+)
+SEND_IN_FLIGHT = crash.register(
+    "replies.send_in_flight",
+    "a send is durably in flight; the platform has not been called (it never sees it)",
+)
+SENT_ACK_LOST = crash.register(
+    "replies.sent_ack_lost",
+    "the platform accepted a send; its acknowledgement is not recorded",
+)
+EDIT_ACK_LOST = crash.register(
+    "replies.edit_ack_lost",
+    "the platform accepted an edit; its acknowledgement is not recorded",
+)
+PREVIEW_NOT_COMMITTED = crash.register(
+    "replies.preview_visible_not_committed",
+    "a stream preview shows the whole answer; the final text is not committed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one delivery pass did: ``delivered``, ``scheduled``, ``dead`` or ``busy``."""
+
+    reply: Reply
+    status: str
+
+
+@dataclass
+class RecoveryReport:
+    released: list[int] = field(default_factory=list)  # replies taken over from dead owners
+    delivered: list[int] = field(default_factory=list)
+    scheduled: list[int] = field(default_factory=list)
+    dead: list[int] = field(default_factory=list)
+    busy: list[int] = field(default_factory=list)
+    unanswered: list[int] = field(default_factory=list)  # inbound ids the application must answer
+
+    def as_dict(self) -> dict[str, list[int]]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Slot:
+    message_id: str | None = None
+    shown: str | None = None  # the body the message is known to show (None: unknown)
+    marked: bool = False  # the message was sent with the marker (edits keep it)
+    maybe_landed: bool = False  # a send of this slot may have landed without an id
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    slot: int
+    kind: OpKind
+    body: str
+    marked: bool
+    message_id: str | None
+
+
+def _slots(ops: Iterable[ReplyOp]) -> dict[int, _Slot]:
+    slots: dict[int, _Slot] = {}
+    for op in ops:
+        slot = slots.setdefault(op.slot, _Slot())
+        if op.kind is OpKind.SEND:
+            if op.state is OpState.ACKED:
+                slot.message_id, slot.shown, slot.marked = op.message_id, op.body, op.marked
+                slot.deleted = False
+            elif op.state in (OpState.IN_FLIGHT, OpState.AMBIGUOUS) and slot.message_id is None:
+                slot.maybe_landed = True
+        elif op.kind is OpKind.EDIT:
+            if op.state is OpState.ACKED:
+                slot.shown = op.body
+            elif op.state in (OpState.IN_FLIGHT, OpState.AMBIGUOUS):
+                slot.shown = None  # it may show either text: edit again
+        elif op.kind is OpKind.DELETE and op.state is OpState.ACKED:
+            slot.deleted = True
+    return slots
+
+
+def _steps(
+    slots: Mapping[int, _Slot], chunks: list[Chunk], final: bool, platform: Platform
+) -> list[_Step]:
+    profile = platform.profile
+    steps: list[_Step] = []
+    for index, chunk in enumerate(chunks):
+        slot = slots.get(index)
+        want = chunk.text
+        if slot is not None and slot.message_id is not None and not slot.deleted:
+            if slot.shown != want and profile.can_edit:
+                steps.append(_Step(index, OpKind.EDIT, want, slot.marked, slot.message_id))
+        else:
+            marked = slot is not None and slot.maybe_landed
+            steps.append(_Step(index, OpKind.SEND, want, marked, None))
+    if final and profile.can_delete:
+        for index in sorted(slots):
+            slot = slots[index]
+            if index >= len(chunks) and slot.message_id is not None and not slot.deleted:
+                steps.append(_Step(index, OpKind.DELETE, "", False, slot.message_id))
+    return steps
+
+
+class ReplyEngine:
+    """``ReplyEngine(ledger, {"tg": telegram_adapter}).answer(inbound_id, text)``."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        platforms: Mapping[str, Platform],
+        *,
+        owner: str | None = None,
+        inline_wait_max_seconds: float = 5.0,
+        edit_interval_seconds: float = 1.0,
+        backoff_base_seconds: float = 0.5,
+        backoff_cap_seconds: float = 60.0,
+        lease_seconds: float = 120.0,
+        notice: str = DEFAULT_NOTICE,
+    ) -> None:
+        self.ledger = ledger
+        self.platforms = dict(platforms)
+        self.owner = owner or this_process_owner()
+        self.inline_wait_max_seconds = inline_wait_max_seconds
+        self.edit_interval_seconds = edit_interval_seconds
+        self.backoff_base_seconds = backoff_base_seconds
+        self.backoff_cap_seconds = backoff_cap_seconds
+        self.lease_seconds = lease_seconds
+        self.notice = notice
+
+    # -- answering ---------------------------------------------------------------------------
+    def platform(self, name: str) -> Platform:
+        try:
+            return self.platforms[name]
+        except KeyError:
+            raise ConfigurationError(f"no platform adapter named {name!r}") from None
+
+    def answer(
+        self,
+        inbound_id: int,
+        text: str,
+        *,
+        on_commit: Callable[[LedgerTransaction, str], Any] | None = None,
+    ) -> Delivery:
+        """Commit ``text`` as the reply (with the caller's rows, via ``on_commit``), deliver it."""
+        reply = self._commit(inbound_id, text, on_commit)
+        return self.deliver(reply.id)
+
+    def stream(
+        self,
+        inbound_id: int,
+        deltas: Iterable[str],
+        *,
+        on_commit: Callable[[LedgerTransaction, str], Any] | None = None,
+        preview: bool = True,
+    ) -> Delivery:
+        """Show ``deltas`` as an edited preview, then commit the whole text and deliver it.
+
+        The record is opened before the first preview, so a crash at any point leaves every
+        preview message id written down; calling ``stream`` again for the same inbound (after a
+        restart) edits those messages instead of sending a second answer.
+        """
+        inbound = self.ledger.inbound.get(inbound_id)
+        platform = self.platform(inbound.platform)
+        profile = platform.profile
+        reply = self.ledger.replies.open(inbound_id, profile)
+        if reply.state is not ReplyState.OPEN:
+            return self.deliver(reply.id)
+        previewing = preview and profile.can_edit and self._take(reply) is not None
+        text, shown, next_at = "", "", float("-inf")
+        for delta in deltas:
+            text += delta
+            now = self.ledger.clock.now()
+            if previewing and now >= next_at:
+                previewing, wait = self._preview(reply, platform, text)
+                shown = text if previewing else shown
+                next_at = now + max(self.edit_interval_seconds, wait)
+        if previewing and shown != text and self.ledger.clock.now() >= next_at:
+            previewing, _ = self._preview(reply, platform, text)
+            shown = text if previewing else shown
+        if shown == text:
+            PREVIEW_NOT_COMMITTED.hit()
+        reply = self._commit(inbound_id, text, on_commit)
+        return self.deliver(reply.id)
+
+    def _commit(
+        self,
+        inbound_id: int,
+        text: str,
+        on_commit: Callable[[LedgerTransaction, str], Any] | None,
+    ) -> Reply:
+        inbound = self.ledger.inbound.get(inbound_id)
+        profile = self.platform(inbound.platform).profile
+        with self.ledger.transaction() as tx:
+            if on_commit is not None:
+                on_commit(tx, text)
+            reply = self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
+        COMMITTED_NOT_SENT.hit()
+        return reply
+
+    def _preview(self, reply: Reply, platform: Platform, text: str) -> tuple[bool, float]:
+        """Bring the preview up to ``text``: (keep previewing, seconds to wait before the next)."""
+        chunks = plan_chunks(text, platform.profile)
+        while True:
+            steps = _steps(_slots(self.ledger.replies.ops(reply.id)), chunks, False, platform)
+            if not steps:
+                return True, 0.0
+            outcome = self._perform(reply, platform, steps[0], deliver=False, count=False)
+            if isinstance(outcome, Refused):
+                return True, outcome.retry_after or self.backoff_base_seconds
+            if not isinstance(outcome, Acked):
+                return False, 0.0  # the final delivery repairs (and marks) what is unknown
+
+    # -- delivering --------------------------------------------------------------------------
+    def deliver(self, reply_id: int, *, ignore_schedule: bool = False) -> Delivery:
+        """Bring the chat in line with the committed reply, as far as the platform allows now."""
+        reply = self.ledger.replies.get(reply_id)
+        if reply.state is not ReplyState.COMMITTED:
+            return Delivery(reply, str(reply.state))
+        if not ignore_schedule and reply.not_before > self.ledger.clock.now():
+            return Delivery(reply, "scheduled")
+        taken = self._take(reply)
+        if taken is None:
+            return Delivery(reply, "busy")
+        platform = self.platform(taken.request.platform)
+        chunks = self.ledger.replies.chunks(taken)
+        try:
+            return self._converge(taken, platform, chunks)
+        except StaleFence:
+            return Delivery(self.ledger.replies.get(reply_id), "busy")
+
+    def _converge(self, reply: Reply, platform: Platform, chunks: list[Chunk]) -> Delivery:
+        store, clock = self.ledger.store, self.ledger.clock
+        while True:
+            ops = store.reply_ops(reply.id)
+            steps = _steps(_slots(ops), chunks, True, platform)
+            if not steps:
+                done = store.finish_reply(reply.id, state=ReplyState.DELIVERED, now=clock.now())
+                return Delivery(done, "delivered")
+            # A platform's "retry after" binds every later operation of the reply, previews'
+            # refusals included.
+            hold = (
+                max(
+                    (op.updated_at + op.retry_after for op in ops if op.retry_after is not None),
+                    default=0.0,
+                )
+                - clock.now()
+            )
+            if hold > self.inline_wait_max_seconds:
+                return self._schedule(reply, clock.now() + hold, "rate limited by the platform")
+            if hold > 0:
+                clock.sleep(hold)
+            outcome = self._perform(reply, platform, steps[0], deliver=len(steps) == 1, count=True)
+            if isinstance(outcome, Acked):
+                if len(steps) == 1:
+                    return Delivery(self.ledger.replies.get(reply.id), "delivered")
+                continue
+            reply = self.ledger.replies.get(reply.id)
+            if not isinstance(outcome, Refused | Ambiguous):
+                return self._give_up(reply, platform, f"rejected: {outcome.reason}")
+            if reply.attempts >= reply.max_attempts:
+                return self._give_up(reply, platform, f"out of attempts ({reply.attempts})")
+            wait = self._backoff(reply.attempts)
+            if isinstance(outcome, Refused) and outcome.retry_after is not None:
+                continue  # the wait is taken at the top, from the record
+            if wait > self.inline_wait_max_seconds:
+                return self._schedule(reply, clock.now() + wait, outcome.reason)
+            clock.sleep(wait)
+
+    def _schedule(self, reply: Reply, when: float, reason: str) -> Delivery:
+        """Give the reply back with its next try at ``when``; other replies go on meanwhile."""
+        now = self.ledger.clock.now()
+        self.ledger.store.release_reply(
+            reply.id, owner=self.owner, now=now, not_before=when, last_error=reason
+        )
+        return Delivery(self.ledger.replies.get(reply.id), "scheduled")
+
+    def _backoff(self, attempts: int) -> float:
+        return float(
+            min(self.backoff_cap_seconds, self.backoff_base_seconds * 2 ** max(0, attempts - 1))
+        )
+
+    def _perform(
+        self, reply: Reply, platform: Platform, step: _Step, *, deliver: bool, count: bool
+    ) -> WireOutcome:
+        store, clock = self.ledger.store, self.ledger.clock
+        op = store.begin_op(
+            reply.id,
+            slot=step.slot,
+            kind=step.kind,
+            body=step.body,
+            marked=step.marked,
+            message_id=step.message_id,
+            now=clock.now(),
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+        )
+        if step.kind is OpKind.SEND:
+            SEND_IN_FLIGHT.hit()
+            outcome = platform.send(reply.request, step.body, marked=step.marked)
+            if isinstance(outcome, Acked):
+                SENT_ACK_LOST.hit()
+        elif step.kind is OpKind.EDIT:
+            assert step.message_id is not None
+            outcome = platform.edit(reply.request, step.message_id, step.body, marked=step.marked)
+            if isinstance(outcome, Acked):
+                EDIT_ACK_LOST.hit()
+        else:
+            assert step.message_id is not None
+            outcome = platform.delete(reply.request, step.message_id)
+        self._record(op, outcome, deliver=deliver, count=count)
+        return outcome
+
+    def _record(self, op: ReplyOp, outcome: WireOutcome, *, deliver: bool, count: bool) -> None:
+        store, now = self.ledger.store, self.ledger.clock.now()
+        if isinstance(outcome, Acked):
+            store.end_op(
+                op.id, state=OpState.ACKED, message_id=outcome.message_id, now=now, deliver=deliver
+            )
+        elif isinstance(outcome, Refused):
+            store.end_op(
+                op.id,
+                state=OpState.REFUSED,
+                retry_after=outcome.retry_after,
+                error=outcome.reason,
+                now=now,
+                count_attempt=count,
+            )
+        elif isinstance(outcome, Ambiguous):
+            store.end_op(
+                op.id, state=OpState.AMBIGUOUS, error=outcome.reason, now=now, count_attempt=count
+            )
+        else:
+            store.end_op(
+                op.id,
+                state=OpState.REFUSED,
+                error=f"rejected: {outcome.reason}",
+                now=now,
+                count_attempt=count,
+            )
+
+    def _give_up(self, reply: Reply, platform: Platform, reason: str) -> Delivery:
+        """``dead``, after one attempt at an honest "could not deliver" notice."""
+        store, clock = self.ledger.store, self.ledger.clock
+        if not any(op.slot == -1 for op in store.reply_ops(reply.id)):
+            op = store.begin_op(
+                reply.id,
+                slot=-1,
+                kind=OpKind.SEND,
+                body=self.notice,
+                marked=False,
+                message_id=None,
+                now=clock.now(),
+            )
+            self._record(
+                op,
+                platform.send(reply.request, self.notice, marked=False),
+                deliver=False,
+                count=False,
+            )
+        dead = store.finish_reply(
+            reply.id, state=ReplyState.DEAD, now=clock.now(), last_error=reason
+        )
+        return Delivery(dead, "dead")
+
+    def _take(self, reply: Reply) -> Reply | None:
+        """Lease ``reply`` for this engine (None if a live owner holds it) and settle leftovers.
+
+        An operation still ``in_flight`` here belongs to a process that died mid-call (or to an
+        earlier life of this engine): it may have landed, so it becomes ``ambiguous``.
+        """
+        store, now = self.ledger.store, self.ledger.clock.now()
+        if reply.lease_owner is not None and reply.lease_owner != self.owner:
+            dead = [reply.lease_owner] if owner_is_dead_locally(reply.lease_owner) else []
+            claimed = store.claim_reply(
+                reply.id,
+                owner=self.owner,
+                now=now,
+                lease_seconds=self.lease_seconds,
+                dead_owners=dead,
+            )
+            if claimed is None:
+                return None
+            reply = claimed
+        for op in store.reply_ops(reply.id):
+            if op.state is OpState.IN_FLIGHT:
+                store.end_op(
+                    op.id,
+                    state=OpState.AMBIGUOUS,
+                    error="the process died during the call",
+                    now=now,
+                )
+        return reply
+
+    # -- schedules and recovery --------------------------------------------------------------
+    def run_due(self, limit: int = 100) -> list[Delivery]:
+        """Deliver every committed reply whose time has come."""
+        return [self.deliver(reply.id) for reply in self.ledger.replies.due(limit=limit)]
+
+    def next_due(self) -> float | None:
+        pending = self.ledger.replies.undelivered(limit=1_000)
+        return min((reply.not_before for reply in pending), default=None)
+
+    def recover(self) -> RecoveryReport:
+        """After a restart: deliver what is committed, and list what still needs an answer.
+
+        Delivered replies are not touched; an open reply (its answer never committed) is left
+        to the application, whose next :meth:`stream` or :meth:`answer` for that inbound reuses
+        the recorded preview messages.
+        """
+        report = RecoveryReport()
+        for reply in self.ledger.replies.undelivered(limit=100_000):
+            if reply.lease_owner is not None and reply.lease_owner != self.owner:
+                report.released.append(reply.id)
+            buckets = {
+                "delivered": report.delivered,
+                "scheduled": report.scheduled,
+                "dead": report.dead,
+            }
+            buckets.get(self.deliver(reply.id).status, report.busy).append(reply.id)
+        report.unanswered = [
+            inbound.id for inbound in self.ledger.inbound.unanswered(limit=100_000)
+        ]
+        return report

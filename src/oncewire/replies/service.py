@@ -1,0 +1,185 @@
+"""The replies ledger: one record per inbound message that owns every wire operation.
+
+A reply record is opened before the first stream preview is sent (so every preview message id
+is written down) or created when the final text is committed. The final assistant text and the
+reply record commit in one transaction with the caller's own rows::
+
+    with ledger.transaction() as tx:
+        tx.execute("INSERT INTO transcript (inbound, text) VALUES (?, ?)", (inbound.id, text))
+        ledger.replies.commit_in_tx(tx, inbound.id, text, profile)
+
+Delivering it is the reply engine's job (:class:`oncewire.replies.engine.ReplyEngine`).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from oncewire.core import crash
+from oncewire.core.canonical import canonical_json
+from oncewire.core.errors import ConfigurationError, ReplyConflict, ReplyNotFound
+from oncewire.replies.splitting import Chunk, split_text
+from oncewire.replies.wire import PlatformProfile
+from oncewire.storage.base import Transaction
+from oncewire.storage.replies import Inbound, Reply, ReplyOp, ReplyState, SendRequest
+
+if TYPE_CHECKING:
+    from oncewire.effects.ledger import Ledger
+
+__all__ = ["DEFAULT_REPLY_ATTEMPTS", "RepliesView", "plan_chunks"]
+
+DEFAULT_REPLY_ATTEMPTS = 8
+
+COMMIT_BEFORE_COMMIT = crash.register(
+    "replies.commit_before_commit",
+    "the final text and the reply record are written in the caller's transaction, not committed",
+)
+
+
+def plan_chunks(text: str, profile: PlatformProfile) -> list[Chunk]:
+    """The chunk plan of ``text``: within the cap, with room for the marker in every chunk."""
+    return split_text(text, profile.cap, profile.unit, reserve=profile.marker_cost)
+
+
+def _request(
+    inbound: Inbound, *, reply_to: str | None, format: str, use_reply_to: bool
+) -> SendRequest:
+    return SendRequest(
+        platform=inbound.platform,
+        bot=inbound.bot,
+        chat=inbound.chat,
+        thread=inbound.thread,
+        reply_to=(reply_to or inbound.platform_message_id) if use_reply_to else None,
+        format=format,
+    )
+
+
+class RepliesView:
+    """``ledger.replies``."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def _inbound(self, inbound_id: int) -> Inbound:
+        return self._ledger.inbound.get(inbound_id)
+
+    def open(
+        self,
+        inbound_id: int,
+        profile: PlatformProfile,
+        *,
+        reply_to: str | None = None,
+        format: str = "plain",
+        use_reply_to: bool = True,
+        max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
+    ) -> Reply:
+        """The inbound's reply record, opened (before any preview is sent) if it has none."""
+        inbound = self._inbound(inbound_id)
+        return self._ledger.store.open_reply(
+            inbound_id=inbound_id,
+            request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
+            cap=profile.cap,
+            unit=profile.unit,
+            max_attempts=max_attempts,
+            now=self._ledger.clock.now(),
+        )
+
+    def commit_in_tx(
+        self,
+        tx: Transaction,
+        inbound_id: int,
+        text: str,
+        profile: PlatformProfile,
+        *,
+        reply_to: str | None = None,
+        format: str = "plain",
+        use_reply_to: bool = True,
+        max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
+    ) -> Reply:
+        """Commit the final text on the inbound's reply record, in the caller's transaction.
+
+        Committing the same text again returns the record unchanged; another text raises
+        :class:`ReplyConflict` (and the caller's transaction rolls back when it propagates).
+        """
+        if not isinstance(text, str):
+            raise ConfigurationError("a reply's text must be a string")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError("max_attempts must be a positive integer")
+        inbound = self._inbound(inbound_id)
+        chunks = plan_chunks(text, profile)
+        reply, changed = self._ledger.store.commit_reply_in_tx(
+            tx,
+            inbound_id=inbound_id,
+            request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
+            cap=profile.cap,
+            unit=profile.unit,
+            max_attempts=max_attempts,
+            final_text=text,
+            plan_json=canonical_json([c.as_dict() for c in chunks]),
+            planned_sends=[(slot, chunk.text) for slot, chunk in enumerate(chunks)],
+            now=self._ledger.clock.now(),
+        )
+        if not changed and reply.final_text != text:
+            raise ReplyConflict(
+                f"inbound {inbound_id} already has a committed reply with other text",
+                inbound_id=inbound_id,
+                reply_id=reply.id,
+            )
+        if changed:
+            COMMIT_BEFORE_COMMIT.hit()
+        return reply
+
+    def commit(
+        self,
+        inbound_id: int,
+        text: str,
+        profile: PlatformProfile,
+        **options: object,
+    ) -> Reply:
+        """Commit the final text in a transaction of its own."""
+        with self._ledger.transaction() as tx:
+            return self.commit_in_tx(tx, inbound_id, text, profile, **options)  # type: ignore[arg-type]
+
+    def get(self, reply_id: int) -> Reply:
+        reply = self._ledger.store.get_reply(reply_id)
+        if reply is None:
+            raise ReplyNotFound(f"no reply {reply_id}", reply_id=reply_id)
+        return reply
+
+    def for_inbound(self, inbound_id: int) -> Reply | None:
+        return self._ledger.store.reply_for_inbound(inbound_id)
+
+    def ops(self, reply_id: int) -> list[ReplyOp]:
+        return self._ledger.store.reply_ops(reply_id)
+
+    def chunks(self, reply: Reply) -> list[Chunk]:
+        return [Chunk.from_dict(item) for item in reply.plan]
+
+    def list(
+        self,
+        state: ReplyState | str | Sequence[ReplyState | str] | None = None,
+        *,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[Reply]:
+        if state is None:
+            states: builtins.list[ReplyState] = []
+        elif isinstance(state, str):
+            states = [ReplyState(state)]
+        else:
+            states = [ReplyState(s) for s in state]
+        return self._ledger.store.list_replies(states=states, limit=limit, after_id=after_id)
+
+    def undelivered(self, limit: int = 100) -> builtins.list[Reply]:
+        """Committed but not yet delivered (whatever their schedule)."""
+        return self.list(ReplyState.COMMITTED, limit=limit)
+
+    def due(self, limit: int = 100) -> builtins.list[Reply]:
+        return self._ledger.store.list_replies(
+            states=[ReplyState.COMMITTED], due_before=self._ledger.clock.now(), limit=limit
+        )
+
+    def counts(self) -> dict[ReplyState, int]:
+        return self._ledger.store.count_replies()
