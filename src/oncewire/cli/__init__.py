@@ -35,10 +35,12 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register() -> None:
-    from oncewire.cli import effects, lab, receipts
+    from oncewire.cli import dispatch, doctor, effects, lab, receipts
 
     cli.add_command(effects.group)
     cli.add_command(receipts.group)
+    cli.add_command(dispatch.command)
+    cli.add_command(doctor.command)
     cli.add_command(lab.command)
 
 
@@ -48,7 +50,10 @@ _register()
 def main(argv: list[str] | None = None) -> int:
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
     try:
-        cli.main(args=argv, prog_name="oncewire", standalone_mode=False)
+        # Without standalone mode click returns a command's Exit code instead of exiting.
+        code = cli.main(args=argv, prog_name="oncewire", standalone_mode=False)
+        if isinstance(code, int):
+            return code
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return EXIT_ERROR

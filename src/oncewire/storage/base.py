@@ -165,6 +165,10 @@ class Store(ReplyVerbs, abc.ABC):
         """Delete receipts whose retention ended before ``expired_before``. Operator-only."""
 
     # -- helpers -----------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """Facts an operator checks: backend, versions, durability settings, server time."""
+        return {"backend": self.dialect, "schema_version": self.schema_version()}
+
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` when new effects commit, where the backend can tell; return a stopper.
 

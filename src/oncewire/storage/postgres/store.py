@@ -149,6 +149,21 @@ class PostgresStore(Store):
         with translate_errors("reading the schema version"):
             return current_version(self._conn()) or 0
 
+    def health(self) -> dict[str, Any]:
+        row = self._read(
+            "SELECT current_setting('server_version'), current_database(), current_user, "
+            "current_schema(), extract(epoch FROM clock_timestamp())::float8"
+        )[0]
+        return {
+            "backend": "postgresql",
+            "server_version": row[0],
+            "database": row[1],
+            "user": row[2],
+            "schema": row[3],
+            "schema_version": self.schema_version(),
+            "server_time": float(row[4]),
+        }
+
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
         conn = self._conn()

@@ -161,6 +161,23 @@ class SQLiteStore(SQLiteReplyVerbs, Store):
         with translate_errors("reading the schema version"):
             return current_version(self._conn()) or 0
 
+    def health(self) -> dict[str, Any]:
+        conn = self._conn()
+        with translate_errors("reading settings"):
+            journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+            busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        return {
+            "backend": "sqlite",
+            "path": self.path,
+            "sqlite_version": sqlite3.sqlite_version,
+            "schema_version": self.schema_version(),
+            "journal_mode": str(journal).lower(),
+            "synchronous": _SYNCHRONOUS[int(synchronous)] if int(synchronous) < 4 else synchronous,
+            "busy_timeout_ms": int(busy),
+            "server_time": None,
+        }
+
     @contextmanager
     def transaction(self) -> Iterator[SQLiteTransaction]:
         conn = self._conn()
