@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 from oncewire.storage.base import Store
 from oncewire.storage.records import Claim, Effect, EffectState, Settlement
 from oncewire.storage.sqlite import SQLiteStore
+from tests.pg import fresh_schema, server_url
 
 T0 = 1_800_000_000.0  # every contract test's "now": verbs take time as an argument
 
@@ -82,17 +84,66 @@ def _sqlite_raw(store: Store) -> RawDatabase:
     return SQLiteRaw(store.path)
 
 
-STORE_FACTORIES: dict[str, Callable[[Path], Store]] = {"sqlite": _sqlite_store}
-RAW_OPENERS: dict[str, Callable[[Store], RawDatabase]] = {"sqlite": _sqlite_raw}
+class PostgresRaw(RawDatabase):
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        # A boolean column refuses an integer by type, before any constraint is consulted.
+        self.integrity_errors = (psycopg.IntegrityError, psycopg.errors.DatatypeMismatch)
+        self._conn = psycopg.connect(url, autocommit=True)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        rows = self._conn.execute(sql.replace("?", "%s"), tuple(params) or None).fetchall()  # type: ignore[arg-type]
+        return [tuple(row) for row in rows]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return int(self._conn.execute(sql.replace("?", "%s"), tuple(params) or None).rowcount)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._conn.close()
 
 
-@pytest.fixture(params=sorted(STORE_FACTORIES))
+def _postgres_store(tmp_path: Path) -> Store:
+    from oncewire.storage.postgres import PostgresStore
+
+    schema = _PG_SCHEMAS.enter_context(fresh_schema(server_url(), "contract"))
+    return PostgresStore(schema)  # type: ignore[abstract]
+
+
+def _postgres_raw(store: Store) -> RawDatabase:
+    return PostgresRaw(store.url)
+
+
+STORE_FACTORIES: dict[str, Callable[[Path], Store]] = {
+    "sqlite": _sqlite_store,
+    "postgresql": _postgres_store,
+}
+RAW_OPENERS: dict[str, Callable[[Store], RawDatabase]] = {
+    "sqlite": _sqlite_raw,
+    "postgresql": _postgres_raw,
+}
+_PG_SCHEMAS = ExitStack()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every contract test on every backend the module's verbs exist on.
+
+    A module may set ``BACKENDS`` to the backends its ledger has been ported to; the others are
+    not generated (rather than skipped), and the module says why.
+    """
+    if "store" in metafunc.fixturenames:
+        backends = getattr(metafunc.module, "BACKENDS", tuple(STORE_FACTORIES))
+        metafunc.parametrize("store", backends, indirect=True)
+
+
+@pytest.fixture
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     opened = STORE_FACTORIES[request.param](tmp_path)
     try:
         yield opened
     finally:
         opened.close()
+        _PG_SCHEMAS.close()
 
 
 @pytest.fixture
