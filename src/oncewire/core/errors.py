@@ -154,3 +154,67 @@ class ReplyConflict(OncewireError):
     """This inbound message already has a committed reply with different text; nothing changed."""
 
     code = "reply_conflict"
+
+
+# -- runs ---------------------------------------------------------------------------------------
+__all__ += [
+    "BranchBusy",
+    "HistoryHidden",
+    "HistoryTampered",
+    "RevertBarrierHeld",
+    "RunConflict",
+    "RunError",
+    "RunNotFound",
+    "TransitionRefused",
+]
+
+
+class RunError(OncewireError):
+    """A run ledger operation was refused."""
+
+    code = "run_error"
+
+
+class RunNotFound(RunError, KeyError):
+    """No run, checkpoint, branch or delivery has this id."""
+
+    code = "run_not_found"
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RunConflict(RunError):
+    """This idempotency key is already bound to a different request; nothing was written."""
+
+    code = "run_conflict"
+
+
+class TransitionRefused(RunError):
+    """The run's state or a guard does not allow this command; nothing was written."""
+
+    code = "transition_refused"
+
+
+class BranchBusy(TransitionRefused):
+    """Another run is still active on this branch; nothing was written."""
+
+    code = "branch_busy"
+
+
+class HistoryHidden(TransitionRefused):
+    """The run's history was reverted away or the run was abandoned: it authorises nothing."""
+
+    code = "history_hidden"
+
+
+class RevertBarrierHeld(TransitionRefused):
+    """A revert holds this scope and requires recovery: no new runs or actions are admitted."""
+
+    code = "revert_barrier"
+
+
+class HistoryTampered(RunError):
+    """The run's history failed verification: it authorises nothing and is kept as evidence."""
+
+    code = "history_tampered"

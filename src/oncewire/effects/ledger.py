@@ -19,6 +19,7 @@ from oncewire.storage.records import Effect, EffectState
 if TYPE_CHECKING:
     from oncewire.inbound.service import InboundView
     from oncewire.replies.service import RepliesView
+    from oncewire.runs.service import RunsView
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "EffectsView", "Ledger", "LedgerTransaction"]
 
@@ -156,6 +157,8 @@ class Ledger:
         *,
         clock: Clock | None = None,
         create: bool = True,
+        runs_key: bytes | None = None,
+        reconcile_runs_as: str | None = None,
     ) -> None:
         self.store = (
             url_or_path
@@ -164,6 +167,19 @@ class Ledger:
         )
         self.clock: Clock = clock or SystemClock()
         self.effects = EffectsView(self)
+        self._runs_key = runs_key
+        self._runs: RunsView | None = None
+        if reconcile_runs_as is not None:  # boot: close what dead owners left (reports kept)
+            self.runs.reconcile(owner=reconcile_runs_as)
+
+    @property
+    def runs(self) -> RunsView:
+        """The run ledger (``runs_key``, held outside the database, makes its chain HMAC)."""
+        if self._runs is None:
+            from oncewire.runs.service import RunsView
+
+            self._runs = RunsView(self, key=self._runs_key)
+        return self._runs
 
     @contextmanager
     def transaction(self) -> Iterator[LedgerTransaction]:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from oncewire.storage.records import Backlog, Claim, Effect, EffectState, Receipt, Settlement
 from oncewire.storage.replies import ReplyVerbs
+from oncewire.storage.runs import RunVerbs
 
 __all__ = ["Store", "Transaction"]
 
@@ -30,7 +31,7 @@ class Transaction(Protocol):
         ...
 
 
-class Store(ReplyVerbs, abc.ABC):
+class Store(ReplyVerbs, RunVerbs, abc.ABC):
     """A backend. Thread-safe: each thread gets its own connection."""
 
     dialect: str

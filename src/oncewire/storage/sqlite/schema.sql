@@ -130,3 +130,254 @@ CREATE TABLE oncewire_reply_ops (
 -- One visible message per slot: a slot is acknowledged as sent at most once.
 CREATE UNIQUE INDEX oncewire_reply_ops_one_send ON oncewire_reply_ops (reply_id, slot)
     WHERE kind = 'send' AND state = 'acked';
+
+-- Runs: an event-sourced run ledger with a hash-chained history, branches, barriers, an
+-- action ledger, completion deliveries and reconciliation reports.
+
+-- The run row: a projection of the run's events plus its lease (which is not history).
+-- `state` is the compact folded state; the head event commits to its digest.
+CREATE TABLE oncewire_runs (
+    run_id           TEXT    PRIMARY KEY,
+    scope            TEXT    NOT NULL,
+    branch           TEXT    NOT NULL,
+    turn             TEXT,
+    workflow         TEXT    NOT NULL,
+    chain            TEXT    NOT NULL CHECK (chain IN ('sha256', 'hmac-sha256')),
+    status           TEXT    NOT NULL,
+    terminal_reason  TEXT,
+    state            TEXT    NOT NULL,
+    head_seq         INTEGER NOT NULL DEFAULT 0 CHECK (head_seq >= 0),
+    head_hash        TEXT    NOT NULL,
+    owner            TEXT,
+    fence            INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),
+    lease_expires_at REAL,
+    created_at       REAL    NOT NULL,
+    updated_at       REAL    NOT NULL,
+    finished_at      REAL,
+    abandoned_at     REAL,
+    abandon_reason   TEXT,
+    hidden           INTEGER NOT NULL DEFAULT 0 CHECK (hidden IN (0, 1)),
+    -- A run is finished exactly when it carries a terminal reason, and never both finished
+    -- and abandoned.
+    CHECK ((finished_at IS NULL) = (terminal_reason IS NULL)),
+    CHECK (finished_at IS NULL OR abandoned_at IS NULL),
+    CHECK ((abandoned_at IS NULL) = (abandon_reason IS NULL))
+);
+
+-- At most one active run per branch.
+CREATE UNIQUE INDEX oncewire_runs_one_active_per_branch ON oncewire_runs (scope, branch)
+    WHERE finished_at IS NULL AND abandoned_at IS NULL;
+
+-- What boot reconciliation looks at: active runs by lease expiry.
+CREATE INDEX oncewire_runs_leases ON oncewire_runs (lease_expires_at)
+    WHERE finished_at IS NULL AND abandoned_at IS NULL;
+
+-- The history. `id` is the scope-wide cursor (it only grows); `seq` orders one run's chain.
+-- `hash` covers (run, seq, type, prev_hash, payload); the payload carries the idempotency key,
+-- the request digest, the request and the digest of the state after the event.
+CREATE TABLE oncewire_run_events (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT    NOT NULL REFERENCES oncewire_runs (run_id),
+    scope           TEXT    NOT NULL,
+    branch          TEXT    NOT NULL,
+    seq             INTEGER NOT NULL CHECK (seq >= 1),
+    type            TEXT    NOT NULL,
+    idempotency_key TEXT    NOT NULL,
+    request_digest  TEXT    NOT NULL,
+    terminal        INTEGER NOT NULL DEFAULT 0 CHECK (terminal IN (0, 1)),
+    payload         TEXT    NOT NULL,
+    prev_hash       TEXT    NOT NULL,
+    hash            TEXT    NOT NULL,
+    at              REAL    NOT NULL,
+    UNIQUE (run_id, seq),
+    UNIQUE (run_id, idempotency_key)
+);
+
+-- At most one terminal event per run.
+CREATE UNIQUE INDEX oncewire_run_events_one_terminal ON oncewire_run_events (run_id)
+    WHERE terminal = 1;
+
+CREATE INDEX oncewire_run_events_scope ON oncewire_run_events (scope, branch, id);
+
+-- Phases (reviews, repairs): at most one open per run.
+CREATE TABLE oncewire_run_phases (
+    run_id       TEXT    NOT NULL REFERENCES oncewire_runs (run_id),
+    phase_id     TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,
+    status       TEXT    NOT NULL,
+    verdict      TEXT,
+    candidate_id TEXT,
+    body         TEXT    NOT NULL,
+    result       TEXT,
+    actions_bound INTEGER NOT NULL DEFAULT 0 CHECK (actions_bound IN (0, 1)),
+    opened_seq   INTEGER NOT NULL,
+    closed_seq   INTEGER,
+    opened_at    REAL    NOT NULL,
+    closed_at    REAL,
+    PRIMARY KEY (run_id, phase_id),
+    CHECK ((status = 'open') = (closed_seq IS NULL))
+);
+
+CREATE UNIQUE INDEX oncewire_run_phases_one_open ON oncewire_run_phases (run_id)
+    WHERE status = 'open';
+
+CREATE TABLE oncewire_run_findings (
+    run_id       TEXT NOT NULL REFERENCES oncewire_runs (run_id),
+    finding_id   TEXT NOT NULL,
+    phase_id     TEXT NOT NULL,
+    candidate_id TEXT NOT NULL,
+    severity     TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    PRIMARY KEY (run_id, finding_id)
+);
+
+-- Tool calls made inside a run: proposed before they run, resolved after.
+CREATE TABLE oncewire_run_actions (
+    run_id            TEXT    NOT NULL REFERENCES oncewire_runs (run_id),
+    action_id         TEXT    NOT NULL,
+    phase_id          TEXT,
+    kind              TEXT    NOT NULL,
+    arguments         TEXT    NOT NULL,
+    arguments_digest  TEXT    NOT NULL,
+    side_effect_class TEXT    NOT NULL,
+    resource_keys     TEXT    NOT NULL,
+    effect_key        TEXT,
+    status            TEXT    NOT NULL,
+    result            TEXT,
+    proposed_seq      INTEGER NOT NULL,
+    resolved_seq      INTEGER,
+    PRIMARY KEY (run_id, action_id),
+    CHECK ((status = 'proposed') = (resolved_seq IS NULL))
+);
+
+-- No terminal event while a phase is open, and the chain only grows at its head.
+CREATE TRIGGER oncewire_run_events_append BEFORE INSERT ON oncewire_run_events
+BEGIN
+    SELECT RAISE(ABORT, 'oncewire: a terminal event while a phase is open')
+    WHERE NEW.terminal = 1 AND EXISTS (
+        SELECT 1 FROM oncewire_run_phases WHERE run_id = NEW.run_id AND status = 'open');
+    SELECT RAISE(ABORT, 'oncewire: an event that does not extend the run''s head')
+    WHERE NOT EXISTS (
+        SELECT 1 FROM oncewire_runs
+        WHERE run_id = NEW.run_id AND head_seq + 1 = NEW.seq AND head_hash = NEW.prev_hash);
+END;
+
+-- History is append-only.
+CREATE TRIGGER oncewire_run_events_no_update BEFORE UPDATE ON oncewire_run_events
+BEGIN
+    SELECT RAISE(ABORT, 'oncewire: run events are append-only');
+END;
+
+CREATE TRIGGER oncewire_run_events_no_delete BEFORE DELETE ON oncewire_run_events
+BEGIN
+    SELECT RAISE(ABORT, 'oncewire: run events are append-only');
+END;
+
+-- Branches of a scope. `view` lists the visible segments [branch, after_id, upto_id|null].
+CREATE TABLE oncewire_run_branches (
+    scope      TEXT NOT NULL,
+    branch     TEXT NOT NULL,
+    parent     TEXT,
+    view       TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (scope, branch)
+);
+
+-- Cursors into a scope's history, with the branch's view at that cursor.
+CREATE TABLE oncewire_run_checkpoints (
+    checkpoint_id TEXT PRIMARY KEY,
+    scope         TEXT NOT NULL,
+    branch        TEXT NOT NULL,
+    cursor        INTEGER NOT NULL CHECK (cursor >= 0),
+    view          TEXT NOT NULL,
+    reason        TEXT NOT NULL,
+    metadata      TEXT NOT NULL,
+    created_at    REAL NOT NULL
+);
+
+-- Reverts: a branch shown again up to a checkpoint; the tail stays stored.
+CREATE TABLE oncewire_run_reverts (
+    id            INTEGER PRIMARY KEY,
+    scope         TEXT    NOT NULL,
+    branch        TEXT    NOT NULL,
+    checkpoint_id TEXT    NOT NULL REFERENCES oncewire_run_checkpoints (checkpoint_id),
+    hidden_after  INTEGER NOT NULL,
+    hidden_upto   INTEGER NOT NULL,
+    abandoned     TEXT    NOT NULL,
+    created_at    REAL    NOT NULL
+);
+
+-- A revert barrier: a deliberate hold on a scope, with states.
+CREATE TABLE oncewire_run_barriers (
+    scope        TEXT NOT NULL,
+    operation_id TEXT NOT NULL,
+    branch       TEXT,
+    state        TEXT NOT NULL CHECK (state IN ('reverting', 'recovery_required', 'resolved')),
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL,
+    PRIMARY KEY (scope, operation_id)
+);
+
+CREATE UNIQUE INDEX oncewire_run_barriers_one_held ON oncewire_run_barriers (scope)
+    WHERE state != 'resolved';
+
+-- While a barrier is held, only late evidence of admitted actions is appended.
+CREATE TRIGGER oncewire_run_events_barrier BEFORE INSERT ON oncewire_run_events
+WHEN NEW.type != 'action_resolved'
+BEGIN
+    SELECT RAISE(ABORT, 'oncewire: a revert barrier holds this scope')
+    WHERE EXISTS (
+        SELECT 1 FROM oncewire_run_barriers WHERE scope = NEW.scope AND state != 'resolved');
+END;
+
+-- Completion deliveries: the final message and its manifest, committed together, published
+-- after. Recovery may settle status, review status and the recovery note, never the bytes.
+CREATE TABLE oncewire_run_deliveries (
+    delivery_id      TEXT PRIMARY KEY,
+    idempotency_key  TEXT NOT NULL UNIQUE,
+    request_digest   TEXT NOT NULL,
+    scope            TEXT NOT NULL,
+    branch           TEXT NOT NULL,
+    turn             TEXT,
+    run_id           TEXT,
+    content          TEXT NOT NULL,
+    content_sha256   TEXT NOT NULL,
+    manifest         TEXT NOT NULL,
+    manifest_sha256  TEXT NOT NULL,
+    review_status    TEXT NOT NULL,
+    status           TEXT NOT NULL CHECK (status IN ('committed', 'published')),
+    recovery         TEXT,
+    owner            TEXT,
+    lease_expires_at REAL,
+    created_at       REAL NOT NULL,
+    published_at     REAL,
+    CHECK ((status = 'published') = (published_at IS NOT NULL))
+);
+
+CREATE INDEX oncewire_run_deliveries_committed ON oncewire_run_deliveries (created_at)
+    WHERE status = 'committed';
+
+CREATE TRIGGER oncewire_run_deliveries_bytes BEFORE UPDATE ON oncewire_run_deliveries
+WHEN NEW.content IS NOT OLD.content OR NEW.manifest IS NOT OLD.manifest
+  OR NEW.content_sha256 IS NOT OLD.content_sha256
+  OR NEW.manifest_sha256 IS NOT OLD.manifest_sha256
+BEGIN
+    SELECT RAISE(ABORT, 'oncewire: a delivery''s message and manifest never change');
+END;
+
+-- What each reconciliation did to each row it looked at.
+CREATE TABLE oncewire_run_reports (
+    id          INTEGER PRIMARY KEY,
+    pass_id     TEXT NOT NULL,
+    subject     TEXT NOT NULL CHECK (subject IN ('run', 'delivery')),
+    subject_id  TEXT NOT NULL,
+    run_id      TEXT,
+    owner       TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    status      TEXT,
+    reason      TEXT,
+    error       TEXT,
+    created_at  REAL NOT NULL
+);
+
+CREATE INDEX oncewire_run_reports_subject ON oncewire_run_reports (subject, subject_id);

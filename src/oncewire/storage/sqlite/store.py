@@ -32,6 +32,7 @@ from oncewire.storage.sqlite.connection import (
     translate_errors,
 )
 from oncewire.storage.sqlite.replies import SQLiteReplyVerbs
+from oncewire.storage.sqlite.runs import SQLiteRunVerbs
 
 __all__ = ["SQLiteStore", "SQLiteTransaction"]
 
@@ -98,7 +99,7 @@ class SQLiteTransaction:
         return self.conn.execute(sql, params)
 
 
-class SQLiteStore(SQLiteReplyVerbs, Store):
+class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
     dialect = "sqlite"
 
     def __init__(

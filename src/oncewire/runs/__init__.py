@@ -1,0 +1,52 @@
+"""runs: an event-sourced run ledger with idempotent commands, a hash-chained history,
+branches, an action ledger, completion deliveries and boot reconciliation.
+
+Reach it as ``ledger.runs`` (see :class:`oncewire.runs.service.RunsView`).
+"""
+
+from oncewire.runs.branches import Barrier, Checkpoint, Revert
+from oncewire.runs.deliveries import artifact_manifest
+from oncewire.runs.machine import Transition, Workflow
+from oncewire.runs.records import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    WORLD_CHANGING,
+    ActionStatus,
+    Delivery,
+    Projection,
+    ReconcileReport,
+    Run,
+    RunEvent,
+    RunStatus,
+    SideEffectClass,
+    Verdict,
+    Verification,
+)
+from oncewire.runs.review import REVIEW
+from oncewire.runs.service import DEFAULT_LEASE_SECONDS, Outcome, RunsView
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "DEFAULT_LEASE_SECONDS",
+    "REVIEW",
+    "TERMINAL_STATUSES",
+    "WORLD_CHANGING",
+    "ActionStatus",
+    "Barrier",
+    "Checkpoint",
+    "Delivery",
+    "Outcome",
+    "Projection",
+    "ReconcileReport",
+    "Revert",
+    "Run",
+    "RunEvent",
+    "RunStatus",
+    "RunsView",
+    "SideEffectClass",
+    "Transition",
+    "Verdict",
+    "Verification",
+    "Workflow",
+    "artifact_manifest",
+]

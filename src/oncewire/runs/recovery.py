@@ -1,0 +1,252 @@
+"""Reconciliation: closing what dead owners left, without inventing a result.
+
+Only runs whose lease expired are touched; a live owner's run is never. Each run is reconciled
+in its own transaction, through the same commands a live run would use (an interrupted review
+is completed as ``review_unavailable`` with no findings, then the run terminates). A run about
+which nothing truthful can be said (a repair that kept no action ledger) is released as
+``abandoned`` without a terminal. A scope held by a revert barrier is deferred. A run whose
+history fails verification is released without touching its evidence. Committed deliveries
+that no live run protects are then settled, each in its own transaction.
+
+Every outcome is stored as a report row in the same transaction as the change it reports. A
+failure is reported (in the returned list, and in a report row of its own) and never stops the
+sweep: one run's failure cannot deny the others their recovery.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncewire.core import crash
+from oncewire.core.canonical import canonical_json
+from oncewire.core.ids import new_id
+from oncewire.runs.records import ReconcileReport
+from oncewire.runs.review import recovery_plan
+from oncewire.storage.runs import DeliveryRow, ReportRow
+
+if TYPE_CHECKING:
+    from oncewire.runs.service import RunsView
+
+__all__ = ["RECOVERY_REASON", "reconcile", "reconcile_delivery", "reconcile_run"]
+
+RECOVERY_REASON = "lease_expired"
+
+RECONCILE_BEFORE_COMMIT = crash.register(
+    "runs.reconcile_before_commit", "a run's reconciliation is written but not committed"
+)
+
+
+def _report_row(pass_id: str, owner: str, report: ReconcileReport, now: float) -> ReportRow:
+    return ReportRow(
+        id=0,
+        pass_id=pass_id,
+        subject=report.subject,
+        subject_id=report.subject_id,
+        run_id=report.run_id,
+        owner=owner,
+        outcome=report.outcome,
+        status=report.status,
+        reason=report.reason,
+        error=report.error,
+        created_at=now,
+    )
+
+
+def reconcile_run(
+    runs: RunsView, run_id: str, *, owner: str, now: float, pass_id: str
+) -> ReconcileReport | None:
+    """Reconcile one run in one transaction; None when it needs nothing (any more)."""
+    store = runs.store
+    with store.transaction() as tx:
+        row = store.get_run_in_tx(tx, run_id)
+        if row is None or not row.active:
+            return None
+        if row.lease_expires_at is not None and row.lease_expires_at >= now:
+            return None  # renewed since the sweep listed it: its owner is alive
+        barrier = store.held_barrier_in_tx(tx, row.scope)
+        if barrier is not None:
+            report = ReconcileReport(
+                "run", run_id, run_id, "deferred", row.status, "revert_barrier"
+            )
+        else:
+            result = runs._audit(row)
+            if not result.ok or result.state is None:
+                store.abandon_run_in_tx(tx, run_id, reason="safety_boundary", now=now)
+                report = ReconcileReport(
+                    "run",
+                    run_id,
+                    run_id,
+                    "abandoned",
+                    "failed",
+                    "safety_boundary",
+                    error=None,
+                )
+            else:
+                state = result.state
+                effect_states: dict[str, str] = {}
+                for action in state["unresolved"].values():
+                    if action.get("effect_key"):
+                        effect = runs._ledger.store.get_effect(action["effect_key"])
+                        if effect is not None:
+                            effect_states[action["effect_key"]] = str(effect.state)
+                steps, abandon = recovery_plan(state, effect_states, reason=RECOVERY_REASON)
+                if abandon is not None:
+                    store.abandon_run_in_tx(tx, run_id, reason=abandon, now=now)
+                    report = ReconcileReport(
+                        "run", run_id, run_id, "abandoned", row.status, abandon
+                    )
+                else:
+                    fence = row.fence + 1
+                    for index, (command, request) in enumerate(steps):
+                        _, row, state = runs._append_in_tx(
+                            tx,
+                            row,
+                            state,
+                            command,
+                            request,
+                            key=f"reconcile:{fence}:{index}:{command}",
+                            request_digest=_digest(command, request),
+                            owner=owner,
+                            fence=fence,
+                            lease_expires_at=None,
+                        )
+                    report = ReconcileReport(
+                        "run",
+                        run_id,
+                        run_id,
+                        "terminal",
+                        row.status,
+                        row.terminal_reason,
+                        finished_at=row.finished_at,
+                    )
+        store.insert_report_in_tx(tx, _report_row(pass_id, owner, report, now))
+        RECONCILE_BEFORE_COMMIT.hit()
+    return report
+
+
+def _digest(command: str, request: dict[str, object]) -> str:
+    from oncewire.core.canonical import digest
+
+    return digest({"command": command, "request": request})
+
+
+def reconcile_delivery(
+    runs: RunsView, delivery_id: str, *, owner: str, now: float, pass_id: str
+) -> ReconcileReport | None:
+    """Settle one committed delivery in one transaction; None when a live run protects it."""
+    store = runs.store
+    with store.transaction() as tx:
+        row: DeliveryRow | None = store.get_delivery_in_tx(tx, delivery_id)
+        if row is None or row.status != "committed":
+            return None
+        if row.lease_expires_at is not None and row.lease_expires_at >= now:
+            return None
+        candidates = store.runs_for_turn_in_tx(tx, row.scope, row.branch, row.turn)
+        if row.run_id is not None:
+            named = store.get_run_in_tx(tx, row.run_id)
+            candidates = [r for r in candidates if r.run_id != row.run_id]
+            if named is not None:
+                candidates.append(named)
+        if row.turn is None and row.run_id is None:
+            candidates = []
+        if any(r.active and (r.lease_expires_at or 0) >= now for r in candidates):
+            return None  # its run is alive and will promote or settle it
+        owner_run = candidates[-1] if candidates else None
+        recovery: dict[str, object] = {"schema_version": 1, "reconciled_at": now}
+        review_status = row.review_status
+        if row.review_status == "candidate":
+            # An unreviewed candidate stays unreviewed: recovery never promotes it.
+            review_status = (
+                "outcome_unknown"
+                if owner_run is not None and owner_run.status == "outcome_unknown"
+                else "review_unavailable"
+            )
+            recovery["reason"] = (
+                "restart_before_run" if owner_run is None else "restart_before_promotion"
+            )
+        else:
+            recovery["reason"] = "restart_before_publish"
+        if owner_run is not None:
+            recovery["run_id"] = owner_run.run_id
+        store.settle_delivery_in_tx(
+            tx,
+            delivery_id,
+            review_status=review_status,
+            recovery_json=canonical_json(recovery),
+            published_at=now,
+        )
+        report = ReconcileReport(
+            "delivery",
+            delivery_id,
+            owner_run.run_id if owner_run else None,
+            "settled",
+            review_status,
+            str(recovery["reason"]),
+            finished_at=now,
+        )
+        store.insert_report_in_tx(tx, _report_row(pass_id, owner, report, now))
+    return report
+
+
+def _failed(
+    runs: RunsView,
+    subject: str,
+    subject_id: str,
+    run_id: str | None,
+    exc: BaseException,
+    *,
+    owner: str,
+    now: float,
+    pass_id: str,
+) -> ReconcileReport:
+    error = f"{type(exc).__name__}: {exc}"
+    report = ReconcileReport(subject, subject_id, run_id, "failed", None, None, error=error)
+    try:
+        with runs.store.transaction() as tx:
+            runs.store.insert_report_in_tx(tx, _report_row(pass_id, owner, report, now))
+    except Exception as second:  # the store itself is failing: the returned report says so
+        report = ReconcileReport(
+            subject,
+            subject_id,
+            run_id,
+            "failed",
+            None,
+            None,
+            error=f"{error}; and its report could not be stored: {type(second).__name__}: {second}",
+        )
+    return report
+
+
+def reconcile(runs: RunsView, *, owner: str, limit: int = 100_000) -> list[ReconcileReport]:
+    """One sweep: every run whose lease expired, then every orphaned committed delivery."""
+    now = runs.now()
+    pass_id = new_id()
+    reports: list[ReconcileReport] = []
+    for row in runs.store.expired_runs(now=now, limit=limit):
+        try:
+            report = reconcile_run(runs, row.run_id, owner=owner, now=now, pass_id=pass_id)
+        except Exception as exc:  # reported below, never swallowed; the sweep goes on
+            report = _failed(
+                runs, "run", row.run_id, row.run_id, exc, owner=owner, now=now, pass_id=pass_id
+            )
+        if report is not None:
+            reports.append(report)
+    for item in runs.store.committed_deliveries(now=now, limit=limit):
+        try:
+            report = reconcile_delivery(
+                runs, item.delivery_id, owner=owner, now=now, pass_id=pass_id
+            )
+        except Exception as exc:
+            report = _failed(
+                runs,
+                "delivery",
+                item.delivery_id,
+                item.run_id,
+                exc,
+                owner=owner,
+                now=now,
+                pass_id=pass_id,
+            )
+        if report is not None:
+            reports.append(report)
+    return reports

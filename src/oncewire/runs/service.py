@@ -1,0 +1,761 @@
+"""The run ledger: ``ledger.runs``.
+
+Every command is one transaction that appends one event to the run's hash chain and updates
+the run row. A command carries an idempotency key; its request (timestamps left out) has a
+digest. The same key with the same digest is a replay: the original outcome comes back and
+nothing is written. The same key with another digest is a :class:`RunConflict`.
+
+Before a command is applied the run is verified incrementally: the head event's hash is
+recomputed and the run row must be the state that head event commits to. Terminals and replays
+(which authorise a result) verify the whole history first. A run whose history fails
+verification refuses everything with :class:`HistoryTampered` and is shown as ``failed`` with
+reason ``safety_boundary``, the status the storage claimed kept beside it; its rows are never
+rewritten.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from oncewire.core import crash
+from oncewire.core.canonical import canonical_json, digest, digest_json, loads
+from oncewire.core.errors import (
+    BranchBusy,
+    ConfigurationError,
+    HistoryHidden,
+    HistoryTampered,
+    RevertBarrierHeld,
+    RunConflict,
+    RunNotFound,
+    StaleFence,
+    TransitionRefused,
+)
+from oncewire.runs.chain import chain_name, event_hash, genesis_hash
+from oncewire.runs.machine import NEW, Refusal, Step, apply_command, workflow
+from oncewire.runs.records import Projection, ReconcileReport, Run, RunEvent, Verification
+from oncewire.runs.verify import Audit, audit
+from oncewire.storage.base import Store
+from oncewire.storage.runs import EventRow, RunAppend, RunRow
+
+if TYPE_CHECKING:
+    from oncewire.effects.ledger import Ledger
+    from oncewire.runs.branches import Branches
+    from oncewire.runs.deliveries import Deliveries
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "Outcome", "RunsView"]
+
+DEFAULT_LEASE_SECONDS = 60.0
+
+COMMAND_BEFORE_COMMIT = crash.register(
+    "runs.command_before_commit", "a run command's event and row are written but not committed"
+)
+COMMAND_AFTER_COMMIT = crash.register(
+    "runs.command_after_commit", "a run command is committed; the caller has not heard back"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a command did: the event it appended (or replayed) and the run after that event."""
+
+    run: Run
+    event: RunEvent
+    replayed: bool
+
+
+def _event(row: EventRow) -> RunEvent:
+    return RunEvent(
+        cursor=row.id,
+        run_id=row.run_id,
+        seq=row.seq,
+        type=row.type,
+        key=row.idempotency_key,
+        request_digest=row.request_digest,
+        terminal=row.terminal,
+        payload=json.loads(row.payload_json),
+        prev_hash=row.prev_hash,
+        hash=row.hash,
+        at=row.at,
+    )
+
+
+def run_view(row: RunRow, state: dict[str, Any] | None, fault: str | None = None) -> Run:
+    """The run as shown: the folded ``state`` (None: the history failed verification)."""
+    if state is None or fault is not None:
+        return Run(
+            run_id=row.run_id,
+            scope=row.scope,
+            branch=row.branch,
+            turn=row.turn,
+            workflow=row.workflow,
+            status="failed",
+            terminal_reason="safety_boundary",
+            created_at=row.created_at,
+            finished_at=None,
+            abandoned_at=row.abandoned_at,
+            abandon_reason=row.abandon_reason,
+            owner=row.owner,
+            fence=row.fence,
+            lease_expires_at=row.lease_expires_at,
+            head_seq=row.head_seq,
+            state={},
+            hidden=row.hidden,
+            claimed_status=row.status,
+            fault=fault or "the history failed verification",
+        )
+    terminal = state.get("finished_at") is not None
+    return Run(
+        run_id=row.run_id,
+        scope=row.scope,
+        branch=row.branch,
+        turn=row.turn,
+        workflow=row.workflow,
+        status=str(state.get("status")),
+        terminal_reason=state.get("reason") if terminal else None,
+        created_at=state.get("created_at"),
+        finished_at=state.get("finished_at"),
+        abandoned_at=row.abandoned_at,
+        abandon_reason=row.abandon_reason,
+        owner=row.owner,
+        fence=row.fence,
+        lease_expires_at=row.lease_expires_at,
+        head_seq=row.head_seq,
+        state=state,
+        hidden=row.hidden,
+    )
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or not key or len(key) > 512:
+        raise ConfigurationError("an idempotency key must be a non-empty string of at most 512")
+
+
+class RunsView:
+    """The run ledger of a :class:`oncewire.Ledger`: ``ledger.runs``.
+
+    ``key`` (bytes, held outside the database) makes the chain an HMAC-SHA256 chain; a ledger
+    must be opened with the same key for every run it writes and verifies.
+    """
+
+    def __init__(self, ledger: Ledger, *, key: bytes | None = None) -> None:
+        self._ledger = ledger
+        self.key = key or None
+        self.last_reconciliation: list[ReconcileReport] = []
+        self._branches: Branches | None = None
+        self._deliveries: Deliveries | None = None
+
+    @property
+    def store(self) -> Store:
+        return self._ledger.store
+
+    def now(self) -> float:
+        return self._ledger.clock.now()
+
+    # -- commands ----------------------------------------------------------------------------
+    def start(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        scope: str,
+        branch: str | None = None,
+        turn: str | None = None,
+        workflow_name: str = "review",
+        params: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> Outcome:
+        """Start a run on ``branch`` (the scope's root branch by default), leased to ``owner``.
+
+        Refused with :class:`BranchBusy` while another run is active on the branch, and with
+        :class:`RevertBarrierHeld` while a revert holds the scope.
+        """
+        _check_key(key)
+        if not isinstance(run_id, str) or not run_id:
+            raise ConfigurationError("a run id must be a non-empty string")
+        branch = branch or scope
+        request: dict[str, Any] = {
+            "workflow": workflow_name,
+            "scope": scope,
+            "branch": branch,
+            "turn": turn,
+            "params": params or {},
+        }
+        request_digest = digest({"command": "start", "request": request})
+        now = self.now()
+        with self.store.transaction() as tx:
+            existing = self.store.get_run_in_tx(tx, run_id)
+            if existing is not None:
+                prior = self.store.event_by_key_in_tx(tx, run_id, key)
+                if prior is None or prior.seq != 1:
+                    self._refuse_released(existing)
+                    raise RunConflict(
+                        f"run {run_id!r} was already started under another key",
+                        run_id=run_id,
+                        key=key,
+                    )
+                return self._replay(existing, prior, request_digest)
+            self._refuse_barrier(tx, scope, "start a run")
+            try:
+                flow = workflow(workflow_name)
+            except Refusal as exc:
+                raise ConfigurationError(exc.reason) from None
+            self.branches.ensure_in_tx(tx, scope, branch, now)
+            row = RunRow(
+                run_id=run_id,
+                scope=scope,
+                branch=branch,
+                turn=turn,
+                workflow=flow.name,
+                chain=chain_name(self.key),
+                status="new",
+                terminal_reason=None,
+                state_json="{}",
+                head_seq=0,
+                head_hash=genesis_hash(run_id, self.key),
+                owner=owner,
+                fence=1,
+                lease_expires_at=now + lease_seconds,
+                created_at=now,
+                updated_at=now,
+                finished_at=None,
+                abandoned_at=None,
+                abandon_reason=None,
+                hidden=False,
+            )
+            if not self.store.insert_run_in_tx(tx, row):
+                busy = self.store.active_run_on_branch_in_tx(tx, scope, branch)
+                if busy is None:
+                    raise RunConflict(f"run {run_id!r} already exists", run_id=run_id)
+                expired = busy.lease_expires_at is not None and busy.lease_expires_at < now
+                raise BranchBusy(
+                    f"branch {branch!r} has the active run {busy.run_id!r} "
+                    f"({busy.status})"
+                    + ("; its lease expired: it needs reconciliation" if expired else ""),
+                    run_id=busy.run_id,
+                    status=busy.status,
+                    requires_reconciliation=expired,
+                )
+            stored, new_row, state = self._append_in_tx(
+                tx,
+                row,
+                {"status": NEW},
+                "start",
+                request,
+                key=key,
+                request_digest=request_digest,
+                owner=owner,
+                fence=1,
+                lease_expires_at=now + lease_seconds,
+            )
+            COMMAND_BEFORE_COMMIT.hit()
+        COMMAND_AFTER_COMMIT.hit()
+        return Outcome(run_view(new_row, state), _event(stored), False)
+
+    def execute(
+        self,
+        run_id: str,
+        command: str,
+        request: dict[str, Any],
+        *,
+        key: str,
+        owner: str | None = None,
+        fence: int | None = None,
+        lease_seconds: float | None = None,
+    ) -> Outcome:
+        """Apply ``command`` to the run (the generic form of every named command)."""
+        _check_key(key)
+        if command == "start":
+            raise ConfigurationError("use start() to start a run")
+        request_digest = digest({"command": command, "request": request})
+        now = self.now()
+        with self.store.transaction() as tx:
+            row = self.store.get_run_in_tx(tx, run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
+            self._refuse_released(row)
+            prior = self.store.event_by_key_in_tx(tx, run_id, key)
+            if prior is not None:
+                return self._replay(row, prior, request_digest)
+            state = self._verified_head_in_tx(tx, row)
+            if command != "resolve_action":
+                self._refuse_barrier(tx, row.scope, command)
+            if fence is not None and fence != row.fence:
+                raise StaleFence(
+                    f"run {run_id!r} is held under fence {row.fence}, not {fence}",
+                    run_id=run_id,
+                    fence=row.fence,
+                )
+            if command == "terminate":
+                # A terminal authorises a result: it is admitted only on a history that
+                # verifies from its genesis.
+                self._require_audit(row)
+            lease_expires_at = row.lease_expires_at
+            if lease_seconds is not None:
+                lease_expires_at = now + lease_seconds
+            stored, new_row, state = self._append_in_tx(
+                tx,
+                row,
+                state,
+                command,
+                request,
+                key=key,
+                request_digest=request_digest,
+                owner=owner if owner is not None else row.owner,
+                fence=row.fence,
+                lease_expires_at=lease_expires_at,
+            )
+            COMMAND_BEFORE_COMMIT.hit()
+        COMMAND_AFTER_COMMIT.hit()
+        return Outcome(run_view(new_row, state), _event(stored), False)
+
+    def record_candidate(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        candidate_id: str,
+        snapshot_sha256: str,
+        evidence_sha256: str,
+        artifact_set_sha256: str,
+        artifact_ids: Sequence[str] = (),
+        version_ids: Sequence[str] = (),
+        fence: int | None = None,
+    ) -> Outcome:
+        candidate = {
+            "candidate_id": candidate_id,
+            "snapshot_sha256": snapshot_sha256,
+            "evidence_sha256": evidence_sha256,
+            "artifact_set_sha256": artifact_set_sha256,
+            "artifact_ids": list(artifact_ids),
+            "version_ids": list(version_ids),
+        }
+        return self.execute(
+            run_id, "record_candidate", {"candidate": candidate}, key=key, fence=fence
+        )
+
+    def start_review(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        review_id: str,
+        candidate_id: str,
+        evidence_sha256: str,
+        attempt: int = 1,
+        reviewer: dict[str, Any] | None = None,
+        fence: int | None = None,
+    ) -> Outcome:
+        request = {
+            "review_id": review_id,
+            "candidate_id": candidate_id,
+            "evidence_sha256": evidence_sha256,
+            "attempt": attempt,
+            "reviewer": reviewer or {},
+        }
+        return self.execute(run_id, "start_review", request, key=key, fence=fence)
+
+    def complete_review(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        review_id: str,
+        verdict: str,
+        status: str = "completed",
+        assessment: dict[str, Any] | None = None,
+        findings: Sequence[dict[str, Any]] = (),
+        usage: dict[str, Any] | None = None,
+        fence: int | None = None,
+    ) -> Outcome:
+        request = {
+            "review_id": review_id,
+            "status": status,
+            "verdict": verdict,
+            "assessment": assessment or {},
+            "findings": [dict(f) for f in findings],
+            "usage": usage or {},
+        }
+        return self.execute(run_id, "complete_review", request, key=key, fence=fence)
+
+    def start_repair(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        repair_id: str,
+        finding_ids: Sequence[str] = (),
+        checkpoint_id: str | None = None,
+        fence: int | None = None,
+    ) -> Outcome:
+        request = {
+            "repair_id": repair_id,
+            "finding_ids": list(finding_ids),
+            "checkpoint_id": checkpoint_id,
+        }
+        return self.execute(run_id, "start_repair", request, key=key, fence=fence)
+
+    def bind_actions(
+        self, run_id: str, *, key: str, repair_id: str, fence: int | None = None
+    ) -> Outcome:
+        """Declare that the open repair records its tool calls in the action ledger."""
+        return self.execute(run_id, "bind_actions", {"repair_id": repair_id}, key=key, fence=fence)
+
+    def complete_repair(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        repair_id: str,
+        status: str = "completed",
+        candidate: dict[str, Any] | None = None,
+        fence: int | None = None,
+    ) -> Outcome:
+        request: dict[str, Any] = {"repair_id": repair_id, "status": status}
+        if candidate is not None:
+            request["candidate"] = candidate
+        return self.execute(run_id, "complete_repair", request, key=key, fence=fence)
+
+    def propose_action(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        action_id: str,
+        kind: str,
+        arguments: Any,
+        side_effect_class: str,
+        resource_keys: Sequence[str] = (),
+        effect_key: str | None = None,
+        fence: int | None = None,
+    ) -> Outcome:
+        """Record a tool call before it runs. ``effect_key`` links an effect of the outbox that
+        performs it (its state is then read from the outbox, not copied here)."""
+        request = {
+            "action_id": action_id,
+            "kind": kind,
+            "arguments": arguments,
+            "side_effect_class": side_effect_class,
+            "resource_keys": list(resource_keys),
+            "effect_key": effect_key,
+        }
+        return self.execute(run_id, "propose_action", request, key=key, fence=fence)
+
+    def resolve_action(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        action_id: str,
+        status: str,
+        result: Any = None,
+        fence: int | None = None,
+    ) -> Outcome:
+        """Record how a proposed tool call ended (admitted even while a revert holds the scope)."""
+        request = {"action_id": action_id, "status": status, "result": result}
+        return self.execute(run_id, "resolve_action", request, key=key, fence=fence)
+
+    def terminate(
+        self,
+        run_id: str,
+        *,
+        key: str,
+        status: str,
+        reason: str,
+        fence: int | None = None,
+    ) -> Outcome:
+        return self.execute(
+            run_id, "terminate", {"status": status, "reason": reason}, key=key, fence=fence
+        )
+
+    def renew(self, run_id: str, *, owner: str, fence: int, lease_seconds: float) -> Run:
+        """Extend the owner's lease; refused with :class:`StaleFence` once another took over."""
+        now = self.now()
+        with self.store.transaction() as tx:
+            row = self.store.get_run_in_tx(tx, run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
+            if row.fence != fence or row.owner != owner or not row.active:
+                raise StaleFence(
+                    f"run {run_id!r} is no longer held by {owner!r} under fence {fence}",
+                    run_id=run_id,
+                )
+            self.store.update_run_lease_in_tx(
+                tx, run_id, owner=owner, fence=fence, lease_expires_at=now + lease_seconds, now=now
+            )
+        return self.get(run_id)
+
+    # -- reading -----------------------------------------------------------------------------
+    def get(self, run_id: str) -> Run:
+        """The run, verified in full (a failed history shows as failed / safety_boundary)."""
+        row = self.store.get_run(run_id)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
+        result = self._audit(row)
+        return run_view(row, result.state, result.verification.reason)
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        return [_event(row) for row in self.store.run_events(run_id)]
+
+    def list(
+        self,
+        *,
+        scope: str | None = None,
+        status: Sequence[str] = (),
+        limit: int = 100,
+        after_run_id: str = "",
+    ) -> builtins.list[RunRow]:
+        """Stored run rows (unverified: use :meth:`get` or :meth:`verify` to rely on one)."""
+        return self.store.list_runs(
+            scope=scope, statuses=list(status), limit=limit, after_run_id=after_run_id
+        )
+
+    def verify(self, run_id: str | None = None, *, page: int = 500) -> builtins.list[Verification]:
+        """Verify one run, or every run in the store."""
+        if run_id is not None:
+            row = self.store.get_run(run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
+            return [self._audit(row).verification]
+        results: builtins.list[Verification] = []
+        after = ""
+        while True:
+            rows = self.store.list_runs(limit=page, after_run_id=after)
+            results.extend(self._audit(row).verification for row in rows)
+            if len(rows) < page:
+                return results
+            after = rows[-1].run_id
+
+    def project(
+        self, scope: str, branch: str | None = None, *, upto: int | None = None
+    ) -> Projection:
+        """What ``branch`` shows (at its head, or at cursor ``upto``): its latest run, folded
+        from the events visible on it."""
+        return self.branches.project(scope, branch or scope, upto=upto)
+
+    def cursor(self, scope: str) -> int:
+        with self.store.transaction() as tx:
+            return self.store.scope_cursor_in_tx(tx, scope)
+
+    @property
+    def branches(self) -> Branches:
+        if self._branches is None:
+            from oncewire.runs.branches import Branches
+
+            self._branches = Branches(self)
+        return self._branches
+
+    @property
+    def deliveries(self) -> Deliveries:
+        if self._deliveries is None:
+            from oncewire.runs.deliveries import Deliveries
+
+            self._deliveries = Deliveries(self)
+        return self._deliveries
+
+    def checkpoint(
+        self, checkpoint_id: str, *, scope: str, branch: str | None = None, **kw: Any
+    ) -> Any:
+        return self.branches.checkpoint(checkpoint_id, scope=scope, branch=branch or scope, **kw)
+
+    def fork(self, *, scope: str, checkpoint_id: str, branch: str) -> Any:
+        return self.branches.fork(scope=scope, checkpoint_id=checkpoint_id, branch=branch)
+
+    def revert(self, *, scope: str, branch: str | None = None, checkpoint_id: str) -> Any:
+        return self.branches.revert(
+            scope=scope, branch=branch or scope, checkpoint_id=checkpoint_id
+        )
+
+    def hold(
+        self, *, scope: str, operation_id: str, state: str = "reverting", branch: str | None = None
+    ) -> Any:
+        return self.branches.hold(
+            scope=scope, operation_id=operation_id, state=state, branch=branch
+        )
+
+    def release_hold(self, *, scope: str, operation_id: str) -> Any:
+        return self.branches.hold(scope=scope, operation_id=operation_id, state="resolved")
+
+    def reconcile(self, *, owner: str, limit: int = 100_000) -> builtins.list[ReconcileReport]:
+        """Close what dead owners left: see :mod:`oncewire.runs.recovery`."""
+        from oncewire.runs.recovery import reconcile
+
+        self.last_reconciliation = reconcile(self, owner=owner, limit=limit)
+        return self.last_reconciliation
+
+    def reports(self, *, limit: int = 100, subject_id: str | None = None) -> builtins.list[Any]:
+        return self.store.list_reports(limit=limit, subject_id=subject_id)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _audit(self, row: RunRow, *, snapshots: Sequence[int] = ()) -> Audit:
+        events = self.store.run_events(row.run_id)
+        return audit(
+            row, events, self.store.run_projections(row.run_id), self.key, snapshots=snapshots
+        )
+
+    def _require_audit(self, row: RunRow, *, snapshots: Sequence[int] = ()) -> Audit:
+        result = self._audit(row, snapshots=snapshots)
+        if not result.ok:
+            v = result.verification
+            raise HistoryTampered(
+                f"run {row.run_id!r} failed verification at event {v.first_bad_seq}: {v.reason}; "
+                "it authorises nothing",
+                run_id=row.run_id,
+                seq=v.first_bad_seq,
+                reason=v.reason,
+            )
+        return result
+
+    def _refuse_released(self, row: RunRow) -> None:
+        if row.abandoned_at is not None:
+            raise HistoryHidden(
+                f"run {row.run_id!r} was abandoned ({row.abandon_reason}): it authorises nothing",
+                run_id=row.run_id,
+                reason=row.abandon_reason,
+            )
+        if row.hidden:
+            raise HistoryHidden(
+                f"run {row.run_id!r} lies in a reverted branch tail: it authorises nothing",
+                run_id=row.run_id,
+                reason="reverted",
+            )
+
+    def _refuse_barrier(self, tx: Any, scope: str, what: str) -> None:
+        barrier = self.store.held_barrier_in_tx(tx, scope)
+        if barrier is not None:
+            raise RevertBarrierHeld(
+                f"cannot {what}: revert {barrier.operation_id!r} holds scope {scope!r} "
+                f"({barrier.state}) and requires recovery first",
+                scope=scope,
+                operation_id=barrier.operation_id,
+                state=barrier.state,
+            )
+
+    def _verified_head_in_tx(self, tx: Any, row: RunRow) -> dict[str, Any]:
+        """Incremental verification: the head event is intact and the row is its state."""
+
+        def tampered(reason: str) -> HistoryTampered:
+            return HistoryTampered(
+                f"run {row.run_id!r} failed verification at event {row.head_seq}: {reason}; "
+                "it authorises nothing",
+                run_id=row.run_id,
+                seq=row.head_seq,
+                reason=reason,
+            )
+
+        if row.chain != chain_name(self.key):
+            raise tampered(f"its chain is {row.chain}, this ledger's key says otherwise")
+        head = self.store.event_at_in_tx(tx, row.run_id, row.head_seq)
+        if head is None:
+            raise tampered("its head event is missing")
+        computed = event_hash(
+            self.key, row.run_id, head.seq, head.type, head.prev_hash, head.payload_json
+        )
+        if computed != head.hash or head.hash != row.head_hash:
+            raise tampered("its head event's hash does not match")
+        try:
+            committed = loads(head.payload_json).get("state")
+            state: dict[str, Any] = loads(row.state_json)
+        except Exception:
+            raise tampered("its head event or row is not JSON") from None
+        if committed != digest_json(row.state_json) or state.get("status") != row.status:
+            raise tampered("the run row is not the state its head event commits to")
+        return state
+
+    def _replay(self, row: RunRow, prior: EventRow, request_digest: str) -> Outcome:
+        if prior.request_digest != request_digest:
+            raise RunConflict(
+                f"key {prior.idempotency_key!r} of run {row.run_id!r} is bound to request "
+                f"{prior.request_digest[:12]}…, not {request_digest[:12]}…; nothing was written",
+                run_id=row.run_id,
+                key=prior.idempotency_key,
+                stored_digest=prior.request_digest,
+                offered_digest=request_digest,
+            )
+        self._refuse_released(row)
+        result = self._require_audit(row, snapshots=(prior.seq,))
+        return Outcome(run_view(row, result.states[prior.seq]), _event(prior), True)
+
+    def _append_in_tx(
+        self,
+        tx: Any,
+        row: RunRow,
+        state: dict[str, Any],
+        command: str,
+        request: dict[str, Any],
+        *,
+        key: str,
+        request_digest: str,
+        owner: str | None,
+        fence: int,
+        lease_expires_at: float | None,
+    ) -> tuple[EventRow, RunRow, dict[str, Any]]:
+        """Apply one command to ``state`` (in place) and write its event; returns the stored
+        event, the new row and the state."""
+        flow = workflow(row.workflow)
+        now = self.now()
+        seq = row.head_seq + 1
+        try:
+            transition, rows = apply_command(
+                flow, state, command, request, Step(row.run_id, seq, now, owner)
+            )
+        except Refusal as exc:
+            raise TransitionRefused(
+                f"run {row.run_id!r}: {exc.reason}",
+                run_id=row.run_id,
+                command=command,
+                status=row.status,
+                reason=exc.reason,
+            ) from None
+        state_json = canonical_json(state)
+        payload_json = canonical_json(
+            {
+                "key": key,
+                "digest": request_digest,
+                "command": command,
+                "request": request,
+                "at": now,
+                "by": owner,
+                "state": digest_json(state_json),
+            }
+        )
+        own_hash = event_hash(
+            self.key, row.run_id, seq, transition.event, row.head_hash, payload_json
+        )
+        event = EventRow(
+            id=0,
+            run_id=row.run_id,
+            scope=row.scope,
+            branch=row.branch,
+            seq=seq,
+            type=transition.event,
+            idempotency_key=key,
+            request_digest=request_digest,
+            terminal=transition.terminal,
+            payload_json=payload_json,
+            prev_hash=row.head_hash,
+            hash=own_hash,
+            at=now,
+        )
+        terminal = state["status"] in flow.terminal_statuses
+        new_row = replace(
+            row,
+            status=str(state["status"]),
+            terminal_reason=state["reason"] if terminal else None,
+            state_json=state_json,
+            head_seq=seq,
+            head_hash=own_hash,
+            owner=owner,
+            fence=fence,
+            lease_expires_at=None if terminal else lease_expires_at,
+            updated_at=now,
+            finished_at=state["finished_at"] if terminal else None,
+        )
+        stored = self.store.append_run_event_in_tx(
+            tx, RunAppend(event, new_row, rows.phases, rows.findings, rows.actions)
+        )
+        return stored, new_row, state

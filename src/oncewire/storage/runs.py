@@ -1,0 +1,385 @@
+"""The run ledger's part of the Store seam: records and domain verbs.
+
+The runs layer never writes SQL. It opens a transaction with :meth:`Store.transaction`, reads
+the rows a command needs with the ``*_in_tx`` verbs, decides in Python (the transition table,
+the guards, the hash chain), and hands the store one :class:`RunAppend` to apply. The invariants
+that matter are held by the backend's constraints (one active run per branch, one terminal
+event per run, no terminal while a phase is open, the chain only grows at its head), so a bug
+above this seam cannot break them.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ActionRow",
+    "BarrierRow",
+    "BranchRow",
+    "CheckpointRow",
+    "DeliveryRow",
+    "EventRow",
+    "FindingRow",
+    "PhaseRow",
+    "ReportRow",
+    "RunAppend",
+    "RunRow",
+    "RunVerbs",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A run as stored: the projection columns, the compact state, the chain head and lease."""
+
+    run_id: str
+    scope: str
+    branch: str
+    turn: str | None
+    workflow: str
+    chain: str  # "sha256" or "hmac-sha256"
+    status: str
+    terminal_reason: str | None
+    state_json: str
+    head_seq: int
+    head_hash: str
+    owner: str | None
+    fence: int
+    lease_expires_at: float | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    abandoned_at: float | None
+    abandon_reason: str | None
+    hidden: bool
+
+    @property
+    def active(self) -> bool:
+        return self.finished_at is None and self.abandoned_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One event of a run's chain. ``id`` is the scope-wide cursor."""
+
+    id: int
+    run_id: str
+    scope: str
+    branch: str
+    seq: int
+    type: str
+    idempotency_key: str
+    request_digest: str
+    terminal: bool
+    payload_json: str
+    prev_hash: str
+    hash: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRow:
+    run_id: str
+    phase_id: str
+    kind: str  # "review" or "repair"
+    status: str  # "open", then how it closed
+    verdict: str | None
+    candidate_id: str | None
+    body_json: str
+    result_json: str | None
+    actions_bound: bool
+    opened_seq: int
+    closed_seq: int | None
+    opened_at: float
+    closed_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FindingRow:
+    run_id: str
+    finding_id: str
+    phase_id: str
+    candidate_id: str
+    severity: str
+    body_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRow:
+    run_id: str
+    action_id: str
+    phase_id: str | None
+    kind: str
+    arguments_json: str
+    arguments_digest: str
+    side_effect_class: str
+    resource_keys_json: str
+    effect_key: str | None
+    status: str  # "proposed", then how it resolved
+    result_json: str | None
+    proposed_seq: int
+    resolved_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BranchRow:
+    scope: str
+    branch: str
+    parent: str | None
+    view_json: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    checkpoint_id: str
+    scope: str
+    branch: str
+    cursor: int
+    view_json: str
+    reason: str
+    metadata_json: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class BarrierRow:
+    scope: str
+    operation_id: str
+    branch: str | None
+    state: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRow:
+    delivery_id: str
+    idempotency_key: str
+    request_digest: str
+    scope: str
+    branch: str
+    turn: str | None
+    run_id: str | None
+    content: str
+    content_sha256: str
+    manifest_json: str
+    manifest_sha256: str
+    review_status: str
+    status: str
+    recovery_json: str | None
+    owner: str | None
+    lease_expires_at: float | None
+    created_at: float
+    published_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    id: int
+    pass_id: str
+    subject: str  # "run" or "delivery"
+    subject_id: str
+    run_id: str | None
+    owner: str
+    outcome: str
+    status: str | None
+    reason: str | None
+    error: str | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunAppend:
+    """Everything one command writes: one event, the run row after it, and its projections."""
+
+    event: EventRow  # ``id`` is ignored: the store assigns the cursor
+    run: RunRow
+    phases: Sequence[PhaseRow] = field(default_factory=tuple)  # inserted or replaced
+    findings: Sequence[FindingRow] = field(default_factory=tuple)  # inserted
+    actions: Sequence[ActionRow] = field(default_factory=tuple)  # inserted or replaced
+
+
+class RunVerbs(abc.ABC):
+    """Domain verbs of the run ledger. ``tx`` is what :meth:`Store.transaction` yields."""
+
+    # -- runs and their chains ---------------------------------------------------------------
+    @abc.abstractmethod
+    def insert_run_in_tx(self, tx: Any, row: RunRow) -> bool:
+        """Insert a new run row (no events yet) unless its id exists or its branch already has
+        an active run; return whether it was inserted."""
+
+    @abc.abstractmethod
+    def get_run_in_tx(self, tx: Any, run_id: str) -> RunRow | None: ...
+
+    @abc.abstractmethod
+    def active_run_on_branch_in_tx(self, tx: Any, scope: str, branch: str) -> RunRow | None: ...
+
+    @abc.abstractmethod
+    def event_by_key_in_tx(self, tx: Any, run_id: str, key: str) -> EventRow | None: ...
+
+    @abc.abstractmethod
+    def event_at_in_tx(self, tx: Any, run_id: str, seq: int) -> EventRow | None: ...
+
+    @abc.abstractmethod
+    def append_run_event_in_tx(self, tx: Any, change: RunAppend) -> EventRow:
+        """Insert the event (extending the run's head), then write the run row and the phase,
+        finding and action rows. Returns the event with its cursor."""
+
+    @abc.abstractmethod
+    def update_run_lease_in_tx(
+        self,
+        tx: Any,
+        run_id: str,
+        *,
+        owner: str | None,
+        fence: int,
+        lease_expires_at: float | None,
+        now: float,
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def abandon_run_in_tx(self, tx: Any, run_id: str, *, reason: str, now: float) -> bool:
+        """Mark an active run abandoned (no terminal is written); return whether it was."""
+
+    @abc.abstractmethod
+    def set_runs_hidden_in_tx(self, tx: Any, hidden: dict[str, bool]) -> None: ...
+
+    @abc.abstractmethod
+    def held_barrier_in_tx(self, tx: Any, scope: str) -> BarrierRow | None: ...
+
+    @abc.abstractmethod
+    def actions_in_tx(self, tx: Any, run_id: str) -> list[ActionRow]: ...
+
+    @abc.abstractmethod
+    def get_run(self, run_id: str) -> RunRow | None: ...
+
+    @abc.abstractmethod
+    def list_runs(
+        self,
+        *,
+        scope: str | None = None,
+        statuses: Sequence[str] = (),
+        limit: int = 100,
+        after_run_id: str = "",
+    ) -> list[RunRow]: ...
+
+    @abc.abstractmethod
+    def run_events(self, run_id: str) -> list[EventRow]:
+        """Every event of the run's chain, by ``seq``."""
+
+    @abc.abstractmethod
+    def run_chain(
+        self, run_id: str, *, after_seq: int = 0
+    ) -> list[tuple[int, int, str, str, str, str]]:
+        """``(cursor, seq, type, prev_hash, hash, payload_json)`` by seq: the lean read that
+        verification needs."""
+
+    @abc.abstractmethod
+    def run_projections(
+        self, run_id: str
+    ) -> tuple[list[PhaseRow], list[FindingRow], list[ActionRow]]: ...
+
+    @abc.abstractmethod
+    def expired_runs(self, *, now: float, limit: int) -> list[RunRow]:
+        """Active runs whose lease expired before ``now``, oldest lease first."""
+
+    @abc.abstractmethod
+    def branch_runs_in_tx(self, tx: Any, scope: str, branch: str) -> list[RunRow]:
+        """Every run started on this branch (a revert recomputes which are hidden)."""
+
+    # -- branches, checkpoints, barriers -----------------------------------------------------
+    @abc.abstractmethod
+    def get_branch_in_tx(self, tx: Any, scope: str, branch: str) -> BranchRow | None: ...
+
+    @abc.abstractmethod
+    def put_branch_in_tx(self, tx: Any, row: BranchRow) -> None:
+        """Insert the branch or replace its view."""
+
+    @abc.abstractmethod
+    def get_branch(self, scope: str, branch: str) -> BranchRow | None: ...
+
+    @abc.abstractmethod
+    def insert_checkpoint_in_tx(self, tx: Any, row: CheckpointRow) -> bool:
+        """Insert unless the id exists; return whether it was inserted."""
+
+    @abc.abstractmethod
+    def get_checkpoint_in_tx(self, tx: Any, checkpoint_id: str) -> CheckpointRow | None: ...
+
+    @abc.abstractmethod
+    def scope_cursor_in_tx(self, tx: Any, scope: str) -> int:
+        """The cursor of the newest event of ``scope`` (0 when it has none)."""
+
+    @abc.abstractmethod
+    def max_cursor_in_tx(self, tx: Any) -> int:
+        """The newest cursor in the whole store."""
+
+    @abc.abstractmethod
+    def latest_event_in_view(
+        self, scope: str, segments: Sequence[tuple[str, int, int | None]], upto: int | None
+    ) -> EventRow | None:
+        """The newest event of ``scope`` inside the visible segments ``(branch, after, upto)``."""
+
+    @abc.abstractmethod
+    def insert_revert_in_tx(
+        self,
+        tx: Any,
+        *,
+        scope: str,
+        branch: str,
+        checkpoint_id: str,
+        hidden_after: int,
+        hidden_upto: int,
+        abandoned: Sequence[str],
+        now: float,
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def put_barrier_in_tx(self, tx: Any, row: BarrierRow) -> None:
+        """Insert the barrier or update its state (one held barrier per scope)."""
+
+    @abc.abstractmethod
+    def get_barrier_in_tx(self, tx: Any, scope: str, operation_id: str) -> BarrierRow | None: ...
+
+    # -- deliveries --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def insert_delivery_in_tx(self, tx: Any, row: DeliveryRow) -> DeliveryRow:
+        """Insert unless the idempotency key exists; return the stored row either way."""
+
+    @abc.abstractmethod
+    def get_delivery_in_tx(self, tx: Any, delivery_id: str) -> DeliveryRow | None: ...
+
+    @abc.abstractmethod
+    def settle_delivery_in_tx(
+        self,
+        tx: Any,
+        delivery_id: str,
+        *,
+        review_status: str,
+        recovery_json: str | None,
+        published_at: float,
+    ) -> bool:
+        """Publish a committed delivery (its bytes untouched); return whether it was."""
+
+    @abc.abstractmethod
+    def get_delivery(self, delivery_id: str) -> DeliveryRow | None: ...
+
+    @abc.abstractmethod
+    def committed_deliveries(self, *, now: float, limit: int) -> list[DeliveryRow]:
+        """Committed, unpublished deliveries whose owner's lease expired before ``now``."""
+
+    @abc.abstractmethod
+    def runs_for_turn_in_tx(
+        self, tx: Any, scope: str, branch: str, turn: str | None
+    ) -> list[RunRow]: ...
+
+    # -- reports -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def insert_report_in_tx(self, tx: Any, row: ReportRow) -> None: ...
+
+    @abc.abstractmethod
+    def list_reports(self, *, limit: int = 100, subject_id: str | None = None) -> list[ReportRow]:
+        """The newest reports first."""
