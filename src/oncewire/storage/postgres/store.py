@@ -301,7 +301,7 @@ class PostgresStore(Store):
             "            %s::float8[], %s::boolean[]) "
             "     AS v(id, fence, state, result, last_error, not_before, maybe_sent) "
             "WHERE e.id = v.id AND e.fence = v.fence AND e.state = 'claimed' "
-            "RETURNING e.id",
+            "RETURNING e.id, v.fence",
             (
                 now,
                 [i.id for i in items],
@@ -313,8 +313,8 @@ class PostgresStore(Store):
                 [i.maybe_sent for i in items],
             ),
         ).fetchall()
-        applied = {row[0] for row in rows}
-        return [i.id in applied for i in items]
+        applied = {(row[0], row[1]) for row in rows}
+        return [(i.id, i.fence) in applied for i in items]
 
     def settle_and_claim(
         self,
