@@ -413,6 +413,29 @@ def test_cancel_a_claimed_effect_takes_its_lease_and_refuses_its_outcome(
     assert store.lease_holders() == []
 
 
+def test_an_attempt_cancelled_in_flight_makes_a_later_retry_a_redelivery(
+    store: Store, arrange: Arrange
+) -> None:
+    # Regression: the cancelled attempt may have landed, yet a retry after the cancel used to
+    # go out unflagged, a silent duplicate for the receiver.
+    arrange.add("k")
+    arrange.claim(owner="w1", now=T0)
+    assert store.cancel_effect("k", now=T0 + 1, reason="stop").maybe_sent is True
+    store.retry_effect("k", now=T0 + 2)
+    (again,) = arrange.claim(owner="w2", now=T0 + 2)
+    assert again.redelivery is True
+
+
+def test_cancelling_a_waiting_effect_does_not_invent_a_delivery(
+    store: Store, arrange: Arrange
+) -> None:
+    arrange.add("k")
+    assert store.cancel_effect("k", now=T0 + 1, reason="stop").maybe_sent is False
+    store.retry_effect("k", now=T0 + 2)
+    (again,) = arrange.claim(now=T0 + 2)
+    assert again.redelivery is False
+
+
 @pytest.mark.parametrize("state", [S.DONE, S.REJECTED, S.DEAD, S.CANCELLED])
 def test_cancel_refuses_a_terminal_effect(
     store: Store, raw: RawDatabase, arrange: Arrange, state: EffectState

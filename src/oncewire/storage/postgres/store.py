@@ -450,13 +450,15 @@ class PostgresStore(Store):
                     key=key,
                     state=str(effect.state),
                 )
-            if effect.state is EffectState.CLAIMED:
+            in_flight = effect.state is EffectState.CLAIMED
+            if in_flight:
                 reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
+            # An attempt in flight may land: a later retry must go out flagged as a redelivery.
             row = conn.execute(
                 "UPDATE oncewire_effects SET state = 'cancelled', last_error = %s, "
-                "lease_owner = NULL, lease_expires_at = NULL, fence = fence + 1, updated_at = %s "
-                f"WHERE id = %s RETURNING {_EFFECT_COLUMNS}",
-                (reason, now, effect.id),
+                "lease_owner = NULL, lease_expires_at = NULL, fence = fence + 1, updated_at = %s, "
+                f"maybe_sent = %s WHERE id = %s RETURNING {_EFFECT_COLUMNS}",
+                (reason, now, in_flight or effect.maybe_sent, effect.id),
             ).fetchone()
         return _effect(row)
 

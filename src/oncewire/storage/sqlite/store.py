@@ -425,13 +425,15 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
                     key=key,
                     state=str(effect.state),
                 )
-            if effect.state is EffectState.CLAIMED:
+            in_flight = effect.state is EffectState.CLAIMED
+            if in_flight:
                 reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
+            # An attempt in flight may land: a later retry must go out flagged as a redelivery.
             rows = conn.execute(
                 "UPDATE oncewire_effects SET state = 'cancelled', last_error = ?, "
-                "lease_owner = NULL, lease_expires_at = NULL, fence = fence + 1, updated_at = ? "
-                f"WHERE id = ? RETURNING {_EFFECT_COLUMNS}",
-                (reason, now, effect.id),
+                "lease_owner = NULL, lease_expires_at = NULL, fence = fence + 1, updated_at = ?, "
+                f"maybe_sent = ? WHERE id = ? RETURNING {_EFFECT_COLUMNS}",
+                (reason, now, int(in_flight or effect.maybe_sent), effect.id),
             ).fetchall()
         return _effect(rows[0])
 
