@@ -1,0 +1,192 @@
+"""The reply engine beyond the fault matrix: re-delivered inbound messages, schedules that do
+not block other chats, bounded attempts with one honest notice, threads, the caller's
+transaction, leases, quarantine, cadence and the number of durable commits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oncewire import InboundStatus, ManualClock, ReplyConflict, ReplyState
+from oncewire.lab.replies_rig import Rig, footer, reply_text
+from oncewire.platforms.fake import Fault
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    with Rig(tmp_path / "rig", clock=ManualClock()) as opened:
+        yield opened
+
+
+def _only_reply(rig: Rig, platform: str, chat: str, aid: str, inbound_id: int) -> None:
+    failures = rig.check(platform, chat, aid, inbound_id, "exact")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("when", ["during", "after", "after_restart"])
+def test_redelivered_inbound_is_processed_once(tmp_path: Path, when: str) -> None:
+    folder = tmp_path / "rig"
+    aid, chat = f"A-{when}", f"r-{when}"
+    text = reply_text(aid, "answer once " * 6)
+    with Rig(folder, clock=ManualClock()) as rig:
+        first = rig.admit("fk_tg", chat, "in-1")
+        assert first.new
+        seen: list[bool] = []
+
+        def stream() -> Iterator[str]:
+            for n in range(0, len(text), 10):
+                if when == "during" and n == 20:
+                    seen.append(rig.admit("fk_tg", chat, "in-1").new)
+                yield text[n : n + 10]
+
+        rig.engine.stream(
+            first.inbound.id,
+            stream(),
+            on_commit=lambda tx, t: rig._persist(tx, first.inbound.id, t),
+        )
+        if when == "after":
+            seen.append(rig.admit("fk_tg", chat, "in-1").new)
+    if when == "after_restart":
+        with Rig(folder, clock=ManualClock()) as again:
+            report = again.engine.recover()
+            seen.append(again.admit("fk_tg", chat, "in-1").new)
+            assert report.unanswered == [] and report.delivered == []
+    assert seen == [False]
+    with Rig(folder, clock=ManualClock()) as rig:
+        inbound = rig.ledger.inbound.get(first.inbound.id)
+        assert inbound.deliveries == 2 and inbound.status is InboundStatus.DELIVERED
+        assert len(rig.ledger.inbound.list()) == 1
+        _only_reply(rig, "fk_tg", chat, aid, inbound.id)
+
+
+def test_a_long_rate_limit_is_scheduled_and_does_not_block_other_chats(tmp_path: Path) -> None:
+    faults = [Fault("rate_limit", chat="slow", retry_after=300.0)]
+    with Rig(tmp_path / "rig", clock=ManualClock(), faults=faults) as rig:
+        slow = rig.admit("fk_dc", "slow", "in-1")
+        fast = rig.admit("fk_dc", "fast", "in-2")
+        held = rig.answer(slow.inbound.id, reply_text("A-slow", "throttled."))
+        assert held.status == "scheduled"
+        assert held.reply.not_before == pytest.approx(rig.ledger.clock.now() + 300.0)
+        done = rig.answer(fast.inbound.id, reply_text("A-fast", "not throttled."))
+        assert done.status == "delivered"
+        assert rig.engine.run_due() == []  # not due yet: nothing is sent early
+        rig.settle()
+        _only_reply(rig, "fk_dc", "slow", "A-slow", slow.inbound.id)
+        _only_reply(rig, "fk_dc", "fast", "A-fast", fast.inbound.id)
+
+
+def test_out_of_attempts_is_dead_with_one_honest_notice(tmp_path: Path) -> None:
+    aid = "A-dead"
+    faults = [Fault("timeout", contains=footer(aid), times=100)]
+    with Rig(tmp_path / "rig", clock=ManualClock(), faults=faults) as rig:
+        admission = rig.admit("fk_ne", "gone", "in-1")
+        rig.answer(admission.inbound.id, reply_text(aid, "never lands."))
+        rig.settle()
+        reply = rig.ledger.replies.for_inbound(admission.inbound.id)
+        assert reply is not None and reply.state is ReplyState.DEAD
+        assert reply.attempts == reply.max_attempts
+        assert "out of attempts" in (reply.last_error or "")
+        shown = [m.text for m in rig.view().visible("fk_ne", "gone")]
+        assert shown == [rig.engine.notice]
+        # Dead is terminal: nothing more is tried, and the inbound says it was answered.
+        assert rig.engine.deliver(reply.id).status == "dead"
+        assert rig.ledger.inbound.get(admission.inbound.id).status is InboundStatus.ANSWERED
+        assert len([op for op in rig.ledger.replies.ops(reply.id) if op.slot == -1]) == 1
+
+
+def test_a_permanent_rejection_is_dead_at_once(tmp_path: Path) -> None:
+    aid = "A-blocked"
+    faults = [Fault("rejected", contains=footer(aid))]
+    with Rig(tmp_path / "rig", clock=ManualClock(), faults=faults) as rig:
+        admission = rig.admit("fk_tg", "blocked", "in-1")
+        result = rig.answer(admission.inbound.id, reply_text(aid, "refused for good."))
+        assert result.status == "dead" and result.reply.attempts == 1
+        assert "rejected" in (result.reply.last_error or "")
+
+
+def test_threads_and_reply_targets_are_kept(rig: Rig) -> None:
+    admission = rig.admit("fk_dc", "guild", "in-7", thread="thr-2")
+    rig.answer(admission.inbound.id, reply_text("A-thread", "in the thread."), "many")
+    shown = rig.view().visible("fk_dc", "guild")
+    assert [(m.thread, m.reply_to) for m in shown] == [("thr-2", "in-7")]
+    reply = rig.ledger.replies.for_inbound(admission.inbound.id)
+    assert reply is not None and reply.request.thread == "thr-2"
+    assert reply.request.reply_to == "in-7"
+
+
+def test_the_reply_commits_with_the_callers_rows_or_not_at_all(rig: Rig) -> None:
+    admission = rig.admit("fk_tg", "tx", "in-1")
+    profile = rig.platforms["fk_tg"].profile
+    with pytest.raises(RuntimeError), rig.ledger.transaction() as tx:
+        rig._persist(tx, admission.inbound.id, "draft")
+        rig.ledger.replies.commit_in_tx(tx, admission.inbound.id, "draft", profile)
+        raise RuntimeError("the caller failed after writing")
+    assert rig.ledger.replies.for_inbound(admission.inbound.id) is None
+    assert rig.transcript(admission.inbound.id) == []
+    reply = rig.ledger.replies.commit(admission.inbound.id, "final", profile)
+    assert rig.ledger.replies.commit(admission.inbound.id, "final", profile).id == reply.id
+    with pytest.raises(ReplyConflict):
+        rig.ledger.replies.commit(admission.inbound.id, "another text", profile)
+
+
+def test_a_reply_leased_to_a_live_engine_is_left_alone(rig: Rig) -> None:
+    admission = rig.admit("fk_tg", "lease", "in-1")
+    profile = rig.platforms["fk_tg"].profile
+    reply = rig.ledger.replies.commit(admission.inbound.id, "hello", profile)
+    now = rig.ledger.clock.now()
+    assert rig.ledger.store.claim_reply(reply.id, owner="someone-alive", now=now, lease_seconds=60)
+    assert rig.engine.deliver(reply.id).status == "busy"
+    assert rig.view().visible("fk_tg", "lease") == []
+    rig.ledger.clock.sleep(61)  # the lease runs out: the engine may take over
+    assert rig.engine.deliver(reply.id).status == "delivered"
+
+
+def test_a_message_that_keeps_killing_its_process_is_quarantined_alone(rig: Rig) -> None:
+    poison = rig.admit("fk_tg", "q", "in-1").inbound.id
+    healthy = rig.admit("fk_tg", "q", "in-2").inbound.id
+    for _ in range(3):
+        assert rig.ledger.inbound.start(poison) is not None
+    assert rig.ledger.inbound.start(poison) is None
+    assert rig.ledger.inbound.get(poison).status is InboundStatus.QUARANTINED
+    assert [i.id for i in rig.ledger.inbound.unanswered()] == [healthy]
+
+
+def test_previews_keep_a_bounded_cadence(tmp_path: Path) -> None:
+    with Rig(tmp_path / "rig", clock=ManualClock(), edit_interval_seconds=1.0) as rig:
+        admission = rig.admit("fk_tg", "cadence", "in-1")
+        text = reply_text("A-cadence", "streamed " * 40)
+
+        def deltas() -> Iterator[str]:
+            for n in range(0, len(text), 12):
+                rig.ledger.clock.sleep(0.25)  # four deltas per permitted edit
+                yield text[n : n + 12]
+
+        rig.engine.stream(
+            admission.inbound.id,
+            deltas(),
+            on_commit=lambda tx, t: rig._persist(tx, admission.inbound.id, t),
+        )
+        pieces = -(-len(text) // 12)
+        calls = rig.platforms["fk_tg"].calls
+        assert len(calls) <= pieces // 4 + 3
+        _only_reply(rig, "fk_tg", "cadence", "A-cadence", admission.inbound.id)
+
+
+def test_a_short_unstreamed_reply_costs_three_commits(rig: Rig) -> None:
+    admission = rig.admit("fk_tg", "count", "in-1")
+    commits: list[str] = []
+
+    def trace(sql: str) -> None:
+        if sql.strip().upper() == "COMMIT":
+            commits.append(sql)
+
+    conn = rig.ledger.store._conn()  # type: ignore[attr-defined]
+    conn.set_trace_callback(trace)
+    try:
+        result = rig.answer(admission.inbound.id, reply_text("A-count", "short."))
+    finally:
+        conn.set_trace_callback(None)
+    assert result.status == "delivered"
+    assert len(commits) == 3  # the answer with its record, the send in flight, the ack
