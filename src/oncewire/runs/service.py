@@ -498,6 +498,26 @@ class RunsView:
         result = self._audit(row)
         return run_view(row, result.state, result.verification.reason)
 
+    def phases(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's reviews and repairs as stored (verify with :meth:`get` to rely on them)."""
+        phases, findings, _ = self.store.run_projections(run_id)
+        return [
+            {
+                "phase_id": p.phase_id,
+                "kind": p.kind,
+                "status": p.status,
+                "verdict": p.verdict,
+                "candidate_id": p.candidate_id,
+                "body": json.loads(p.body_json),
+                "result": None if p.result_json is None else json.loads(p.result_json),
+                "actions_bound": p.actions_bound,
+                "findings": [json.loads(f.body_json) for f in findings if f.phase_id == p.phase_id],
+                "opened_at": p.opened_at,
+                "closed_at": p.closed_at,
+            }
+            for p in phases
+        ]
+
     def events(self, run_id: str) -> list[RunEvent]:
         return [_event(row) for row in self.store.run_events(run_id)]
 
