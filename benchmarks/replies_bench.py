@@ -1,0 +1,211 @@
+"""Replies through the ledger to the in-process fake platform, against the raw SQLite floor.
+
+    .venv/bin/python benchmarks/replies_bench.py [--quick] [--json FILE]
+
+Every workload runs in this process on fresh files in one temporary directory, with the same
+pragmas (WAL, synchronous=FULL). Rows:
+
+* ``raw SQLite floor``: one INSERT and one COMMIT per row, by hand;
+* ``short reply``: admit an inbound message, commit the answer with its reply record (and the
+  caller's transcript row), send it, record the acknowledgement; once to a platform that only
+  counts (the ledger's own cost) and once to the journaled fake (which fsyncs every accepted
+  operation, as the tests and the lab use it);
+* ``streamed 8,000-char reply``: the same, streamed in 20 deltas of 400 characters to a
+  Telegram-like platform (4096 UTF-16 units): a preview send, edits, a seal into a second
+  message, then the final commit and delivery.
+
+Commits are counted with SQLite's statement trace on the store's connection (every COMMIT the
+store issues, the admission's included), so "commits per reply" is exact, not estimated.
+Timings on shared machines are noisy: compare rows of the same run, not runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from oncewire import Ledger, ManualClock, __version__
+from oncewire.platforms.fake import FakePlatform
+from oncewire.replies import (
+    TELEGRAM_LIKE,
+    Acked,
+    PlatformProfile,
+    ReplyEngine,
+    SendRequest,
+    WireOutcome,
+)
+from oncewire.storage.sqlite import SQLiteStore
+
+STREAM_TEXT = ("lorem ipsum dolor sit amet " * 400)[:8000]
+SHORT_TEXT = "a short answer from the agent."
+
+
+class CountingPlatform:
+    """Accepts everything at once, in memory: what the ledger costs without a platform."""
+
+    def __init__(self, profile: PlatformProfile) -> None:
+        self._profile = profile
+        self._next = 0
+
+    @property
+    def profile(self) -> PlatformProfile:
+        return self._profile
+
+    def send(self, request: SendRequest, body: str, *, marked: bool) -> WireOutcome:
+        self._next += 1
+        return Acked(str(self._next))
+
+    def edit(
+        self, request: SendRequest, message_id: str, body: str, *, marked: bool
+    ) -> WireOutcome:
+        return Acked(message_id)
+
+    def delete(self, request: SendRequest, message_id: str) -> WireOutcome:
+        return Acked(message_id)
+
+
+def floor(folder: Path, rows: int) -> dict[str, Any]:
+    conn = sqlite3.connect(folder / "floor.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+    started = time.perf_counter()
+    for n in range(rows):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (text) VALUES (?)", (f"{SHORT_TEXT} {n}",))
+        conn.execute("COMMIT")
+    seconds = time.perf_counter() - started
+    conn.close()
+    return {"ops": rows, "seconds": seconds, "commits": rows}
+
+
+def replies(
+    folder: Path, name: str, count: int, *, journaled: bool, streamed: bool
+) -> dict[str, Any]:
+    store = SQLiteStore(str(folder / f"{name}.db"))
+    ledger = Ledger(store, clock=ManualClock())
+    platform_impl: Any = (
+        FakePlatform(folder / f"{name}.jsonl", TELEGRAM_LIKE, name="tg")
+        if journaled
+        else CountingPlatform(TELEGRAM_LIKE)
+    )
+    engine = ReplyEngine(ledger, {"tg": platform_impl}, edit_interval_seconds=0.0)
+    with ledger.transaction() as tx:
+        tx.execute("CREATE TABLE transcript (inbound_id INTEGER PRIMARY KEY, text TEXT)")
+    commits = 0
+
+    def trace(sql: str) -> None:
+        nonlocal commits
+        if sql.strip().upper() == "COMMIT":
+            commits += 1
+
+    store._conn().set_trace_callback(trace)
+    deltas = [STREAM_TEXT[i : i + 400] for i in range(0, len(STREAM_TEXT), 400)]
+    per_reply_commits: list[int] = []
+    started = time.perf_counter()
+    for n in range(count):
+        before = commits
+        inbound = ledger.inbound.admit("tg", "bot", f"chat-{n % 50}", f"m-{n}", {"n": n})
+        iid = inbound.inbound.id
+
+        def persist(tx: Any, text: str, iid: int = iid) -> None:
+            tx.execute("INSERT INTO transcript (inbound_id, text) VALUES (?, ?)", (iid, text))
+
+        if streamed:
+            result = engine.stream(iid, deltas, on_commit=persist)
+        else:
+            result = engine.answer(iid, SHORT_TEXT, on_commit=persist)
+        if result.status != "delivered":
+            raise SystemExit(f"{name}: reply {n} ended {result.status}")
+        per_reply_commits.append(commits - before)
+    seconds = time.perf_counter() - started
+    store._conn().set_trace_callback(None)
+    ops = sum(len(ledger.replies.ops(r.id)) for r in ledger.replies.list(limit=count))
+    if journaled:
+        platform_impl.close()
+    ledger.close()
+    return {
+        "ops": count,
+        "seconds": seconds,
+        "commits": commits,
+        "commits_per_reply": statistics.mean(per_reply_commits),
+        "commits_per_reply_without_admission": statistics.mean(per_reply_commits) - 1,
+        "wire_ops_per_reply": ops / count,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    short_n, stream_n, floor_n = (60, 10, 300) if args.quick else (600, 60, 3000)
+    workloads: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
+        ("raw SQLite floor (INSERT+COMMIT)", lambda d: floor(d, floor_n)),
+        (
+            "short reply, ledger only",
+            lambda d: replies(d, "s0", short_n, journaled=False, streamed=False),
+        ),
+        (
+            "short reply, journaled fake",
+            lambda d: replies(d, "s1", short_n, journaled=True, streamed=False),
+        ),
+        (
+            "8,000 chars streamed (20 deltas), ledger only",
+            lambda d: replies(d, "t0", stream_n, journaled=False, streamed=True),
+        ),
+        (
+            "8,000 chars streamed (20 deltas), journaled fake",
+            lambda d: replies(d, "t1", stream_n, journaled=True, streamed=True),
+        ),
+    ]
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="oncewire-replies-bench-") as tmp:
+        for label, run in workloads:
+            folder = Path(tmp) / str(len(results))
+            folder.mkdir()
+            print(f"running: {label} ...", file=sys.stderr, flush=True)
+            figures = run(folder)
+            figures["per_second"] = figures["ops"] / figures["seconds"]
+            results[label] = figures
+    floor_rate = results["raw SQLite floor (INSERT+COMMIT)"]["per_second"]
+    print(
+        f"oncewire {__version__} replies benchmark, Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}, WAL + synchronous=FULL{' (quick)' if args.quick else ''}"
+    )
+    header = (
+        f"{'workload':50} {'n':>5} {'per s':>9} {'x floor':>8} {'commits/reply':>14} "
+        f"{'wire ops':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for label, f in results.items():
+        per_reply = "" if "commits_per_reply" not in f else f"{f['commits_per_reply']:.1f}"
+        wire = "" if "wire_ops_per_reply" not in f else f"{f['wire_ops_per_reply']:.1f}"
+        ratio = f["per_second"] / floor_rate
+        print(
+            f"{label:50} {f['ops']:>5} {f['per_second']:>9.1f} {ratio:>8.3f} "
+            f"{per_reply:>14} {wire:>9}"
+        )
+    print(
+        "commits/reply counts every COMMIT on the store, the inbound admission's included "
+        "(one of them); the floor is one commit per row."
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"version": __version__, "quick": args.quick, "results": results}, indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
