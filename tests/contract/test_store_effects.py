@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
+import abc
 from pathlib import Path
 
 import pytest
@@ -10,20 +10,44 @@ import pytest
 from oncewire.core.errors import InvalidState
 from oncewire.storage.base import Store
 from oncewire.storage.records import EffectState
+from oncewire.storage.runs import RunVerbs
 
 from .conftest import T0, Arrange, RawDatabase
 
+# Verb families whose contract tests are still to be written, and why. An entry is a debt, not
+# a waiver: the test below fails once the family is covered, so that the entry is removed.
+NOT_YET_UNDER_CONTRACT: dict[type, str] = {
+    RunVerbs: "SQLite-only so far; covered by tests/integration/test_runs_*.py meanwhile",
+}
+
+
+def _verbs(cls: type) -> set[str]:
+    return {
+        name for name, member in vars(cls).items() if not name.startswith("_") and callable(member)
+    }
+
+
+def _called_by_contract_tests() -> str:
+    here = Path(__file__).parent
+    return "".join(path.read_text() for path in sorted(here.glob("*.py")))
+
 
 def test_every_store_verb_is_exercised_by_the_contract_suite() -> None:
-    verbs = {
-        name
-        for name, member in inspect.getmembers(Store)
-        if not name.startswith("_") and callable(member)
-    }
-    here = Path(__file__).parent
-    text = "".join(path.read_text() for path in sorted(here.glob("*.py")))
+    families = [cls for cls in Store.__mro__ if cls not in (object, abc.ABC)]
+    verbs = set().union(*(_verbs(cls) for cls in families if cls not in NOT_YET_UNDER_CONTRACT))
+    text = _called_by_contract_tests()
     missing = sorted(verb for verb in verbs if f".{verb}(" not in text)
     assert missing == [], f"Store verbs that no contract test calls: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("family", NOT_YET_UNDER_CONTRACT, ids=lambda cls: cls.__name__)
+def test_families_outside_the_contract_are_still_uncovered(family: type) -> None:
+    assert family in Store.__mro__, f"{family.__name__} is no longer a Store family"
+    text = _called_by_contract_tests()
+    assert any(f".{verb}(" not in text for verb in _verbs(family)), (
+        f"every {family.__name__} verb now has a contract test: remove it from "
+        "NOT_YET_UNDER_CONTRACT"
+    )
 
 
 def test_a_fresh_store_is_migrated_and_empty(store: Store, raw: RawDatabase) -> None:
