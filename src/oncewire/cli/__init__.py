@@ -35,13 +35,14 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register() -> None:
-    from oncewire.cli import dispatch, doctor, effects, lab, receipts
+    from oncewire.cli import dispatch, doctor, effects, lab, receipts, runs
 
     cli.add_command(effects.group)
     cli.add_command(receipts.group)
     cli.add_command(dispatch.command)
     cli.add_command(doctor.command)
     cli.add_command(lab.command)
+    cli.add_command(runs.group)
 
 
 _register()

@@ -1,0 +1,186 @@
+"""``oncewire runs``: the run ledger."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import click
+
+from oncewire.cli.common import db_option, emit, json_option, table, yes_option
+from oncewire.effects import Ledger
+
+__all__ = ["group"]
+
+KEY_ENV = "ONCEWIRE_RUNS_KEY"
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def key_option(fn: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--key-env",
+        default=KEY_ENV,
+        show_default=True,
+        metavar="NAME",
+        help="Environment variable holding the chain's HMAC key (unset: no key).",
+    )(fn)
+
+
+def _open(db: str, key_env: str) -> Ledger:
+    key = os.environ.get(key_env)
+    return Ledger(db, create=False, runs_key=key.encode() if key else None)
+
+
+@click.group("runs")
+def group() -> None:
+    """Run ledgers: list, show, verify, reconcile."""
+
+
+@group.command("list")
+@db_option
+@click.option("--scope", help="Only runs of this scope.")
+@click.option("--status", multiple=True, help="Only runs the store says are in this status.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@json_option
+@key_option
+def list_runs(
+    db: str, scope: str | None, status: tuple[str, ...], limit: int, as_json: bool, key_env: str
+) -> None:
+    """List runs as stored (run `verify` before relying on one)."""
+    with _open(db, key_env) as ledger:
+        rows = ledger.runs.list(scope=scope, status=list(status), limit=limit)
+    if as_json:
+        emit(
+            [
+                {
+                    "run_id": r.run_id,
+                    "scope": r.scope,
+                    "branch": r.branch,
+                    "status": r.status,
+                    "terminal_reason": r.terminal_reason,
+                    "owner": r.owner,
+                    "lease_expires_at": r.lease_expires_at,
+                    "events": r.head_seq,
+                    "abandoned": r.abandoned_at is not None,
+                    "updated_at": r.updated_at,
+                }
+                for r in rows
+            ]
+        )
+        return
+    table(
+        ["run", "scope", "branch", "status", "reason", "events", "owner", "updated"],
+        [
+            (
+                r.run_id,
+                r.scope,
+                r.branch,
+                r.status + (" (abandoned)" if r.abandoned_at is not None else ""),
+                r.terminal_reason or r.abandon_reason,
+                r.head_seq,
+                r.owner,
+                _when(r.updated_at),
+            )
+            for r in rows
+        ],
+    )
+
+
+@group.command("show")
+@db_option
+@click.argument("run_id")
+@json_option
+@key_option
+def show(db: str, run_id: str, as_json: bool, key_env: str) -> None:
+    """Show one run, verified, with its events."""
+    with _open(db, key_env) as ledger:
+        run = ledger.runs.get(run_id)
+        events = ledger.runs.events(run_id)
+        verification = ledger.runs.verify(run_id)[0]
+        phases = ledger.runs.phases(run_id)
+    if as_json:
+        emit(
+            {
+                "run": run.as_dict(),
+                "verification": verification.as_dict(),
+                "phases": phases,
+                "events": [e.as_dict() for e in events],
+            }
+        )
+        return
+    click.echo(
+        f"run {run.run_id}: {run.status}"
+        + (f" ({run.terminal_reason})" if run.terminal_reason else "")
+    )
+    if run.claimed_status is not None:
+        click.echo(f"  the store claims {run.claimed_status}; its history failed verification")
+    click.echo(f"  scope {run.scope}  branch {run.branch}  workflow {run.workflow}")
+    click.echo(f"  owner {run.owner}  fence {run.fence}  lease until {_when(run.lease_expires_at)}")
+    if run.abandoned_at is not None:
+        click.echo(f"  abandoned {_when(run.abandoned_at)} ({run.abandon_reason})")
+    mark = "ok" if verification.ok else f"FAILED at event {verification.first_bad_seq}"
+    click.echo(
+        f"  verification: {mark}" + (f": {verification.reason}" if verification.reason else "")
+    )
+    table(
+        ["seq", "cursor", "type", "key", "at", "hash"],
+        [(e.seq, e.cursor, e.type, e.key, _when(e.at), e.hash[:16]) for e in events],
+    )
+
+
+@group.command("verify")
+@db_option
+@click.argument("run_id", required=False)
+@json_option
+@key_option
+def verify(db: str, run_id: str | None, as_json: bool, key_env: str) -> None:
+    """Verify one run's history, or every run's; exit 1 naming the first bad event."""
+    with _open(db, key_env) as ledger:
+        results = ledger.runs.verify(run_id)
+    bad = [r for r in results if not r.ok]
+    if as_json:
+        emit({"ok": not bad, "runs": [r.as_dict() for r in results]})
+    else:
+        for result in bad:
+            click.echo(
+                f"{result.run_id}: FAILED at event {result.first_bad_seq}: {result.reason} "
+                f"(the store claims {result.claimed_status})"
+            )
+        click.echo(f"{len(results) - len(bad)} of {len(results)} run(s) verified")
+    if bad and as_json:
+        raise click.exceptions.Exit(1)
+    if bad:
+        first = bad[0]
+        raise click.ClickException(
+            f"run {first.run_id} failed verification at event {first.first_bad_seq}"
+        )
+
+
+@group.command("reconcile")
+@db_option
+@click.option("--owner", required=True, help="Who takes over the expired runs (recorded).")
+@yes_option
+@json_option
+@key_option
+def reconcile(db: str, owner: str, yes: bool, as_json: bool, key_env: str) -> None:
+    """Close runs whose lease expired and settle orphaned deliveries (exit 1 if one failed)."""
+    if not yes:
+        click.confirm("Reconcile every run whose lease expired?", abort=True)
+    with _open(db, key_env) as ledger:
+        reports = ledger.runs.reconcile(owner=owner)
+    if as_json:
+        emit([r.as_dict() for r in reports])
+    else:
+        table(
+            ["subject", "id", "outcome", "status", "reason", "error"],
+            [(r.subject, r.subject_id, r.outcome, r.status, r.reason, r.error) for r in reports],
+        )
+        click.echo(f"{len(reports)} reconciled")
+    failed = [r for r in reports if r.error]
+    if failed:
+        raise click.ClickException(f"{len(failed)} could not be reconciled (see the reports)")
