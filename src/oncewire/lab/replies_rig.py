@@ -9,7 +9,7 @@ from partial ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,13 @@ from oncewire.effects.ledger import Ledger, LedgerTransaction
 from oncewire.inbound.service import Admission
 from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies.engine import Delivery, ReplyEngine
-from oncewire.replies.wire import DISCORD_LIKE, NON_EDITABLE, TELEGRAM_LIKE, PlatformProfile
+from oncewire.replies.wire import (
+    DISCORD_LIKE,
+    NON_EDITABLE,
+    TELEGRAM_LIKE,
+    Platform,
+    PlatformProfile,
+)
 from oncewire.storage.replies import InboundStatus, ReplyState
 from oncewire.storage.sqlite import SQLiteStore
 
@@ -75,24 +81,25 @@ class Rig:
         synchronous: str = "FULL",
         inline_wait_max_seconds: float = 5.0,
         edit_interval_seconds: float = 0.0,
-        max_attempts: int | None = None,
+        remote: Mapping[str, Platform] | None = None,
     ) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(
             SQLiteStore(str(folder / "app.db"), synchronous=synchronous), clock=clock
         )
+        remote = dict(remote or {})  # adapters of fakes running as their own processes
         self.platforms = {
             name: FakePlatform(folder / f"{name}.jsonl", profile, name=name, faults=faults)
             for name, profile in PROFILES.items()
+            if name not in remote
         }
         self.engine = ReplyEngine(
             self.ledger,
-            self.platforms,
+            {**self.platforms, **remote},
             inline_wait_max_seconds=inline_wait_max_seconds,
             edit_interval_seconds=edit_interval_seconds,
         )
-        self.max_attempts = max_attempts
         with self.ledger.transaction() as tx:
             tx.execute(
                 "CREATE TABLE IF NOT EXISTS transcript ("

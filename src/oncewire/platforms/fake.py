@@ -18,7 +18,9 @@ text, and fire a bounded number of times (counted in the journal, across restart
 ``hold_after``  accept and journal, then park; after ``hold_seconds``, a timeout
 =============  ==============================================================================
 
-``python -m oncewire.platforms.fake view JOURNAL...`` prints what each chat shows.
+``python -m oncewire.platforms.fake view JOURNAL...`` prints what each chat shows;
+``python -m oncewire.platforms.fake serve ...`` runs a fake as its own process
+(:mod:`oncewire.platforms.fake_process`).
 """
 
 from __future__ import annotations
@@ -352,9 +354,15 @@ class ChatView:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from oncewire.platforms.fake_process import main as serve_main
+
+        return serve_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m oncewire.platforms.fake")
     sub = parser.add_subparsers(dest="command", required=True)
     view = sub.add_parser("view", help="print what every chat shows, from journals")
+    sub.add_parser("serve", help="serve one fake platform on a Unix socket (see fake_process)")
     view.add_argument("journals", nargs="+", type=Path)
     args = parser.parse_args(argv)
     shown = ChatView(args.journals)
