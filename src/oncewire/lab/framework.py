@@ -236,6 +236,6 @@ def suite(name: str, description: str, *, order: int = 100) -> Callable[[SuiteFn
 
 def suites() -> dict[str, Suite]:
     """Every registered suite, in registration order (importing the built-in ones first)."""
-    from oncewire.lab import crashpoints, outbox, replies, torture, workers  # noqa: F401
+    from oncewire.lab import crashpoints, outbox, replies, runs, torture, workers  # noqa: F401
 
     return {s.name: s for s in sorted(_SUITES.values(), key=lambda s: s.order)}

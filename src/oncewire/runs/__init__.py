@@ -22,6 +22,7 @@ from oncewire.runs.records import (
     Verdict,
     Verification,
 )
+from oncewire.runs.recovery import reconcile as reconcile
 from oncewire.runs.review import REVIEW
 from oncewire.runs.service import DEFAULT_LEASE_SECONDS, Outcome, RunsView
 

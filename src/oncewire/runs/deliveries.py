@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, digest
 from oncewire.core.errors import ConfigurationError, RunConflict, RunNotFound, TransitionRefused
 from oncewire.core.ids import new_id
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["Deliveries", "artifact_manifest", "delivery"]
 
 DEFAULT_DELIVERY_LEASE_SECONDS = 60.0
+
+DELIVERY_AFTER_COMMIT = crash.register(
+    "runs.delivery_after_commit", "a delivery is committed; it has not been published"
+)
 
 
 def artifact_manifest(versions: Iterable[tuple[str, str, str, bytes]]) -> dict[str, Any]:
@@ -132,6 +137,7 @@ class Deliveries:
                 f"delivery key {key!r} is bound to another message; nothing was written",
                 key=key,
             )
+        DELIVERY_AFTER_COMMIT.hit()
         return delivery(stored)
 
     def publish(self, delivery_id: str) -> Delivery:

@@ -1,0 +1,190 @@
+"""Suite ``runs``: a run-ledger process killed with SIGKILL mid-review, mid-repair and between
+its candidate and its completion delivery, then reconciled by restarted processes.
+
+Each scenario runs :mod:`oncewire.lab.runs_worker` on a fresh SQLite file with a crash point
+armed, observes exit -9, and then:
+
+* reconciles at once, while the dead owner's lease is still running: nothing may be touched;
+* waits for the lease to run out and reconciles in a new process;
+* reconciles once more in another process: nothing may change (no second terminal).
+
+The invariants are read from the database file with plain sqlite3: the run's status, exactly
+one terminal event, how the open phase was closed, that no verdict, finding, resolution or
+delivery was invented, that a committed delivery was published once with its bytes unchanged,
+and that the whole history still verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from oncewire.effects import Ledger
+from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, suite
+from oncewire.lab.runs_worker import CONTENT, RUN_ID
+
+__all__ = ["MODULE", "run_runs", "snapshot"]
+
+MODULE = "oncewire.lab.runs_worker"
+KILLED = -signal.SIGKILL
+LEASE_SECONDS = 1.0
+TABLES = (
+    "oncewire_runs",
+    "oncewire_run_events",
+    "oncewire_run_phases",
+    "oncewire_run_findings",
+    "oncewire_run_actions",
+    "oncewire_run_deliveries",
+    "oncewire_run_reports",
+)
+
+
+def snapshot(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every run-ledger table, read straight from the file."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.row_factory = sqlite3.Row
+        return {
+            table: [dict(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
+            for table in TABLES
+        }
+
+
+Check = Callable[[ScenarioResult, dict[str, list[dict[str, Any]]]], None]
+
+
+def _scenario(
+    ctx: LabContext, name: str, role: str, arm: str, expect_status: str, check: Check
+) -> ScenarioResult:
+    result = ScenarioResult(name)
+    folder = ctx.scenario_dir("runs", name)
+    db = folder / "runs.db"
+    args = ["--db", str(db), "--lease-seconds", str(LEASE_SECONDS)]
+
+    killed = ctx.child(role, args, arm=arm, module=MODULE)
+    died_at = time.monotonic()
+    result.processes.append(killed)
+    result.require(killed.exit_code == KILLED, f"the worker did not die from SIGKILL: {killed}")
+    before = snapshot(db)
+    result.before = before
+
+    def reconcile(owner: str) -> ProcessRecord:
+        record = ctx.child("reconcile", ["--db", str(db), "--owner", owner], module=MODULE)
+        result.processes.append(record)
+        result.require(record.exit_code == 0, f"reconcile failed: {record.stderr[-400:]}")
+        return record
+
+    early = reconcile("restart-early")
+    reports = (early.response or {}).get("reports")
+    live_lease_kept = reports == [] and snapshot(db) == before
+    if time.monotonic() - died_at < LEASE_SECONDS:  # the lease was certainly still running
+        result.require(live_lease_kept, f"a live lease was reconciled: {reports}")
+    time.sleep(max(0.0, died_at + LEASE_SECONDS + 0.2 - time.monotonic()))
+    recovered = reconcile("restart-1")
+    after = snapshot(db)
+    result.after = after
+    again = reconcile("restart-2")
+    result.require(
+        (again.response or {}).get("reports") == [], f"a second reconcile acted: {again.response}"
+    )
+    result.require(snapshot(db) == after, "a second reconcile changed the database")
+
+    runs = after["oncewire_runs"]
+    run = runs[0] if runs else {}
+    result.require(len(runs) == 1, f"expected one run, found {len(runs)} (none invented)")
+    result.require(run.get("status") == expect_status, f"run status is {run.get('status')}")
+    terminals = [e for e in after["oncewire_run_events"] if e["terminal"] == 1]
+    result.require(len(terminals) == 1, f"expected one terminal event, found {len(terminals)}")
+    prefix = after["oncewire_run_events"][: len(before["oncewire_run_events"])]
+    result.require(prefix == before["oncewire_run_events"], "a pre-crash event was rewritten")
+    with Ledger(str(db), create=False) as ledger:
+        verification = ledger.runs.verify(RUN_ID)[0]
+    result.require(verification.ok, f"the history does not verify: {verification.reason}")
+    check(result, after)
+    result.summary = {
+        "crash_exit": killed.exit_code,
+        "events_before": len(before["oncewire_run_events"]),
+        "events_after": len(after["oncewire_run_events"]),
+        "status": run.get("status"),
+        "terminal_reason": run.get("terminal_reason"),
+        "reports": (recovered.response or {}).get("reports"),
+        "early_reconcile_untouched": live_lease_kept,
+    }
+    return result
+
+
+def _mid_review(result: ScenarioResult, db: dict[str, list[dict[str, Any]]]) -> None:
+    phases = db["oncewire_run_phases"]
+    result.require(
+        [(p["status"], p["verdict"]) for p in phases] == [("unavailable", "review_unavailable")],
+        f"the interrupted review was closed as {[(p['status'], p['verdict']) for p in phases]}",
+    )
+    result.require(not db["oncewire_run_findings"], "a finding was invented")
+
+
+def _mid_repair(result: ScenarioResult, db: dict[str, list[dict[str, Any]]]) -> None:
+    repair = [p for p in db["oncewire_run_phases"] if p["kind"] == "repair"]
+    result.require(
+        [p["status"] for p in repair] == ["outcome_unknown"],
+        f"the interrupted repair was closed as {[p['status'] for p in repair]}",
+    )
+    actions = [(a["action_id"], a["status"]) for a in db["oncewire_run_actions"]]
+    result.require(actions == [("write-1", "proposed")], f"actions after recovery: {actions}")
+
+
+def _before_delivery(result: ScenarioResult, db: dict[str, list[dict[str, Any]]]) -> None:
+    result.require(not db["oncewire_run_deliveries"], "a delivery was invented")
+
+
+def _before_publish(result: ScenarioResult, db: dict[str, list[dict[str, Any]]]) -> None:
+    deliveries = db["oncewire_run_deliveries"]
+    result.require(len(deliveries) == 1, f"expected one delivery, found {len(deliveries)}")
+    if not deliveries:
+        return
+    delivery = deliveries[0]
+    result.require(delivery["status"] == "published", f"delivery is {delivery['status']}")
+    result.require(
+        delivery["review_status"] == "review_unavailable",
+        f"an unreviewed candidate was settled as {delivery['review_status']}",
+    )
+    result.require(delivery["content"] == CONTENT, "the message bytes changed")
+    result.require(
+        delivery["content_sha256"] == hashlib.sha256(CONTENT.encode()).hexdigest(),
+        "the message digest changed",
+    )
+
+
+@suite("runs", "run ledger: SIGKILL mid-review, mid-repair and before delivery; reconcile")
+def run_runs(ctx: LabContext) -> list[ScenarioResult]:
+    cells = [
+        # start, candidate, start_review: the third command commits, the reviewer never answers
+        ("mid_review", "review", "runs.command_after_commit@3", "review_unavailable", _mid_review),
+        # ... start_repair, bind_actions, propose_action: the seventh, a write never resolved
+        ("mid_repair", "repair", "runs.command_after_commit@7", "outcome_unknown", _mid_repair),
+        # start, candidate: the second commits, the delivery is never committed
+        (
+            "candidate_before_delivery",
+            "deliver",
+            "runs.command_after_commit@2",
+            "review_unavailable",
+            _before_delivery,
+        ),
+        # the delivery is committed with its manifest, never published
+        (
+            "delivery_before_publish",
+            "deliver",
+            "runs.delivery_after_commit",
+            "review_unavailable",
+            _before_publish,
+        ),
+    ]
+    results = []
+    for name, role, arm, status, check in cells:
+        ctx.progress.update(f"runs: {name}")
+        results.append(_scenario(ctx, name, role, arm, status, check))
+    return results

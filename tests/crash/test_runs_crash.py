@@ -1,0 +1,80 @@
+"""The run ledger under real SIGKILL: the ``runs`` lab suite, and a direct kill of a worker
+in the middle of a review, with the database read back by this test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from oncewire.lab.runner import run_lab
+
+pytestmark = pytest.mark.crash
+
+WORKER = [sys.executable, "-m", "oncewire.lab.runs_worker"]
+
+
+def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+    with closing(sqlite3.connect(path)) as db:
+        return db.execute(sql).fetchall()
+
+
+def test_the_runs_suite_passes_and_its_databases_agree(tmp_path: Path) -> None:
+    evidence = run_lab(["runs"], directory=tmp_path / "lab")
+    suite = evidence["suites"]["runs"]
+    assert evidence["passed"], json.dumps(suite, indent=1)[:4000]
+    assert set(suite["scenarios"]) == {
+        "mid_review",
+        "mid_repair",
+        "candidate_before_delivery",
+        "delivery_before_publish",
+    }
+    for name, scenario in suite["scenarios"].items():
+        assert scenario["summary"]["crash_exit"] == -signal.SIGKILL
+        db = tmp_path / "lab" / "runs" / name / "runs.db"
+        statuses = _rows(db, "SELECT status FROM oncewire_runs")
+        assert statuses == [(scenario["summary"]["status"],)]
+        assert _rows(db, "SELECT COUNT(*) FROM oncewire_run_events WHERE terminal = 1") == [(1,)]
+
+
+def test_a_worker_killed_mid_review_is_closed_once_after_its_lease(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    env_arm = {"ONCEWIRE_CRASH": "runs.command_after_commit@3"}
+    killed = subprocess.run(
+        [*WORKER, "review", "--db", str(db), "--lease-seconds", "0.5"],
+        env={**_env(), **env_arm},
+        capture_output=True,
+        timeout=60,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert _rows(db, "SELECT status, finished_at FROM oncewire_runs") == [("reviewing", None)]
+    time.sleep(0.7)
+    for owner in ("restart-1", "restart-2"):
+        done = subprocess.run(
+            [*WORKER, "reconcile", "--db", str(db), "--owner", owner],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+    assert _rows(db, "SELECT status, terminal_reason, owner FROM oncewire_runs") == [
+        ("review_unavailable", "lease_expired", "restart-1")
+    ]
+    assert _rows(db, "SELECT type FROM oncewire_run_events ORDER BY seq")[-2:] == [
+        ("review_completed",),
+        ("run_terminated",),
+    ]
+    assert _rows(db, "SELECT COUNT(*) FROM oncewire_run_reports") == [(1,)]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_CRASH")}
