@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, digest_json
 from oncewire.core.clock import Clock, SystemClock
-from oncewire.core.errors import ConfigurationError, EffectNotFound, PayloadConflict
+from oncewire.core.errors import (
+    ConfigurationError,
+    EffectNotFound,
+    InvalidState,
+    PayloadConflict,
+)
 from oncewire.storage import Store, open_store
 from oncewire.storage.base import Transaction
 from oncewire.storage.records import Effect, EffectState
@@ -47,13 +52,34 @@ def _validate(
         raise ConfigurationError("deadline_seconds must be a finite number (or None)")
 
 
-class LedgerTransaction:
-    """A transaction shared by the caller's own tables and the outbox."""
+class _NotOpen:
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        raise InvalidState("use the transaction inside its with block")
 
-    def __init__(self, ledger: Ledger, raw: Transaction) -> None:
+
+_NOT_OPEN = _NotOpen()
+
+
+class LedgerTransaction:
+    """A transaction shared by the caller's own tables and the outbox.
+
+    ``with ledger.transaction() as tx`` commits on normal exit and rolls back on an exception.
+    """
+
+    def __init__(self, ledger: Ledger, scope: AbstractContextManager[Transaction]) -> None:
         self._ledger = ledger
-        self._raw = raw
+        self._scope = scope
+        self._raw: Transaction = _NOT_OPEN
         self.accepted: list[Effect] = []
+
+    def __enter__(self) -> LedgerTransaction:
+        self._raw = self._scope.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None and self.accepted:
+            ACCEPT_BEFORE_COMMIT.hit()
+        self._scope.__exit__(exc_type, exc, tb)
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         """Run the caller's own SQL in this transaction."""
@@ -181,13 +207,9 @@ class Ledger:
             self._runs = RunsView(self, key=self._runs_key)
         return self._runs
 
-    @contextmanager
-    def transaction(self) -> Iterator[LedgerTransaction]:
-        with self.store.transaction() as raw:
-            tx = LedgerTransaction(self, raw)
-            yield tx
-            if tx.accepted:
-                ACCEPT_BEFORE_COMMIT.hit()
+    def transaction(self) -> LedgerTransaction:
+        """One transaction for the caller's rows and the intents they accept."""
+        return LedgerTransaction(self, self.store.transaction())
 
     def accept(
         self,

@@ -72,7 +72,12 @@ def fresh_schema() -> str:
 
 
 def current_version(conn: Any) -> int | None:
-    row = conn.execute("SELECT to_regclass('oncewire_schema') IS NOT NULL").fetchone()
+    # An MVCC query of the catalog, not to_regclass(): after waiting on the advisory lock, the
+    # syscache behind to_regclass() may not yet show a table another process just committed.
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
+        "WHERE schemaname = current_schema() AND tablename = 'oncewire_schema')"
+    ).fetchone()
     if not row[0]:
         return None
     row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()

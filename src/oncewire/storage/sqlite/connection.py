@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
 from oncewire.core.errors import SchemaError, StorageError, StoreBusy
 
-__all__ = ["connect", "migrate", "migrations", "path_from_url", "translate_errors"]
+__all__ = [
+    "connect",
+    "migrate",
+    "migrations",
+    "path_from_url",
+    "translate_errors",
+    "translated",
+]
 
 # Primary result codes (extended codes carry them in the low byte).
 _SQLITE_BUSY = 5
@@ -28,20 +33,35 @@ def path_from_url(url: str) -> str:
     return url
 
 
-@contextmanager
-def translate_errors(what: str) -> Iterator[None]:
-    """Turn driver errors into the error tree, by SQLite's result code, never by message text."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
-        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            raise StoreBusy(f"{what}: the database stayed locked by another writer") from exc
-        if code == _SQLITE_NOTADB:
-            raise StorageError(f"{what}: the file is not a SQLite database") from exc
-        if code == _SQLITE_CANTOPEN:
-            raise StorageError(f"{what}: cannot open the database file") from exc
-        raise StorageError(f"{what}: {exc}") from exc
+def translated(what: str, exc: sqlite3.Error) -> StorageError:
+    """The error-tree exception for a driver error, by SQLite's result code (never its text)."""
+    code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return StoreBusy(f"{what}: the database stayed locked by another writer")
+    if code == _SQLITE_NOTADB:
+        return StorageError(f"{what}: the file is not a SQLite database")
+    if code == _SQLITE_CANTOPEN:
+        return StorageError(f"{what}: cannot open the database file")
+    return StorageError(f"{what}: {exc}")
+
+
+class translate_errors:
+    """Turn driver errors raised inside the block into the error tree, once, at this boundary.
+
+    A class rather than a generator: it wraps every statement on the hot path.
+    """
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.Error):
+            raise translated(self.what, exc) from exc
 
 
 def connect(

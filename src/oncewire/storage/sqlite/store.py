@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from oncewire.core.errors import (
@@ -30,6 +29,7 @@ from oncewire.storage.sqlite.connection import (
     migrate,
     path_from_url,
     translate_errors,
+    translated,
 )
 from oncewire.storage.sqlite.replies import SQLiteReplyVerbs
 from oncewire.storage.sqlite.runs import SQLiteRunVerbs
@@ -88,15 +88,68 @@ def _kind_filter(kinds: Sequence[str] | None) -> tuple[str, list[str]]:
 
 
 class SQLiteTransaction:
-    """The caller's view of an open SQLite transaction (``?`` or ``:name`` placeholders)."""
+    """An open SQLite write transaction (``BEGIN IMMEDIATE``), and the caller's view of it.
 
-    __slots__ = ("conn",)
+    ``execute`` takes ``?`` or ``:name`` placeholders. Used as a context manager it commits on
+    normal exit and rolls back on an exception. A class rather than a generator: every
+    accept and every dispatcher step goes through it.
+    """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    __slots__ = ("conn", "what")
+
+    def __init__(self, conn: sqlite3.Connection, what: str = "running a transaction") -> None:
         self.conn = conn
+        self.what = what
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
+
+    def begin(self) -> None:
+        if self.conn.in_transaction:
+            raise InvalidState("a transaction is already open on this thread")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise translated(f"{self.what}: beginning", exc) from exc
+
+    def end(self, failed: bool) -> None:
+        conn = self.conn
+        if failed:
+            self._rollback()
+            return
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback()
+            if isinstance(exc, sqlite3.Error):
+                raise translated(f"{self.what}: committing", exc) from exc
+            raise
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the original error is the one worth reporting
+
+    def __enter__(self) -> SQLiteTransaction:
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.end(exc is not None)
+        if isinstance(exc, sqlite3.Error):
+            raise translated(self.what, exc) from exc
+
+
+class _Write(SQLiteTransaction):
+    """A store verb's own transaction: yields the connection, translates errors as ``what``."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> sqlite3.Connection:  # type: ignore[override]
+        self.begin()
+        return self.conn
 
 
 class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
@@ -179,31 +232,11 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
             "server_time": None,
         }
 
-    @contextmanager
-    def transaction(self) -> Iterator[SQLiteTransaction]:
-        conn = self._conn()
-        if conn.in_transaction:
-            raise InvalidState("a transaction is already open on this thread")
-        with translate_errors("beginning a transaction"):
-            conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield SQLiteTransaction(conn)
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        with translate_errors("committing"):
-            try:
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+    def transaction(self) -> SQLiteTransaction:
+        return SQLiteTransaction(self._conn())
 
-    @contextmanager
-    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
-        with translate_errors(what), self.transaction() as tx:
-            yield tx.conn
+    def _write(self, what: str) -> _Write:
+        return _Write(self._conn(), what)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with translate_errors("reading"):
@@ -226,13 +259,33 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         conn: sqlite3.Connection = tx.conn
         with translate_errors("accepting an effect"):
             inserted = conn.execute(
-                f"INSERT INTO oncewire_effects (key, kind, payload, digest, max_attempts, "
-                f"not_before, deadline, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                f"ON CONFLICT (key) DO NOTHING RETURNING {_EFFECT_COLUMNS}",
+                "INSERT INTO oncewire_effects (key, kind, payload, digest, max_attempts, "
+                "not_before, deadline, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (key) DO NOTHING RETURNING id",
                 (key, kind, payload_json, digest, max_attempts, not_before, deadline, now, now),
             ).fetchall()
             if inserted:
-                return _effect(inserted[0]), True
+                # Every other column is its default: build the record instead of reading it.
+                return Effect(
+                    id=inserted[0][0],
+                    key=key,
+                    kind=kind,
+                    payload_json=payload_json,
+                    digest=digest,
+                    state=EffectState.PENDING,
+                    attempts=0,
+                    max_attempts=max_attempts,
+                    not_before=not_before,
+                    deadline=deadline,
+                    fence=0,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    maybe_sent=False,
+                    result_json=None,
+                    last_error=None,
+                    created_at=now,
+                    updated_at=now,
+                ), True
             rows = conn.execute(
                 f"SELECT {_EFFECT_COLUMNS} FROM oncewire_effects WHERE key = ?", (key,)
             ).fetchall()
