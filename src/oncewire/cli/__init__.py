@@ -35,7 +35,7 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register() -> None:
-    from oncewire.cli import dispatch, doctor, effects, lab, receipts, runs
+    from oncewire.cli import dispatch, doctor, effects, lab, receipts, replies, runs
 
     cli.add_command(effects.group)
     cli.add_command(receipts.group)
@@ -43,6 +43,8 @@ def _register() -> None:
     cli.add_command(doctor.command)
     cli.add_command(lab.command)
     cli.add_command(runs.group)
+    cli.add_command(replies.inbound_group)
+    cli.add_command(replies.replies_group)
 
 
 _register()
