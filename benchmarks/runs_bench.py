@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Run-ledger benchmarks, each figure against a baseline measured in the same run.
+
+    .venv/bin/python benchmarks/runs_bench.py [--quick] [--json FILE] [--dir DIR]
+
+* commands/s: each command one transaction appending one hash-chained event (an action
+  proposed, then resolved, on one run), bracketed by the raw SQLite floor (one INSERT + COMMIT
+  per transaction) measured just before and just after with the same pragmas (WAL,
+  synchronous=FULL); the ratio is to their mean. Target: at least 0.5x.
+* verification: one run with a 100,000-event history (20,000 with --quick), verified twice: the
+  hash chain alone, and the full audit (chain, fold through the transition table, projections).
+  Target: at least 300,000 events/s.
+* reconciliation: 10,000 runs (1,000 with --quick) left mid-review by a dead owner, reconciled
+  in one sweep (each run its own transaction). Target: under 5 s for 10,000.
+
+Progress goes to stderr, the table to stdout. Timings are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+try:
+    import oncewire
+except ImportError:  # run from a checkout without an installed package
+    sys.path.insert(0, str(HERE.parent / "src"))
+    import oncewire
+
+from oncewire import Ledger, ManualClock  # noqa: E402
+from oncewire.core.canonical import digest  # noqa: E402
+from oncewire.runs.chain import verify_chain  # noqa: E402
+
+BUSY_TIMEOUT_MS = 10_000
+CANDIDATE: dict[str, Any] = {
+    "candidate_id": "candidate-1",
+    "snapshot_sha256": "a" * 64,
+    "evidence_sha256": "e" * 64,
+    "artifact_set_sha256": "b" * 64,
+    "artifact_ids": ["artifact-1"],
+    "version_ids": ["version-1"],
+}
+ARGUMENTS = {"path": "notes/result.txt", "content": "the quick brown fox jumps over the lazy dog"}
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def floor(path: Path, n: int) -> float:
+    """Raw sqlite3, the same pragmas, one INSERT + COMMIT per transaction: commits/s."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, run_id TEXT, seq INTEGER, "
+            "payload TEXT, hash TEXT)"
+        )
+        payload = json.dumps(ARGUMENTS)
+        started = time.perf_counter()
+        for i in range(n):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO events (run_id, seq, payload, hash) VALUES (?, ?, ?, ?)",
+                ("floor", i, payload, "0" * 64),
+            )
+            conn.execute("COMMIT")
+        return n / (time.perf_counter() - started)
+    finally:
+        conn.close()
+
+
+def pragmas(ledger: Ledger) -> dict[str, Any]:
+    with ledger.store.transaction() as tx:
+        return {
+            "journal_mode": str(tx.execute("PRAGMA journal_mode").fetchone()[0]).lower(),
+            "synchronous": int(tx.execute("PRAGMA synchronous").fetchone()[0]),
+        }
+
+
+def commands(path: Path, n: int) -> tuple[float, dict[str, Any]]:
+    """Commands/s through the public API: propose then resolve actions on one run."""
+    with Ledger(str(path)) as ledger:
+        seen = pragmas(ledger)
+        runs = ledger.runs
+        runs.start("bench-run", key="start", scope="bench", owner="bench", lease_seconds=3600)
+        started = time.perf_counter()
+        for i in range(n // 2):
+            runs.propose_action(
+                "bench-run",
+                key=f"p{i}",
+                action_id=f"a{i}",
+                kind="write_file",
+                arguments=ARGUMENTS,
+                side_effect_class="workspace_write",
+            )
+            runs.resolve_action("bench-run", key=f"r{i}", action_id=f"a{i}", status="succeeded")
+        rate = (n // 2 * 2) / (time.perf_counter() - started)
+    return rate, seen
+
+
+def build_history(ledger: Ledger, run_id: str, scope: str, events: int) -> None:
+    """A long valid history, written through the ledger's own append path in one transaction
+    (a fixture: building it command by command would only measure fsync)."""
+    runs = ledger.runs
+    runs.start(run_id, key="start", scope=scope, owner="bench", lease_seconds=3600)
+    store = ledger.store
+    with store.transaction() as tx:
+        row = store.get_run_in_tx(tx, run_id)
+        assert row is not None
+        state = json.loads(row.state_json)
+        for i in range((events - 1) // 2):
+            for command, request in (
+                (
+                    "propose_action",
+                    {
+                        "action_id": f"a{i}",
+                        "kind": "write_file",
+                        "arguments": ARGUMENTS,
+                        "side_effect_class": "workspace_write",
+                        "resource_keys": [],
+                        "effect_key": None,
+                    },
+                ),
+                ("resolve_action", {"action_id": f"a{i}", "status": "succeeded", "result": None}),
+            ):
+                _, row, state = runs._append_in_tx(
+                    tx,
+                    row,
+                    state,
+                    command,
+                    request,
+                    key=f"{command}:{i}",
+                    request_digest=digest({"command": command, "request": request}),
+                    owner="bench",
+                    fence=row.fence,
+                    lease_expires_at=row.lease_expires_at,
+                )
+
+
+def verification(path: Path, events: int) -> dict[str, float]:
+    with Ledger(str(path)) as ledger:
+        progress(f"  building a {events:,}-event history")
+        build_history(ledger, "long-run", "verify", events)
+        store = ledger.store
+        started = time.perf_counter()
+        rows = store.run_chain("long-run")
+        fault, last_seq, _, _ = verify_chain("long-run", rows, None)
+        chain_seconds = time.perf_counter() - started
+        assert fault is None and last_seq == len(rows), fault
+        started = time.perf_counter()
+        result = ledger.runs.verify("long-run")[0]
+        audit_seconds = time.perf_counter() - started
+        assert result.ok, result
+        count = len(rows)
+    return {
+        "events": count,
+        "chain_seconds": chain_seconds,
+        "chain_events_per_second": count / chain_seconds,
+        "audit_seconds": audit_seconds,
+        "audit_events_per_second": count / audit_seconds,
+    }
+
+
+def reconciliation(path: Path, n: int) -> dict[str, float]:
+    clock = ManualClock()
+    with Ledger(str(path), clock=clock) as ledger:
+        progress(f"  leaving {n:,} runs mid-review")
+        runs, store = ledger.runs, ledger.store
+        with store.transaction() as tx:
+            for i in range(n):
+                run_id = f"orphan-{i:06d}"
+                runs.branches.ensure_in_tx(tx, f"scope-{i}", f"scope-{i}", clock.now())
+                from oncewire.runs.chain import chain_name, genesis_hash
+                from oncewire.storage.runs import RunRow
+
+                row = RunRow(
+                    run_id, f"scope-{i}", f"scope-{i}", None, "review", chain_name(None), "new",
+                    None, "{}", 0, genesis_hash(run_id, None), "dead-owner", 1, clock.now() + 30,
+                    clock.now(), clock.now(), None, None, None, False,
+                )  # fmt: skip
+                store.insert_run_in_tx(tx, row)
+                state: dict[str, Any] = {"status": ""}
+                for command, request in (
+                    (
+                        "start",
+                        {
+                            "workflow": "review",
+                            "scope": row.scope,
+                            "branch": row.branch,
+                            "turn": None,
+                            "params": {},
+                        },
+                    ),
+                    ("record_candidate", {"candidate": CANDIDATE}),
+                    (
+                        "start_review",
+                        {
+                            "review_id": "review-1",
+                            "candidate_id": "candidate-1",
+                            "evidence_sha256": "e" * 64,
+                            "attempt": 1,
+                            "reviewer": {},
+                        },
+                    ),
+                ):
+                    _, row, state = runs._append_in_tx(
+                        tx,
+                        row,
+                        state,
+                        command,
+                        request,
+                        key=command,
+                        request_digest=digest({"command": command, "request": request}),
+                        owner="dead-owner",
+                        fence=1,
+                        lease_expires_at=clock.now() + 30,
+                    )
+        clock.advance(60)
+        started = time.perf_counter()
+        reports = ledger.runs.reconcile(owner="bench-reconciler")
+        seconds = time.perf_counter() - started
+        assert len(reports) == n and all(r.status == "review_unavailable" for r in reports)
+    return {"runs": n, "seconds": seconds, "runs_per_second": n / seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Smaller counts (seconds).")
+    parser.add_argument("--json", type=Path, help="Write the figures here.")
+    parser.add_argument("--dir", type=Path, help="Where the database files go (kept).")
+    args = parser.parse_args(argv)
+    n_commands = 1_000 if args.quick else 4_000
+    n_events = 20_001 if args.quick else 100_001
+    n_orphans = 1_000 if args.quick else 10_000
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="oncewire-runs-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        progress(f"floor: {n_commands:,} commits")
+        floor_before = floor(folder / "floor-1.db", n_commands)
+        progress(f"commands: {n_commands:,}")
+        command_rate, seen = commands(folder / "commands.db", n_commands)
+        floor_after = floor(folder / "floor-2.db", n_commands)
+        floor_rate = (floor_before + floor_after) / 2
+        progress("verification")
+        verify = verification(folder / "verify.db", n_events)
+        progress("reconciliation")
+        recon = reconciliation(folder / "reconcile.db", n_orphans)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    ratio = command_rate / floor_rate
+    scaled = recon["seconds"] * 10_000 / recon["runs"]
+    rows = [
+        ("raw SQLite floor (INSERT + COMMIT)", f"{floor_rate:,.0f} commits/s", "", "baseline"),
+        (
+            "run commands (one chained event each)",
+            f"{command_rate:,.0f} commands/s",
+            f"{ratio:.2f}x floor",
+            "met" if ratio >= 0.5 else "MISSED (>= 0.5x)",
+        ),
+        (
+            f"verify {verify['events']:,} events: hash chain",
+            f"{verify['chain_events_per_second']:,.0f} events/s",
+            f"{verify['chain_seconds']:.2f} s",
+            "met" if verify["chain_events_per_second"] >= 300_000 else "MISSED (>= 300,000/s)",
+        ),
+        (
+            f"verify {verify['events']:,} events: full audit",
+            f"{verify['audit_events_per_second']:,.0f} events/s",
+            f"{verify['audit_seconds']:.2f} s",
+            "met" if verify["audit_events_per_second"] >= 300_000 else "below 300,000/s",
+        ),
+        (
+            f"reconcile {recon['runs']:,} orphaned runs",
+            f"{recon['runs_per_second']:,.0f} runs/s",
+            f"{recon['seconds']:.2f} s (10,000: ~{scaled:.1f} s)",
+            "met" if scaled < 5 else "MISSED (< 5 s for 10,000)",
+        ),
+    ]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
+    header = ("figure", "value", "ratio / time", "target")
+    widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
+    print("  ".join(h.upper().ljust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print(f"pragmas seen by oncewire: {seen}")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                    "oncewire": oncewire.__version__,
+                    "python": platform.python_version(),
+                    "sqlite": sqlite3.sqlite_version,
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    "quick": args.quick,
+                    "pragmas": seen,
+                    "floor_commits_per_second": [floor_before, floor_after],
+                    "commands_per_second": command_rate,
+                    "commands_ratio_to_floor": ratio,
+                    "verification": verify,
+                    "reconciliation": recon,
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
