@@ -7,6 +7,7 @@ and would make a digest depend on the parser).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -71,11 +72,19 @@ def _finite_float(text: str) -> float:
     return value
 
 
+@functools.cache
+def _decoder() -> json.JSONDecoder:
+    # One decoder for the process: json.loads with hooks builds a new one on every call.
+    return json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def loads(text: str | bytes) -> Any:
     """Parse JSON text strictly: NaN, Infinity and -Infinity (or numbers that overflow to
     them) are refused."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        if isinstance(text, bytes | bytearray):
+            text = text.decode("utf-8")
+        return _decoder().decode(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidPayload(f"malformed JSON: {exc}") from exc
     except RecursionError:
