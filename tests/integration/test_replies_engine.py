@@ -190,3 +190,17 @@ def test_a_short_unstreamed_reply_costs_three_commits(rig: Rig) -> None:
         conn.set_trace_callback(None)
     assert result.status == "delivered"
     assert len(commits) == 3  # the answer with its record, the send in flight, the ack
+
+
+def test_answering_again_delivers_the_committed_answer_once(rig: Rig) -> None:
+    admission = rig.admit("fk_tg", "again", "in-1")
+    text = reply_text("A-again", "committed before a crash.")
+    with rig.ledger.transaction() as tx:  # the answer is committed; then the process died
+        rig._persist(tx, admission.inbound.id, text)
+        rig.ledger.replies.commit_in_tx(
+            tx, admission.inbound.id, text, rig.platforms["fk_tg"].profile
+        )
+    assert rig.answer(admission.inbound.id, text).status == "delivered"  # no second transcript row
+    _only_reply(rig, "fk_tg", "again", "A-again", admission.inbound.id)
+    with pytest.raises(ReplyConflict):
+        rig.answer(admission.inbound.id, "a different answer")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
-from oncewire.core.errors import ConfigurationError, StaleFence
+from oncewire.core.errors import ConfigurationError, ReplyConflict, StaleFence
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.replies.service import plan_chunks
 from oncewire.replies.splitting import Chunk
@@ -183,7 +183,11 @@ class ReplyEngine:
         *,
         on_commit: Callable[[LedgerTransaction, str], Any] | None = None,
     ) -> Delivery:
-        """Commit ``text`` as the reply (with the caller's rows, via ``on_commit``), deliver it."""
+        """Commit ``text`` as the reply (with the caller's rows, via ``on_commit``), deliver it.
+
+        If the inbound's answer was committed before, it is delivered as recorded and
+        ``on_commit`` is not called (another text raises :class:`ReplyConflict`).
+        """
         reply = self._commit(inbound_id, text, on_commit)
         return self.deliver(reply.id)
 
@@ -233,6 +237,18 @@ class ReplyEngine:
         inbound = self.ledger.inbound.get(inbound_id)
         profile = self.platform(inbound.platform).profile
         with self.ledger.transaction() as tx:
+            # Read under the write lock: an answer committed before (by a process that died
+            # before delivering it) is delivered as it is, and the caller's rows are not
+            # written a second time.
+            existing = self.ledger.store.reply_for_inbound(inbound_id)
+            if existing is not None and existing.state is not ReplyState.OPEN:
+                if existing.final_text != text:
+                    raise ReplyConflict(
+                        f"inbound {inbound_id} already has a committed reply with other text",
+                        inbound_id=inbound_id,
+                        reply_id=existing.id,
+                    )
+                return existing
             if on_commit is not None:
                 on_commit(tx, text)
             reply = self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
