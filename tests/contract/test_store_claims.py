@@ -490,3 +490,18 @@ def test_cancel_and_retry_of_an_unknown_key(store: Store) -> None:
         store.cancel_effect("nope", now=T0, reason="x")
     with pytest.raises(EffectNotFound):
         store.retry_effect("nope", now=T0)
+
+
+def test_retry_lifts_a_deadline_that_has_passed_and_keeps_one_ahead(
+    store: Store, arrange: Arrange
+) -> None:
+    arrange.add("late", deadline=T0 + 10)
+    arrange.add("early", deadline=T0 + 1000)
+    assert store.expire_deadlines(T0 + 20) == 1
+    store.cancel_effect("early", now=T0 + 20, reason="operator")
+    late = store.retry_effect("late", now=T0 + 30)
+    early = store.retry_effect("early", now=T0 + 30)
+    assert late.state is EffectState.PENDING and late.deadline is None
+    assert early.deadline == T0 + 1000
+    (claim,) = arrange.claim(now=T0 + 31, kinds=["send"], limit=1)
+    assert claim.key in ("late", "early")

@@ -100,3 +100,10 @@ def test_an_unarmed_point_is_a_no_op() -> None:
     for _ in range(3):
         point.hit()
     assert point.hits == 0  # unarmed points do not even count
+
+
+def test_a_malformed_hit_count_is_named_by_check_armed_not_an_import_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(crash.ENV_POINTS, "dispatch.after_claim@x,dispatch.after_record@0")
+    assert crash.armed() == {"dispatch.after_claim@x": 1, "dispatch.after_record@0": 1}

@@ -33,7 +33,13 @@ def group() -> None:
     help="Only effects in this state (repeatable).",
 )
 @click.option("--kind", help="Only effects of this kind.")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="Show at most this many.",
+)
 @json_option
 def list_effects(
     db: str, state: tuple[str, ...], kind: str | None, limit: int, as_json: bool

@@ -17,7 +17,13 @@ def group() -> None:
 
 @group.command("list")
 @db_option
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="Show at most this many.",
+)
 @click.option("--after", "after_key", default="", help="Start after this key (paging).")
 @json_option
 def list_receipts(db: str, limit: int, after_key: str, as_json: bool) -> None:

@@ -62,10 +62,18 @@ class CrashPoint:
 
 
 def _parse(spec: str) -> dict[str, int]:
+    """``a,b@3`` -> {a: 1, b: 3}. A malformed hit count arms under the whole item's text, which
+    no code registers, so :func:`check_armed` names it instead of this module failing at import.
+    """
     armed_points: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, count = item.partition("@")
-        armed_points[name] = int(count) if count else 1
+        if not count:
+            armed_points[name] = 1
+        elif count.isdigit() and int(count) >= 1:
+            armed_points[name] = int(count)
+        else:
+            armed_points[item] = 1
     return armed_points
 
 

@@ -474,8 +474,11 @@ class PostgresStore(Store):
                 )
             row = conn.execute(
                 "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_before = %s, "
+                # A deadline that has passed would kill the retry at once: the operator's retry
+                # lifts it. A deadline still ahead stays.
+                f"deadline = CASE WHEN deadline < %s THEN NULL ELSE deadline END, "
                 f"last_error = NULL, updated_at = %s WHERE id = %s RETURNING {_EFFECT_COLUMNS}",
-                (now, now, effect.id),
+                (now, now, now, effect.id),
             ).fetchone()
         return _effect(row)
 

@@ -71,11 +71,22 @@ def connect(
         raise StorageError(f"no database at {path}")
     with translate_errors(f"opening {path}"):
         if create or path == ":memory:":
-            conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+            # check_same_thread=False only so that close() may run on another thread; each
+            # connection is used by the one thread that opened it.
+            conn = sqlite3.connect(
+                path,
+                isolation_level=None,
+                timeout=busy_timeout_ms / 1000,
+                check_same_thread=False,
+            )
         else:
             uri = f"file:{Path(path).resolve()}?mode=rw"
             conn = sqlite3.connect(
-                uri, uri=True, isolation_level=None, timeout=busy_timeout_ms / 1000
+                uri,
+                uri=True,
+                isolation_level=None,
+                timeout=busy_timeout_ms / 1000,
+                check_same_thread=False,
             )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")

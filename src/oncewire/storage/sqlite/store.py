@@ -502,8 +502,11 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
                 )
             rows = conn.execute(
                 "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_before = ?, "
+                # A deadline that has passed would kill the retry at once: the operator's retry
+                # lifts it. A deadline still ahead stays.
+                f"deadline = CASE WHEN deadline < ? THEN NULL ELSE deadline END, "
                 f"last_error = NULL, updated_at = ? WHERE id = ? RETURNING {_EFFECT_COLUMNS}",
-                (now, now, effect.id),
+                (now, now, now, effect.id),
             ).fetchall()
         return _effect(rows[0])
 
