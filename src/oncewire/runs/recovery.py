@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
 from oncewire.core.ids import new_id
+from oncewire.runs.machine import fast_digest
 from oncewire.runs.records import ReconcileReport
 from oncewire.runs.review import recovery_plan
 from oncewire.storage.runs import DeliveryRow, ReportRow
@@ -125,9 +126,7 @@ def reconcile_run(
 
 
 def _digest(command: str, request: dict[str, object]) -> str:
-    from oncewire.core.canonical import digest
-
-    return digest({"command": command, "request": request})
+    return fast_digest({"command": command, "request": request})
 
 
 def reconcile_delivery(

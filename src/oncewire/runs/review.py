@@ -19,9 +19,9 @@ action not known to have finished cannot claim a new candidate.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-from oncewire.core.canonical import canonical_json, digest
 from oncewire.runs.machine import (
     NEW,
     Request,
@@ -30,6 +30,7 @@ from oncewire.runs.machine import (
     Step,
     Transition,
     Workflow,
+    fast_canonical,
     register,
 )
 from oncewire.runs.records import (
@@ -94,8 +95,8 @@ def _phase_row(step: Step, phase: dict[str, Any], status: str, **closing: Any) -
         status=status,
         verdict=closing.get("verdict"),
         candidate_id=phase["candidate_id"],
-        body_json=canonical_json(phase["body"]),
-        result_json=None if "result" not in closing else canonical_json(closing["result"]),
+        body_json=fast_canonical(phase["body"]),
+        result_json=None if "result" not in closing else fast_canonical(closing["result"]),
         actions_bound=bool(phase["bound"]),
         opened_seq=phase["opened_seq"],
         closed_seq=step.seq if status != "open" else None,
@@ -233,7 +234,7 @@ def _complete_review(state: State, request: Request, step: Step, rows: Rows) -> 
                 phase_id=phase["id"],
                 candidate_id=phase["candidate_id"],
                 severity=str(finding.get("severity", "unspecified")),
-                body_json=canonical_json(finding),
+                body_json=fast_canonical(finding),
             )
         )
 
@@ -346,17 +347,17 @@ def _propose(state: State, request: Request, step: Step, rows: Rows) -> None:
     if phase is not None and not phase["bound"]:
         phase["bound"] = True  # the first recorded action proves the phase keeps a ledger
         rows.phases.append(_phase_row(step, phase, "open"))
-    arguments = request.get("arguments")
+    arguments_json = fast_canonical(request.get("arguments"))
     rows.actions.append(
         ActionRow(
             run_id=step.run_id,
             action_id=request["action_id"],
             phase_id=phase["id"] if phase else None,
             kind=request["kind"],
-            arguments_json=canonical_json(arguments),
-            arguments_digest=digest(arguments),
+            arguments_json=arguments_json,
+            arguments_digest=hashlib.sha256(arguments_json.encode("utf-8")).hexdigest(),
             side_effect_class=request["side_effect_class"],
-            resource_keys_json=canonical_json(list(request.get("resource_keys") or [])),
+            resource_keys_json=fast_canonical(list(request.get("resource_keys") or [])),
             effect_key=request.get("effect_key"),
             status=ActionStatus.PROPOSED.value,
             result_json=None,
@@ -401,7 +402,7 @@ def _resolve(state: State, request: Request, step: Step, rows: Rows) -> None:
             resource_keys_json="[]",
             effect_key=action["effect_key"],
             status=str(request["status"]),
-            result_json=canonical_json(request.get("result")),
+            result_json=fast_canonical(request.get("result")),
             proposed_seq=0,
             resolved_seq=step.seq,
         )

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
-from oncewire.core.canonical import canonical_json, digest, digest_json, loads
+from oncewire.core.canonical import digest, digest_json, loads
 from oncewire.core.errors import (
     BranchBusy,
     ConfigurationError,
@@ -35,7 +35,7 @@ from oncewire.core.errors import (
     TransitionRefused,
 )
 from oncewire.runs.chain import chain_name, event_hash, genesis_hash
-from oncewire.runs.machine import NEW, Refusal, Step, apply_command, workflow
+from oncewire.runs.machine import NEW, Refusal, Step, apply_command, fast_canonical, workflow
 from oncewire.runs.records import Projection, ReconcileReport, Run, RunEvent, Verification
 from oncewire.runs.verify import Audit, audit
 from oncewire.storage.base import Store
@@ -731,8 +731,9 @@ class RunsView:
                 status=row.status,
                 reason=exc.reason,
             ) from None
-        state_json = canonical_json(state)
-        payload_json = canonical_json(
+        # The request passed the canonical check (digest) on its way in: encode it fast.
+        state_json = fast_canonical(state)
+        payload_json = fast_canonical(
             {
                 "key": key,
                 "digest": request_digest,
