@@ -62,6 +62,7 @@ from oncewire.replies import (
     ReplyState,
     SendRequest,
 )
+from oncewire.sinks import ReceiptsSink, SubprocessSink
 
 __version__ = "0.1.0"
 
@@ -101,6 +102,7 @@ __all__ = [
     "ReceiptNotFound",
     "ReceiptResult",
     "Receipts",
+    "ReceiptsSink",
     "Refused",
     "Rejected",
     "RejectedPermanently",
@@ -115,6 +117,7 @@ __all__ = [
     "StaleFence",
     "StorageError",
     "StoreBusy",
+    "SubprocessSink",
     "SystemClock",
     "UnknownSink",
     "__version__",

@@ -221,10 +221,25 @@ class Dispatcher:
             for claim in claims:
                 self._inflight[claim.id] = claim.fence
         try:
-            if self._pool is not None and len(claims) > 1:
-                outcomes = list(self._pool.map(self._call, claims))
+            outcomes: list[Outcome | None] = [None] * len(claims)
+            singles: list[int] = []
+            batches: dict[str, list[int]] = {}
+            for index, claim in enumerate(claims):
+                if hasattr(self.sinks[claim.kind], "call_batch"):
+                    batches.setdefault(claim.kind, []).append(index)
+                else:
+                    singles.append(index)
+            for kind, indexes in batches.items():
+                for index, outcome in zip(
+                    indexes, self._call_batch(kind, [claims[i] for i in indexes]), strict=True
+                ):
+                    outcomes[index] = outcome
+            if self._pool is not None and len(singles) > 1:
+                results = self._pool.map(self._call, [claims[i] for i in singles])
             else:
-                outcomes = [self._call(claim) for claim in claims]
+                results = map(self._call, [claims[i] for i in singles])
+            for index, outcome in zip(singles, results, strict=True):
+                outcomes[index] = outcome
         finally:
             with self._inflight_lock:
                 for claim in claims:
@@ -232,12 +247,14 @@ class Dispatcher:
         AFTER_SINK_BEFORE_RECORD.hit()
         now = self.clock.now()
         return [
-            self._settlement(claim, outcome, now)
+            self._settlement(claim, outcome or MaybeSent("no outcome"), now)
             for claim, outcome in zip(claims, outcomes, strict=True)
         ]
 
-    def _call(self, claim: Claim) -> Outcome:
-        attempt = Attempt(
+    def _attempt_of(self, claim: Claim) -> Attempt:
+        if claim.redelivery:
+            self.stats.redeliveries += 1
+        return Attempt(
             key=claim.key,
             kind=claim.kind,
             payload=loads(claim.payload_json),
@@ -246,14 +263,27 @@ class Dispatcher:
             fence=claim.fence,
             deadline=claim.deadline,
         )
-        if claim.redelivery:
-            self.stats.redeliveries += 1
-        sink = self.sinks[claim.kind]
+
+    def _call(self, claim: Claim) -> Outcome:
+        attempt = self._attempt_of(claim)
         try:
-            return _to_outcome(sink(attempt))
+            return _to_outcome(self.sinks[claim.kind](attempt))
         except Exception as exc:  # the sink may have acted before raising: we cannot know
             log.warning("sink for %s raised on %r: %s", claim.kind, claim.key, exc)
             return MaybeSent(f"sink raised {type(exc).__name__}: {exc}")
+
+    def _call_batch(self, kind: str, claims: Sequence[Claim]) -> list[Outcome]:
+        """One call of a batch sink (``sink.call_batch(attempts)``) for every claim of a kind."""
+        attempts = [self._attempt_of(claim) for claim in claims]
+        try:
+            values = list(self.sinks[kind].call_batch(attempts))  # type: ignore[attr-defined]
+        except Exception as exc:
+            log.warning("batch sink for %s raised on %d attempts: %s", kind, len(attempts), exc)
+            return [MaybeSent(f"batch sink raised {type(exc).__name__}: {exc}")] * len(attempts)
+        if len(values) != len(attempts):
+            reason = f"batch sink returned {len(values)} outcomes for {len(attempts)} attempts"
+            return [MaybeSent(reason)] * len(attempts)
+        return [_to_outcome(value) for value in values]
 
     def _settlement(self, claim: Claim, outcome: Outcome, now: float) -> Settlement:
         if isinstance(outcome, Done):

@@ -13,8 +13,9 @@ payload again as new work.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -51,6 +52,11 @@ class ReceiptResult(Generic[T]):
     replayed: bool  # True when the result came from an earlier run
 
 
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise ConfigurationError("a receipt key must be a non-empty string")
+
+
 class Receipts:
     """The receiver's store of receipts: ``Receipts("downstream.db")``."""
 
@@ -79,30 +85,62 @@ class Receipts:
 
         ``fn``'s result must be JSON-serialisable (it is what a replay returns).
         """
-        if not isinstance(key, str) or not key:
-            raise ConfigurationError("a receipt key must be a non-empty string")
+        _check_key(key)
         payload_json = canonical_json(payload)
-        payload_digest = digest_json(payload_json)
         now = self.clock.now()
-        expires = None if self.retention_seconds is None else now + self.retention_seconds
         with self.store.transaction() as tx:
-            existing = self.store.reserve_receipt_in_tx(
-                tx,
-                key=key,
-                digest=payload_digest,
-                payload_json=payload_json,
-                now=now,
-                expires_at=expires,
-            )
-            if existing is not None:
-                if existing.digest != payload_digest:
-                    raise PayloadConflict(key, existing.digest, payload_digest)
-                replay: Any = loads(existing.result_json or "null")
-                return ReceiptResult(key, replay, True)
-            result = fn(tx)
-            self.store.complete_receipt_in_tx(tx, key=key, result_json=canonical_json(result))
+            outcome = self._run_in_tx(tx, key, payload_json, now, lambda: fn(tx))
             AFTER_WORK_BEFORE_COMMIT.hit()
         AFTER_COMMIT_BEFORE_REPLY.hit()
+        return outcome
+
+    def run_many(
+        self,
+        items: Sequence[tuple[str, Any]],
+        fn: Callable[[Transaction, str, Any], T],
+    ) -> list[ReceiptResult[T] | Exception]:
+        """``run_once`` for many ``(key, payload)`` items in one transaction (one commit).
+
+        Each item runs in a savepoint of its own: an item whose ``fn`` raises, or whose payload
+        conflicts with its key, has its writes rolled back and its exception returned in its
+        place, while the others commit. Results come back in the order of ``items``.
+        """
+        now = self.clock.now()
+        results: list[ReceiptResult[T] | Exception] = []
+        with self.store.transaction() as tx:
+            for index, (key, payload) in enumerate(items):
+                try:
+                    _check_key(key)
+                    payload_json = canonical_json(payload)
+                    with self.store.savepoint_in_tx(tx, f"oncewire_item_{index}"):
+                        work = functools.partial(fn, tx, key, payload)
+                        results.append(self._run_in_tx(tx, key, payload_json, now, work))
+                except Exception as exc:
+                    results.append(exc)
+            AFTER_WORK_BEFORE_COMMIT.hit()
+        AFTER_COMMIT_BEFORE_REPLY.hit()
+        return results
+
+    def _run_in_tx(
+        self, tx: Transaction, key: str, payload_json: str, now: float, work: Callable[[], T]
+    ) -> ReceiptResult[T]:
+        payload_digest = digest_json(payload_json)
+        expires = None if self.retention_seconds is None else now + self.retention_seconds
+        existing = self.store.reserve_receipt_in_tx(
+            tx,
+            key=key,
+            digest=payload_digest,
+            payload_json=payload_json,
+            now=now,
+            expires_at=expires,
+        )
+        if existing is not None:
+            if existing.digest != payload_digest:
+                raise PayloadConflict(key, existing.digest, payload_digest)
+            replay: Any = loads(existing.result_json or "null")
+            return ReceiptResult(key, replay, True)
+        result = work()
+        self.store.complete_receipt_in_tx(tx, key=key, result_json=canonical_json(result))
         return ReceiptResult(key, result, False)
 
     def get(self, key: str) -> Receipt:

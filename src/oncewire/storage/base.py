@@ -31,6 +31,23 @@ class Transaction(Protocol):
         ...
 
 
+class _Savepoint:
+    __slots__ = ("name", "tx")
+
+    def __init__(self, tx: Transaction, name: str) -> None:
+        if not name.isidentifier():
+            raise ValueError(f"savepoint name {name!r} is not an identifier")
+        self.tx, self.name = tx, name
+
+    def __enter__(self) -> None:
+        self.tx.execute(f'SAVEPOINT "{self.name}"')
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.tx.execute(f'ROLLBACK TO SAVEPOINT "{self.name}"')
+        self.tx.execute(f'RELEASE SAVEPOINT "{self.name}"')
+
+
 class Store(ReplyVerbs, RunVerbs, abc.ABC):
     """A backend. Thread-safe: each thread gets its own connection."""
 
@@ -169,6 +186,13 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
     def health(self) -> dict[str, Any]:
         """Facts an operator checks: backend, versions, durability settings, server time."""
         return {"backend": self.dialect, "schema_version": self.schema_version()}
+
+    def savepoint_in_tx(self, tx: Transaction, name: str) -> AbstractContextManager[None]:
+        """A nested scope inside ``tx``: an exception rolls back only what the scope wrote.
+
+        SAVEPOINT / RELEASE / ROLLBACK TO mean the same on every backend oncewire supports.
+        """
+        return _Savepoint(tx, name)
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` when new effects commit, where the backend can tell; return a stopper.
