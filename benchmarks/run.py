@@ -2,6 +2,7 @@
 """oncewire benchmarks: every figure against a baseline measured in the same run.
 
     .venv/bin/python benchmarks/run.py [--quick] [--repeat N] [--only NAME]... [--json FILE]
+    .venv/bin/python benchmarks/run.py --backend postgresql --db URL [same options]
 
 Each round runs every selected workload once, baselines first, in fresh files in one directory
 (one disk, one set of pragmas). A workload compared with the raw SQLite floor is bracketed by two
@@ -9,6 +10,9 @@ floor measurements, just before and just after it, and compared with their mean.
 is the median over the rounds; its ratio is the median of the per-round ratios to its baseline,
 so a figure and its baseline were always measured seconds apart. Progress goes to stderr, the
 table to stdout.
+
+With ``--backend postgresql`` the figures are PostgreSQL's (postgres.py): the floor is raw
+psycopg on the same server, each workload runs in a schema of its own, dropped after it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 HERE = Path(__file__).resolve().parent
 try:
@@ -37,18 +42,21 @@ except ImportError:  # run from a checkout without an installed package
     sys.path.insert(0, str(HERE.parent / "src"))
     import oncewire
 
+import postgres as pg  # noqa: E402
 import workloads as w  # noqa: E402
 from common import PRAGMAS  # noqa: E402
 
 
 @dataclass(frozen=True)
 class Target:
-    on: str  # "ratio" (to the baseline) or "value"
+    on: str  # "ratio" (to the baseline), "value", or "figure" (to another figure of the run)
     op: str  # ">=" or "<"
     threshold: float
+    ref: str | None = None  # on="figure": the figure compared with, round by round
+    fallback: float | None = None  # on="figure": a value to reach when ``ref`` was not measured
 
     def met(self, value: float, ratio: float | None) -> bool:
-        measured = ratio if self.on == "ratio" else value
+        measured = ratio if self.on in ("ratio", "figure") else value
         if measured is None:
             return False
         return measured >= self.threshold if self.op == ">=" else measured < self.threshold
@@ -56,6 +64,8 @@ class Target:
     def text(self, figure: Figure) -> str:
         if self.on == "ratio":
             return f"{self.op} {self.threshold:g}x {figure.baseline}"
+        if self.on == "figure":
+            return f"{self.op} {self.threshold:g}x {self.ref}"
         return f"{self.op} {self.threshold:g} {figure.unit}"
 
 
@@ -217,6 +227,157 @@ SIZES = {
     "quick": (200, 2000, 100, 1000, 100),
 }
 
+# -- PostgreSQL (--backend postgresql --db URL) ------------------------------------------------
+
+PG_FIGURES: list[Figure] = [
+    Figure(
+        "floor",
+        "floor",
+        "raw PostgreSQL (psycopg 3), 1 INSERT + COMMIT per transaction",
+        "commits/s",
+    ),
+    Figure(
+        "floor_batched",
+        "floor_batched",
+        "raw PostgreSQL, {batch} INSERTs per COMMIT",
+        "rows/s",
+        "floor",
+    ),
+    Figure("accept", "accept", "Ledger.accept, 1 per transaction", "effects/s", "floor"),
+    Figure(
+        "pgqueuer_1",
+        "pgqueuer_1",
+        "PgQueuer {pgqueuer_batch}/dequeue, 1 worker process, {batched} no-op jobs (reference)",
+        "jobs/s",
+        "floor",
+        optional=True,
+    ),
+    Figure(
+        "pgqueuer_2",
+        "pgqueuer_2",
+        "as pgqueuer_1, 2 worker processes (reference)",
+        "jobs/s",
+        "floor",
+        optional=True,
+    ),
+    Figure(
+        "pgqueuer_2_batch",
+        "pgqueuer_2_batch",
+        "as pgqueuer_2, batch_size={batch} as oncewire's (reference)",
+        "jobs/s",
+        "floor",
+        optional=True,
+    ),
+    Figure(
+        "e2e_workers_1",
+        "e2e_workers_1",
+        "{batched} accepted ({batch}/tx) before the clock, 1 dispatcher process, "
+        "batch_size={batch}, no-op sink",
+        "effects/s",
+        "floor",
+    ),
+    Figure(
+        "e2e_workers_2",
+        "e2e_workers_2",
+        "as e2e_workers_1, 2 dispatcher processes",
+        "effects/s",
+        "floor",
+        Target("figure", ">=", 1.0, ref="pgqueuer_2_batch", fallback=3000.0),
+    ),
+    Figure(
+        "e2e_workers_4",
+        "e2e_workers_4",
+        "as e2e_workers_1, 4 dispatcher processes",
+        "effects/s",
+        "floor",
+    ),
+    Figure(
+        "duplicates_pgqueuer",
+        "duplicates",
+        "PgQueuer, 2 workers, {failover} jobs, one SIGKILLed mid-run: executions beyond 1 per job",
+        "jobs",
+        better="lower",
+        optional=True,
+    ),
+    Figure(
+        "redeliveries_oncewire",
+        "duplicates",
+        "oncewire, the same kill: sink calls beyond 1 per key (each flagged redelivery)",
+        "effects",
+        better="lower",
+    ),
+    Figure(
+        "duplicates_oncewire",
+        "duplicates",
+        "the same run, sink = Receipts.run_once: downstream rows beyond 1 per key",
+        "effects",
+        "redeliveries_oncewire",
+        Target("value", "<", 1),
+        better="lower",
+    ),
+    Figure(
+        "failover_none",
+        "failover",
+        "2 workers, {failover} effects, sink sleeps {failover_delay_ms:g} ms: no kill, "
+        "what worker 1 holds -> done",
+        "s",
+        better="lower",
+    ),
+    Figure(
+        "failover_same_host",
+        "failover",
+        "the same, worker 1 SIGKILLed, same host (pid check), lease 30 s: kill -> all it held done",
+        "s",
+        "failover_none",
+        better="lower",
+    ),
+    Figure(
+        "failover_lease_expiry",
+        "failover",
+        "the same, owners on another host, lease {lease_expiry:g} s: kill -> all it held done",
+        "s",
+        "failover_none",
+        better="lower",
+    ),
+]
+
+PG_WORKLOADS: dict[str, w.Workload] = {
+    "floor": pg.floor,
+    "floor_batched": pg.floor_batched,
+    "accept": pg.accept,
+    "pgqueuer_1": pg.pgqueuer_1,
+    "pgqueuer_2": pg.pgqueuer_2,
+    "pgqueuer_2_batch": pg.pgqueuer_2_batch,
+    "e2e_workers_1": pg.e2e_workers_1,
+    "e2e_workers_2": pg.e2e_workers_2,
+    "e2e_workers_4": pg.e2e_workers_4,
+    "duplicates": pg.duplicates,
+    "failover": pg.failover,
+}
+
+PG_SIZES = {
+    # single, batched, batch, failover
+    "full": (3000, 20000, 100, 2000),
+    "quick": (300, 1000, 100, 400),
+}
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    backend: str
+    figures: list[Figure]
+    workloads: dict[str, w.Workload]
+
+    @property
+    def by_name(self) -> dict[str, Figure]:
+        return {figure.name: figure for figure in self.figures}
+
+
+CATALOGUES = {
+    "sqlite": Catalogue("sqlite", FIGURES, WORKLOADS),
+    "postgresql": Catalogue("postgresql", PG_FIGURES, PG_WORKLOADS),
+}
+
 
 def log(message: str) -> None:
     sys.stderr.write(message + "\n")
@@ -226,24 +387,29 @@ def log(message: str) -> None:
 # -- selection ---------------------------------------------------------------------------------
 
 
-def select_figures(only: Sequence[str]) -> list[Figure]:
-    """The figures named (by figure or workload name), plus every baseline they need."""
+def select_figures(only: Sequence[str], cat: Catalogue | None = None) -> list[Figure]:
+    """The figures named (by figure or workload name), plus every baseline they need (and the
+    figure a target compares with)."""
+    cat = cat or CATALOGUES["sqlite"]
+    by_name = cat.by_name
     if not only:
-        return list(FIGURES)
+        return list(cat.figures)
     wanted: set[str] = set()
     for name in only:
-        matches = [f.name for f in FIGURES if name in (f.name, f.workload)]
+        matches = [f.name for f in cat.figures if name in (f.name, f.workload)]
         if not matches:
-            names = ", ".join(dict.fromkeys([*WORKLOADS, *BY_NAME]))
+            names = ", ".join(dict.fromkeys([*cat.workloads, *by_name]))
             raise SystemExit(f"run.py: unknown figure or workload {name!r} (one of: {names})")
         wanted.update(matches)
     pending = list(wanted)
     while pending:
-        baseline = BY_NAME[pending.pop()].baseline
-        if baseline is not None and baseline not in wanted:
-            wanted.add(baseline)
-            pending.append(baseline)
-    return [f for f in FIGURES if f.name in wanted]
+        figure = by_name[pending.pop()]
+        needed = [figure.baseline, figure.target.ref if figure.target else None]
+        for other in needed:
+            if other is not None and other not in wanted:
+                wanted.add(other)
+                pending.append(other)
+    return [f for f in cat.figures if f.name in wanted]
 
 
 # -- formatting --------------------------------------------------------------------------------
@@ -324,7 +490,11 @@ def environment() -> dict[str, Any]:
 
 
 def run_rounds(
-    figures: list[Figure], args: argparse.Namespace, workdir: Path, params: dict[str, Any]
+    figures: list[Figure],
+    args: argparse.Namespace,
+    workdir: Path,
+    params: dict[str, Any],
+    cat: Catalogue | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], dict[str, dict[str, Any]]]:
     """Run every round. Returns per-figure samples (value + details), the notes of skipped
     workloads, and the pragmas each engine was seen to run with.
@@ -333,8 +503,10 @@ def run_rounds(
     and its baseline for that round is the mean of the floors just before and just after. On a
     machine whose speed drifts (a neighbour starts a build), the comparison stays local.
     """
+    cat = cat or CATALOGUES["sqlite"]
+    by_name = cat.by_name
     wanted = {f.name for f in figures}
-    order = [name for name in WORKLOADS if any(f.workload == name for f in figures)]
+    order = [name for name in cat.workloads if any(f.workload == name for f in figures)]
     samples: dict[str, list[dict[str, Any]]] = {f.name: [] for f in figures}
     skipped: dict[str, str] = {}
     pragmas: dict[str, dict[str, Any]] = {}
@@ -347,26 +519,30 @@ def run_rounds(
             single=params["single"],
             batched=params["batched"],
             batch=params["batch"],
-            recovery=params["recovery"],
-            recovery_batch=params["recovery_batch"],
+            recovery=params.get("recovery", 0),
+            recovery_batch=params.get("recovery_batch", 0),
+            url=getattr(args, "db", None),
+            failover=params.get("failover", 0),
+            keep=args.keep,
         )
         prefix = f"[{round_no}/{args.repeat}]"
         log(f"{prefix} {label} ...")
         started = time.perf_counter()
         try:
-            produced = WORKLOADS[name](ctx)
+            produced = cat.workloads[name](ctx)
         except w.Skip as exc:
             skipped[name] = str(exc)
             log(f"{prefix} {label}: skipped: {exc}")
             return None
         finally:
             pragmas.update(ctx.pragmas)
+            skipped.update(ctx.notes)
             if not args.keep:
                 shutil.rmtree(where, ignore_errors=True)
         elapsed = time.perf_counter() - started
         for figure_name, sample in produced.items():
             if figure_name in wanted:
-                unit = BY_NAME[figure_name].unit
+                unit = by_name[figure_name].unit
                 log(f"{prefix}   {figure_name:<24} {fmt_value(sample.value, unit):>10} {unit}")
         log(f"{prefix} {label} took {elapsed:.1f} s")
         return produced
@@ -382,7 +558,7 @@ def run_rounds(
             if name == "floor":
                 floor_before = produced["floor"].value
             bracketed = name != "floor" and any(
-                f in wanted and BY_NAME[f].baseline == "floor" for f in produced
+                f in wanted and by_name[f].baseline == "floor" for f in produced
             )
             extra: dict[str, Any] = {}
             if bracketed:
@@ -402,7 +578,7 @@ def run_rounds(
             for figure_name, sample in produced.items():
                 if figure_name not in wanted:
                     continue
-                figure_extra = extra if BY_NAME[figure_name].baseline == "floor" else {}
+                figure_extra = extra if by_name[figure_name].baseline == "floor" else {}
                 samples[figure_name].append(
                     {"value": sample.value, **sample.details, **figure_extra}
                 )
@@ -435,7 +611,7 @@ def summarise(
                 ratio=None,
                 met=None,
                 skipped=True,
-                note=skipped.get(figure.workload, "not measured"),
+                note=skipped.get(figure.name) or skipped.get(figure.workload, "not measured"),
             )
             results[figure.name] = entry
             continue
@@ -473,6 +649,23 @@ def summarise(
             rounds=rounds,
         )
         results[figure.name] = entry
+    for figure in figures:  # targets set against another figure of the same run
+        target, entry = figure.target, results[figure.name]
+        if target is None or target.on != "figure" or entry["skipped"]:
+            continue
+        ref = results.get(target.ref or "")
+        if ref is None or ref["skipped"]:
+            if target.fallback is None:
+                entry["met"] = None
+                continue
+            fallback = Target("value", target.op, target.fallback)
+            entry["target"] = f"{fallback.text(figure)} ({target.ref} not measured)"
+            entry["met"] = fallback.met(entry["value"], None)
+            continue
+        pairs = zip(entry["runs"], ref["runs"], strict=False)
+        versus = [v / r for v, r in pairs if r > 0]
+        entry["target_ratio"] = statistics.median(versus) if versus else None
+        entry["met"] = target.met(entry["value"], entry["target_ratio"])
     return results
 
 
@@ -500,7 +693,8 @@ def table(results: dict[str, dict[str, Any]], header: list[str]) -> str:
                 "(itself)" if r["baseline"] == name else r["baseline"],
                 fmt_ratio(r["ratio"]),
                 bound,
-                r["target"] or "-",
+                (r["target"] or "-")
+                + (f" ({r['target_ratio']:.2f}x)" if r.get("target_ratio") is not None else ""),
                 met,
                 r["title"],
             )
@@ -538,6 +732,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         prog="benchmarks/run.py",
         description="oncewire throughput and recovery, each against a baseline from the same run.",
     )
+    parser.add_argument(
+        "--backend",
+        choices=sorted(CATALOGUES),
+        default="sqlite",
+        help="which figures: SQLite's (default) or PostgreSQL's (needs --db)",
+    )
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="postgresql://... a database the run may create and drop schemas in",
+    )
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
     parser.add_argument(
         "--repeat", type=int, default=3, metavar="N", help="rounds; report medians (default 3)"
@@ -557,35 +762,107 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--single", type=int, metavar="N", help="effects per 1-per-tx workload")
     parser.add_argument("--batched", type=int, metavar="N", help="effects per batched workload")
     parser.add_argument("--recovery", type=int, metavar="N", help="effects claimed, then killed")
+    parser.add_argument(
+        "--failover", type=int, metavar="N", help="effects in the PostgreSQL kill workloads"
+    )
     parser.add_argument("--list", action="store_true", help="list the figures and exit")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
-    for option in ("single", "batched", "recovery"):
+    if args.backend == "postgresql" and not args.db and not args.list:
+        parser.error("--backend postgresql needs --db URL")
+    if args.db and args.backend != "postgresql":
+        parser.error("--db is for --backend postgresql")
+    for option in ("single", "batched", "recovery", "failover"):
         value = getattr(args, option)
         if value is not None and value < 1:
             parser.error(f"--{option} must be at least 1")
     return args
 
 
-def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-    single, batched, batch, recovery, recovery_batch = SIZES["quick" if args.quick else "full"]
-    params: dict[str, Any] = {
+def redact(url: str) -> str:
+    """``url`` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def parameters(args: argparse.Namespace) -> dict[str, Any]:
+    size = "quick" if args.quick else "full"
+    if args.backend == "postgresql":
+        single, batched, batch, failover = PG_SIZES[size]
+        return {
+            "single": args.single or single,
+            "batched": args.batched or batched,
+            "batch": batch,
+            "failover": args.failover or failover,
+            "failover_delay_ms": pg.FAILOVER_SINK_DELAY * 1000,
+            "failover_batch": pg.FAILOVER_BATCH,
+            "lease_expiry": pg.LEASE_EXPIRY_SECONDS,
+            "pgqueuer_batch": pg.PGQUEUER_BATCH,
+        }
+    single, batched, batch, recovery, recovery_batch = SIZES[size]
+    return {
         "single": args.single or single,
         "batched": args.batched or batched,
         "batch": batch,
         "recovery": args.recovery or recovery,
         "recovery_batch": recovery_batch,
     }
+
+
+METHOD = {
+    "sqlite": (
+        "each round runs every selected workload once, baselines first, in fresh "
+        "files in one directory; a workload compared with the floor is bracketed by "
+        "floor measurements just before and after it and compared with their mean; "
+        "value = median over rounds (the floor: over all its measurements); ratio = "
+        "median of the per-round ratios. End-to-end workloads are sequential: "
+        "accept all, then "
+        "Dispatcher.run(until_idle=True); the clock runs from the first accept to "
+        "the return of run(), when every effect is done and recorded."
+    ),
+    "postgresql": (
+        "each round runs every selected workload once, baselines first, each in a new schema "
+        "on one server, dropped after it; a workload compared with the floor is bracketed by "
+        "floor measurements just before and after it and compared with their mean; value = "
+        "median over rounds; ratio = median of the per-round ratios. Worker workloads: the "
+        "effects (jobs) are accepted (enqueued) before the clock; worker processes connect, "
+        "then start together; the clock runs from that start to the last settlement recorded "
+        "in the database (oncewire: MAX(updated_at); PgQueuer: MAX(created) of its log), and "
+        "the database is checked for every effect done."
+    ),
+}
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    cat = CATALOGUES[args.backend]
+    params = parameters(args)
     if args.list:
-        for figure in FIGURES:
+        for figure in cat.figures:
             print(f"{figure.name:<24} ({figure.workload}) {title(figure, params)}")
         return 0
     if any(key.startswith("ONCEWIRE_CRASH") for key in os.environ):
         log("run.py: a crash point is armed in the environment (ONCEWIRE_CRASH*); unset it first")
         return 2
-    figures = select_figures(args.only)
+    figures = select_figures(args.only, cat)
+    server: dict[str, Any] = {}
+    if args.backend == "postgresql":
+        try:
+            import psycopg
+
+            with psycopg.connect(args.db, autocommit=True, connect_timeout=10) as conn:
+                server = pg.server_settings(conn)
+        except Exception as exc:
+            log(f"run.py: cannot use the PostgreSQL server at {redact(args.db)}: {exc}")
+            return 1
+        wrong = {k: server[k] for k, v in pg.DURABILITY.items() if server[k] != v}
+        if wrong:
+            log(f"run.py: the server runs with {wrong}, not {pg.DURABILITY}: not comparable")
+            return 2
 
     if args.dir:
         root = Path(args.dir)
@@ -594,14 +871,14 @@ def main(argv: Sequence[str]) -> int:
     else:
         workdir = Path(tempfile.mkdtemp(prefix="oncewire-bench-"))
     env = environment()
+    if server:
+        env["postgresql"] = server["server_version"]
     fs = filesystem_of(workdir)
-    log(
-        f"oncewire benchmarks: {len(figures)} figures, {args.repeat} round(s), "
-        f"files in {workdir} ({fs})"
-    )
+    where = f"server {redact(args.db)}" if args.db else f"files in {workdir} ({fs})"
+    log(f"oncewire benchmarks: {len(figures)} figures, {args.repeat} round(s), {where}")
     started = time.perf_counter()
     try:
-        samples, skipped, pragmas = run_rounds(figures, args, workdir, params)
+        samples, skipped, pragmas = run_rounds(figures, args, workdir, params, cat)
     except w.BenchmarkError as exc:
         log(f"run.py: {exc}")
         return 1
@@ -611,18 +888,30 @@ def main(argv: Sequence[str]) -> int:
     results = summarise(figures, samples, skipped, params)
     elapsed = time.perf_counter() - started
 
-    shown = {**PRAGMAS, "synchronous": f"FULL ({PRAGMAS['synchronous']})"}
-    pragma_text = ", ".join(f"{k}={v}" for k, v in shown.items())
     header = [
-        f"oncewire {env['oncewire']} benchmarks, median of {args.repeat} round(s), "
-        f"{elapsed:.0f} s in all",
-        f"Python {env['python']}, SQLite {env['sqlite']}, {env['platform']}, "
-        f"{env['cpu_count']} CPUs, {env['date']}",
+        f"oncewire {env['oncewire']} benchmarks ({args.backend}), median of {args.repeat} "
+        f"round(s), {elapsed:.0f} s in all",
+        f"Python {env['python']}, "
+        + (f"PostgreSQL {server['server_version']}" if server else f"SQLite {env['sqlite']}")
+        + f", {env['platform']}, {env['cpu_count']} CPUs, {env['date']}",
         f"oncewire from {env['oncewire_path']}"
         + (f", commit {env['git_commit'][:12]}" if env["git_commit"] else "")
         + (", with uncommitted changes under src/" if env["source_modified"] else ""),
-        f"files: {workdir} ({fs}); every engine ran with {pragma_text} "
-        f"({', '.join(sorted(pragmas)) or 'none'})",
+    ]
+    if server:
+        settings = ", ".join(f"{k}={v}" for k, v in server.items() if k != "server_version")
+        header.append(
+            f"server: {redact(args.db)}, a new schema per workload; {settings} "
+            f"(checked on {', '.join(sorted(pragmas)) or 'no'} connections)"
+        )
+    else:
+        shown = {**PRAGMAS, "synchronous": f"FULL ({PRAGMAS['synchronous']})"}
+        pragma_text = ", ".join(f"{k}={v}" for k, v in shown.items())
+        header.append(
+            f"files: {workdir} ({fs}); every engine ran with {pragma_text} "
+            f"({', '.join(sorted(pragmas)) or 'none'})"
+        )
+    header += [
         "ratio: median of per-round ratios to the baseline (vs; the floor is measured just "
         "before and after each workload compared with it)",
         "bound: the ratio if every commit cost one floor commit and nothing else cost anything",
@@ -635,23 +924,18 @@ def main(argv: Sequence[str]) -> int:
             "environment": env,
             "parameters": {
                 **params,
+                "backend": args.backend,
                 "repeat": args.repeat,
                 "quick": args.quick,
                 "only": args.only,
                 "workdir": str(workdir),
-                "filesystem": fs,
-                "pragmas": PRAGMAS,
-                "pragmas_seen": pragmas,
-                "method": (
-                    "each round runs every selected workload once, baselines first, in fresh "
-                    "files in one directory; a workload compared with the floor is bracketed by "
-                    "floor measurements just before and after it and compared with their mean; "
-                    "value = median over rounds (the floor: over all its measurements); ratio = "
-                    "median of the per-round ratios. End-to-end workloads are sequential: "
-                    "accept all, then "
-                    "Dispatcher.run(until_idle=True); the clock runs from the first accept to "
-                    "the return of run(), when every effect is done and recorded."
+                **(
+                    {"server": redact(args.db), "server_settings": server}
+                    if server
+                    else {"filesystem": fs, "pragmas": PRAGMAS}
                 ),
+                "pragmas_seen": pragmas,
+                "method": METHOD[args.backend],
             },
             "elapsed_seconds": elapsed,
             "figures": results,

@@ -58,6 +58,10 @@ class Context:
     recovery: int  # effects claimed by the process that is killed
     recovery_batch: int  # batch_size of the dispatcher that recovers them
     pragmas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    url: str | None = None  # the PostgreSQL server (postgres.py): a schema per workload
+    failover: int = 0  # effects in the PostgreSQL failover and duplicate workloads
+    keep: bool = False  # keep what the workload created (files are kept by run.py)
+    notes: dict[str, str] = field(default_factory=dict)  # figures not measured, and why
 
     def db(self, name: str) -> str:
         return str(self.workdir / name)
