@@ -22,7 +22,7 @@ operations the reply is ``dead`` and one "could not deliver" notice is attempted
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
@@ -168,6 +168,28 @@ class ReplyEngine:
         self.backoff_cap_seconds = backoff_cap_seconds
         self.lease_seconds = lease_seconds
         self.notice = notice
+        # reply id -> (edit op id, message id): an edit the platform acknowledged whose
+        # acknowledgement rides on this engine's next write for the reply. A crash before that
+        # write leaves the edit in flight, and an edit in flight is only replayed.
+        self._pending: dict[int, tuple[int, str]] = {}
+
+    def _ops(self, reply_id: int) -> list[ReplyOp]:
+        """The record's operations, with this engine's unwritten edit acknowledgement applied."""
+        ops = self.ledger.store.reply_ops(reply_id)
+        pending = self._pending.get(reply_id)
+        if pending is None:
+            return ops
+        return [
+            replace(op, state=OpState.ACKED, message_id=pending[1]) if op.id == pending[0] else op
+            for op in ops
+        ]
+
+    def _flush(self, reply_id: int) -> None:
+        pending = self._pending.pop(reply_id, None)
+        if pending is not None:
+            self.ledger.store.end_op(
+                pending[0], state=OpState.ACKED, message_id=pending[1], now=self.ledger.clock.now()
+            )
 
     # -- answering ---------------------------------------------------------------------------
     def platform(self, name: str) -> Platform:
@@ -259,7 +281,7 @@ class ReplyEngine:
         """Bring the preview up to ``text``: (keep previewing, seconds to wait before the next)."""
         chunks = plan_chunks(text, platform.profile)
         while True:
-            steps = _steps(_slots(self.ledger.replies.ops(reply.id)), chunks, False, platform)
+            steps = _steps(_slots(self._ops(reply.id)), chunks, False, platform)
             if not steps:
                 return True, 0.0
             outcome = self._perform(reply, platform, steps[0], deliver=False, count=False)
@@ -289,10 +311,15 @@ class ReplyEngine:
     def _converge(self, reply: Reply, platform: Platform, chunks: list[Chunk]) -> Delivery:
         store, clock = self.ledger.store, self.ledger.clock
         while True:
-            ops = store.reply_ops(reply.id)
+            ops = self._ops(reply.id)
             steps = _steps(_slots(ops), chunks, True, platform)
             if not steps:
-                done = store.finish_reply(reply.id, state=ReplyState.DELIVERED, now=clock.now())
+                done = store.finish_reply(
+                    reply.id,
+                    state=ReplyState.DELIVERED,
+                    now=clock.now(),
+                    settle=self._pending.pop(reply.id, None),
+                )
                 return Delivery(done, "delivered")
             # A platform's "retry after" binds every later operation of the reply, previews'
             # refusals included.
@@ -326,6 +353,7 @@ class ReplyEngine:
 
     def _schedule(self, reply: Reply, when: float, reason: str) -> Delivery:
         """Give the reply back with its next try at ``when``; other replies go on meanwhile."""
+        self._flush(reply.id)
         now = self.ledger.clock.now()
         self.ledger.store.release_reply(
             reply.id, owner=self.owner, now=now, not_before=when, last_error=reason
@@ -351,6 +379,7 @@ class ReplyEngine:
             now=clock.now(),
             owner=self.owner,
             lease_seconds=self.lease_seconds,
+            settle=self._pending.pop(reply.id, None),
         )
         if step.kind is OpKind.SEND:
             SEND_IN_FLIGHT.hit()
@@ -370,9 +399,16 @@ class ReplyEngine:
 
     def _record(self, op: ReplyOp, outcome: WireOutcome, *, deliver: bool, count: bool) -> None:
         store, now = self.ledger.store, self.ledger.clock.now()
-        if isinstance(outcome, Acked):
+        if isinstance(outcome, Acked) and op.kind is OpKind.EDIT and not deliver:
+            self._pending[op.reply_id] = (op.id, outcome.message_id)
+        elif isinstance(outcome, Acked):
             store.end_op(
-                op.id, state=OpState.ACKED, message_id=outcome.message_id, now=now, deliver=deliver
+                op.id,
+                state=OpState.ACKED,
+                message_id=outcome.message_id,
+                now=now,
+                deliver=deliver,
+                settle=self._pending.pop(op.reply_id, None),
             )
         elif isinstance(outcome, Refused):
             store.end_op(
@@ -399,6 +435,7 @@ class ReplyEngine:
     def _give_up(self, reply: Reply, platform: Platform, reason: str) -> Delivery:
         """``dead``, after one attempt at an honest "could not deliver" notice."""
         store, clock = self.ledger.store, self.ledger.clock
+        self._flush(reply.id)
         if not any(op.slot == -1 for op in store.reply_ops(reply.id)):
             op = store.begin_op(
                 reply.id,
@@ -439,8 +476,9 @@ class ReplyEngine:
             if claimed is None:
                 return None
             reply = claimed
+        pending = self._pending.get(reply.id)
         for op in store.reply_ops(reply.id):
-            if op.state is OpState.IN_FLIGHT:
+            if op.state is OpState.IN_FLIGHT and (pending is None or op.id != pending[0]):
                 store.end_op(
                     op.id,
                     state=OpState.AMBIGUOUS,

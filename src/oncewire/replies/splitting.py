@@ -81,13 +81,31 @@ def _boundary(text: str, start: int, limit: int) -> int:
         if at >= half and at > 0:
             return start + at + len(separator)
     for at in range(len(window) - 1, 0, -1):
-        # A cut must not move a backtick run to the start of a line, where it reads as a fence.
-        if window[at].isspace() and not text.startswith("`", start + at + 1):
+        if window[at].isspace() and not _leads_to_backticks(text, start + at + 1):
             return start + at + 1
-    end = limit
-    while end > start + 1 and (text[end - 1] == "`" or text.startswith("`", end)):
-        end -= 1  # nor may a hard cut end in, or just before, a backtick run
-    return end
+    positions = range(limit, start, -1)
+    for end in positions:  # a hard cut does not end in a backtick run either
+        if text[end - 1] != "`" and not _leads_to_backticks(text, end):
+            return end
+    for end in positions:  # backticks everywhere: at least keep fence lines whole
+        if not _leads_to_backticks(text, end) and not _in_fence_line(text, end):
+            return end
+    return limit
+
+
+def _in_fence_line(text: str, end: int) -> bool:
+    """Does a cut at ``end`` fall inside (or at the end of) a fence line?"""
+    line_start = text.rfind("\n", 0, end) + 1
+    return text[line_start:end].lstrip().startswith(FENCE)
+
+
+def _leads_to_backticks(text: str, end: int) -> bool:
+    """Would a cut at ``end`` start the next chunk's first line with a fence?"""
+    if end > 0 and text[end - 1] == "\n":
+        return False  # the line starts there in the text too
+    while end < len(text) and text[end] in " \t":
+        end += 1
+    return text.startswith(FENCE, end)
 
 
 def _fit(text: str, start: int, budget: int, unit: str) -> int:

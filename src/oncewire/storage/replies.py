@@ -317,7 +317,13 @@ class ReplyVerbs(abc.ABC):
 
     @abc.abstractmethod
     def finish_reply(
-        self, reply_id: int, *, state: ReplyState, now: float, last_error: str | None = None
+        self,
+        reply_id: int,
+        *,
+        state: ReplyState,
+        now: float,
+        last_error: str | None = None,
+        settle: tuple[int, str] | None = None,
     ) -> Reply:
         """``delivered`` (the inbound becomes ``delivered``) or ``dead`` (it stays ``answered``);
         the lease ends."""
@@ -339,8 +345,14 @@ class ReplyVerbs(abc.ABC):
         now: float,
         owner: str | None = None,
         lease_seconds: float = 60.0,
+        settle: tuple[int, str] | None = None,
     ) -> ReplyOp:
         """Mark an operation ``in_flight`` (a matching planned one, or a new one) and commit.
+
+        ``settle`` (op id, message id) records an earlier in-flight edit as acknowledged in the
+        same transaction (``settle`` means the same in :meth:`end_op` and :meth:`finish_reply`):
+        an engine may fold an edit's acknowledgement into its next write, because an edit
+        left ``in_flight`` by a crash is only replayed.
 
         With ``owner``, the reply is leased to it in the same transaction (or
         :class:`StaleFence` is raised if another live lease holds it). A marked send records the
@@ -359,6 +371,7 @@ class ReplyVerbs(abc.ABC):
         error: str | None = None,
         count_attempt: bool = False,
         deliver: bool = False,
+        settle: tuple[int, str] | None = None,
     ) -> ReplyOp:
         """Record an operation's outcome; ``count_attempt`` adds a failed attempt to the reply;
         ``deliver`` also finishes the reply as delivered, in the same transaction."""

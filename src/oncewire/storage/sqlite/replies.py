@@ -437,12 +437,28 @@ class SQLiteReplyVerbs(ReplyVerbs):
         return reply
 
     def finish_reply(
-        self, reply_id: int, *, state: ReplyState, now: float, last_error: str | None = None
+        self,
+        reply_id: int,
+        *,
+        state: ReplyState,
+        now: float,
+        last_error: str | None = None,
+        settle: tuple[int, str] | None = None,
     ) -> Reply:
         if state not in (ReplyState.DELIVERED, ReplyState.DEAD):
             raise InvalidState(f"a reply finishes as delivered or dead, not {state}")
         with self._write("finishing a reply") as conn:
+            self._settle_in(conn, settle, now)
             return self._finish_reply_in(conn, reply_id, state, now, last_error)
+
+    @staticmethod
+    def _settle_in(conn: sqlite3.Connection, settle: tuple[int, str] | None, now: float) -> None:
+        if settle is not None:
+            conn.execute(
+                "UPDATE oncewire_reply_ops SET state = 'acked', message_id = ?, updated_at = ? "
+                "WHERE id = ? AND state = 'in_flight'",
+                (settle[1], now, settle[0]),
+            )
 
     # -- wire operations ---------------------------------------------------------------------
     def reply_ops(self, reply_id: int) -> list[ReplyOp]:
@@ -472,8 +488,10 @@ class SQLiteReplyVerbs(ReplyVerbs):
         now: float,
         owner: str | None = None,
         lease_seconds: float = 60.0,
+        settle: tuple[int, str] | None = None,
     ) -> ReplyOp:
         with self._write("starting a wire operation") as conn:
+            self._settle_in(conn, settle, now)
             if owner is not None:
                 leased = conn.execute(
                     "UPDATE oncewire_replies SET lease_owner = ?, lease_expires_at = ?, "
@@ -529,10 +547,12 @@ class SQLiteReplyVerbs(ReplyVerbs):
         error: str | None = None,
         count_attempt: bool = False,
         deliver: bool = False,
+        settle: tuple[int, str] | None = None,
     ) -> ReplyOp:
         if state in (OpState.PLANNED, OpState.IN_FLIGHT):
             raise InvalidState(f"an operation ends acked, refused or ambiguous, not {state}")
         with self._write("recording a wire outcome") as conn:
+            self._settle_in(conn, settle, now)
             rows = conn.execute(
                 "UPDATE oncewire_reply_ops SET state = ?, message_id = COALESCE(?, message_id), "
                 "retry_after = ?, error = ?, updated_at = ? WHERE id = ? AND state = 'in_flight' "
