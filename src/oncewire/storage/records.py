@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "EFFECT_COLUMNS",
+    "RECEIPT_COLUMNS",
     "TERMINAL_STATES",
     "Backlog",
     "Claim",
@@ -32,6 +35,13 @@ TERMINAL_STATES = frozenset(
 )
 
 
+EFFECT_COLUMNS = (
+    "id, key, kind, payload, digest, state, attempts, max_attempts, not_before, deadline, fence, "
+    "lease_owner, lease_expires_at, maybe_sent, result, last_error, created_at, updated_at"
+)
+RECEIPT_COLUMNS = "key, digest, payload, result, created_at, expires_at"
+
+
 @dataclass(frozen=True, slots=True)
 class Effect:
     """One accepted intent to change the world."""
@@ -54,6 +64,30 @@ class Effect:
     last_error: str | None
     created_at: float
     updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Effect:
+        """A row selected as :data:`EFFECT_COLUMNS`, on any backend."""
+        return cls(
+            id=row[0],
+            key=row[1],
+            kind=row[2],
+            payload_json=row[3],
+            digest=row[4],
+            state=EffectState(row[5]),
+            attempts=row[6],
+            max_attempts=row[7],
+            not_before=row[8],
+            deadline=row[9],
+            fence=row[10],
+            lease_owner=row[11],
+            lease_expires_at=row[12],
+            maybe_sent=bool(row[13]),
+            result_json=row[14],
+            last_error=row[15],
+            created_at=row[16],
+            updated_at=row[17],
+        )
 
     @property
     def payload(self) -> Any:
@@ -146,6 +180,18 @@ class Receipt:
     result_json: str | None
     created_at: float
     expires_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Receipt:
+        """A row selected as :data:`RECEIPT_COLUMNS`, on any backend."""
+        return cls(
+            key=row[0],
+            digest=row[1],
+            payload_json=row[2],
+            result_json=row[3],
+            created_at=row[4],
+            expires_at=row[5],
+        )
 
     @property
     def result(self) -> Any:

@@ -24,6 +24,8 @@ from oncewire.storage.postgres.connection import (
     translate_errors,
 )
 from oncewire.storage.records import (
+    EFFECT_COLUMNS,
+    RECEIPT_COLUMNS,
     TERMINAL_STATES,
     Backlog,
     Claim,
@@ -35,47 +37,14 @@ from oncewire.storage.records import (
 
 __all__ = ["PostgresStore", "PostgresTransaction"]
 
-_EFFECT_COLUMNS = (
-    "id, key, kind, payload, digest, state, attempts, max_attempts, not_before, deadline, fence, "
-    "lease_owner, lease_expires_at, maybe_sent, result, last_error, created_at, updated_at"
-)
-_RECEIPT_COLUMNS = "key, digest, payload, result, created_at, expires_at"
+_EFFECT_COLUMNS = EFFECT_COLUMNS
+_RECEIPT_COLUMNS = RECEIPT_COLUMNS
 _WAITING = "('pending', 'uncertain')"
 CHANNEL = "oncewire_effects"
 
 
-def _effect(row: Sequence[Any]) -> Effect:
-    return Effect(
-        id=row[0],
-        key=row[1],
-        kind=row[2],
-        payload_json=row[3],
-        digest=row[4],
-        state=EffectState(row[5]),
-        attempts=row[6],
-        max_attempts=row[7],
-        not_before=row[8],
-        deadline=row[9],
-        fence=row[10],
-        lease_owner=row[11],
-        lease_expires_at=row[12],
-        maybe_sent=bool(row[13]),
-        result_json=row[14],
-        last_error=row[15],
-        created_at=row[16],
-        updated_at=row[17],
-    )
-
-
-def _receipt(row: Sequence[Any]) -> Receipt:
-    return Receipt(
-        key=row[0],
-        digest=row[1],
-        payload_json=row[2],
-        result_json=row[3],
-        created_at=row[4],
-        expires_at=row[5],
-    )
+_effect = Effect.from_row
+_receipt = Receipt.from_row
 
 
 def _kind_filter(kinds: Sequence[str] | None) -> tuple[str, list[Any]]:
