@@ -210,3 +210,31 @@ def test_failed_attempts_count_and_leases(store: Store) -> None:
     assert store.count_replies()[ReplyState.DEAD] == 1
     with pytest.raises(InvalidState):
         store.finish_reply(reply_id, state=ReplyState.OPEN, now=T0)
+
+
+def test_an_edit_ack_can_ride_on_the_next_write(store: Store) -> None:
+    reply_id = _commit(store, _admit(store))
+    send = store.begin_op(
+        reply_id, slot=0, kind=OpKind.SEND, body="hello", marked=False, message_id=None, now=T0
+    )
+    store.end_op(send.id, state=OpState.ACKED, message_id="m1", now=T0)
+    edit = store.begin_op(
+        reply_id, slot=0, kind=OpKind.EDIT, body="hello!", marked=False, message_id="m1", now=T0
+    )
+    again = store.begin_op(
+        reply_id,
+        slot=0,
+        kind=OpKind.EDIT,
+        body="hello!!",
+        marked=False,
+        message_id="m1",
+        now=T0,
+        settle=(edit.id, "m1"),
+    )
+    assert [op.state for op in store.reply_ops(reply_id)] == [
+        OpState.ACKED,
+        OpState.ACKED,
+        OpState.IN_FLIGHT,
+    ]
+    store.finish_reply(reply_id, state=ReplyState.DELIVERED, now=T0, settle=(again.id, "m1"))
+    assert all(op.state is OpState.ACKED for op in store.reply_ops(reply_id))

@@ -4,14 +4,16 @@ transaction, leases, quarantine, cadence and the number of durable commits."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from oncewire import InboundStatus, ManualClock, ReplyConflict, ReplyState
-from oncewire.lab.replies_rig import Rig, footer, reply_text
+from oncewire.lab.replies_rig import PROFILES, Rig, footer, header, reply_text
 from oncewire.platforms.fake import Fault
+from oncewire.replies import ReplyEngine, rejoin
 
 
 @pytest.fixture
@@ -204,3 +206,41 @@ def test_answering_again_delivers_the_committed_answer_once(rig: Rig) -> None:
     _only_reply(rig, "fk_tg", "again", "A-again", admission.inbound.id)
     with pytest.raises(ReplyConflict):
         rig.answer(admission.inbound.id, "a different answer")
+
+
+def test_parallel_threads_are_independent(rig: Rig) -> None:
+    """Two Discord threads of one channel stream at the same time, one engine each."""
+    tokens = ("A-th1", "A-th2")
+    admissions = [rig.admit("fk_dc", "par", f"in-{n}", thread=f"thr{n}") for n in range(2)]
+    errors: list[BaseException] = []
+
+    def answer(n: int) -> None:
+        engine = ReplyEngine(rig.ledger, rig.platforms, edit_interval_seconds=0.0)
+        text = reply_text(tokens[n], f"reply for thread {n} " * 150)
+        inbound_id = admissions[n].inbound.id
+        try:
+            pieces = [text[i : i + 200] for i in range(0, len(text), 200)]
+            engine.stream(
+                inbound_id, pieces, on_commit=lambda tx, t: rig._persist(tx, inbound_id, t)
+            )
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=answer, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    for n, token in enumerate(tokens):
+        _only_reply_anywhere(rig, token, admissions[n].inbound.id, f"thr{n}")
+
+
+def _only_reply_anywhere(rig: Rig, aid: str, inbound_id: int, thread: str) -> None:
+    view = rig.view()
+    mine = [m for m in view.visible("fk_dc", "par") if m.thread == thread]
+    assert mine and PROFILES["fk_dc"].strip_marker(mine[0].text)[0].startswith(header(aid))
+    assert all(not PROFILES["fk_dc"].strip_marker(m.text)[1] for m in mine)
+    reply = rig.ledger.replies.for_inbound(inbound_id)
+    assert reply is not None and reply.state is ReplyState.DELIVERED
+    assert rejoin([m.text for m in mine]) == reply.final_text == rig.transcript(inbound_id)[0]
