@@ -1,0 +1,129 @@
+"""Idempotent commands, leases with fences, and actions linked to the outbox."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oncewire import Ledger, ManualClock
+from oncewire.core.errors import RunConflict, StaleFence, TransitionRefused
+
+CANDIDATE = {
+    "candidate_id": "c-1",
+    "snapshot_sha256": "a" * 64,
+    "evidence_sha256": "e" * 64,
+    "artifact_set_sha256": "b" * 64,
+}
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "leases.db"
+
+
+@pytest.fixture
+def ledger(path: Path, clock: ManualClock) -> Iterator[Ledger]:
+    opened = Ledger(str(path), clock=clock)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def count(path: Path, table: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_replay_returns_the_original_outcome_and_another_request_conflicts(
+    ledger: Ledger, path: Path
+) -> None:
+    runs = ledger.runs
+    runs.start("r", key="start", scope="s", owner="w")
+    first = runs.record_candidate("r", key="cand", **CANDIDATE)
+    runs.start_review("r", key="rev", review_id="v", candidate_id="c-1", evidence_sha256="e" * 64)
+    events = count(path, "oncewire_run_events")
+    again = runs.record_candidate("r", key="cand", **CANDIDATE)
+    assert again.replayed and again.event == first.event
+    assert again.run.status == "candidate"  # as it stood after that event, not "reviewing"
+    with pytest.raises(RunConflict):
+        runs.record_candidate("r", key="cand", **{**CANDIDATE, "candidate_id": "c-2"})
+    with pytest.raises(RunConflict):
+        runs.start("r", key="another-start", scope="s", owner="w")
+    assert count(path, "oncewire_run_events") == events
+
+
+def test_a_refused_command_writes_nothing(ledger: Ledger, path: Path) -> None:
+    runs = ledger.runs
+    runs.start("r", key="start", scope="s", owner="w")
+    with pytest.raises(TransitionRefused):
+        runs.terminate("r", key="t", status="verified", reason="nothing reviewed")
+    assert count(path, "oncewire_run_events") == 1
+    # The key was not consumed: the same key may carry a legal command later.
+    runs.terminate("r", key="t", status="cancelled", reason="withdrawn")
+
+
+def test_a_lease_holder_renews_and_a_stale_owner_is_fenced_out(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    runs = ledger.runs
+    run = runs.start("r", key="start", scope="s", owner="worker-1", lease_seconds=10).run
+    assert run.fence == 1
+    clock.advance(8)
+    runs.renew("r", owner="worker-1", fence=1, lease_seconds=10)
+    clock.advance(8)
+    assert runs.reconcile(owner="boot") == []  # renewed: alive
+    clock.advance(8)
+    (report,) = runs.reconcile(owner="boot")
+    assert report.status == "review_unavailable"
+    taken = runs.get("r")
+    assert (taken.owner, taken.fence) == ("boot", 2)
+    with pytest.raises(StaleFence):
+        runs.renew("r", owner="worker-1", fence=1, lease_seconds=10)
+    with pytest.raises(StaleFence):
+        runs.record_candidate("r", key="late", fence=1, **CANDIDATE)
+
+
+def test_an_action_linked_to_a_cancelled_effect_is_resolved_from_the_outbox(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    runs = ledger.runs
+    runs.start("r", key="start", scope="s", owner="dead", lease_seconds=10)
+    runs.record_candidate("r", key="cand", **CANDIDATE)
+    runs.start_review("r", key="rev", review_id="v", candidate_id="c-1", evidence_sha256="e" * 64)
+    runs.complete_review(
+        "r", key="rev-done", review_id="v", verdict="issues", findings=[{"finding_id": "f"}]
+    )
+    runs.start_repair("r", key="rep", repair_id="p", finding_ids=["f"])
+    with ledger.transaction() as tx:  # the tool call goes through the outbox
+        tx.accept("ticket-1", "create_ticket", {"title": "fix it"})
+    runs.propose_action(
+        "r",
+        key="act",
+        action_id="a",
+        kind="create_ticket",
+        arguments={"title": "fix it"},
+        side_effect_class="external",
+        effect_key="ticket-1",
+    )
+    ledger.effects.cancel("ticket-1", "withdrawn before dispatch")
+    clock.advance(60)
+    (report,) = runs.reconcile(owner="boot")
+    assert (report.status, report.reason) == ("completed_with_issues", "repair_interrupted")
+    resolved = [e for e in runs.events("r") if e.type == "action_resolved"]
+    assert resolved[0].payload["request"]["result"] == {
+        "effect_key": "ticket-1",
+        "effect_state": "cancelled",
+    }
+    assert runs.verify("r")[0].ok
