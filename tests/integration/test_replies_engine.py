@@ -244,3 +244,41 @@ def _only_reply_anywhere(rig: Rig, aid: str, inbound_id: int, thread: str) -> No
     reply = rig.ledger.replies.for_inbound(inbound_id)
     assert reply is not None and reply.state is ReplyState.DELIVERED
     assert rejoin([m.text for m in mine]) == reply.final_text == rig.transcript(inbound_id)[0]
+
+
+def test_an_engine_whose_lease_ran_out_mid_call_steps_aside(rig: Rig) -> None:
+    """Engine A's send stalls past its lease; engine B takes the reply over (the stalled send
+    may land: B's copy is marked); A's late acknowledgement is refused and A reports busy."""
+    admission = rig.admit("fk_tg", "takeover", "in-1")
+    text = reply_text("A-takeover", "contested.")
+    inner = rig.platforms["fk_tg"]
+    first = ReplyEngine(rig.ledger, rig.platforms, owner="engine-a", lease_seconds=30)
+    second = ReplyEngine(rig.ledger, rig.platforms, owner="engine-b", lease_seconds=30)
+    taken_over: list[str] = []
+
+    class Stalling:
+        profile = inner.profile
+
+        def send(self, request, body, *, marked):  # type: ignore[no-untyped-def]
+            if not taken_over:
+                rig.ledger.clock.sleep(31)  # the call outlives A's lease
+                reply = rig.ledger.replies.for_inbound(admission.inbound.id)
+                assert reply is not None
+                taken_over.append(second.deliver(reply.id).status)
+            return inner.send(request, body, marked=marked)
+
+        def edit(self, request, message_id, body, *, marked):  # type: ignore[no-untyped-def]
+            return inner.edit(request, message_id, body, marked=marked)
+
+        def delete(self, request, message_id):  # type: ignore[no-untyped-def]
+            return inner.delete(request, message_id)
+
+    first.platforms["fk_tg"] = Stalling()
+    result = first.answer(
+        admission.inbound.id,
+        text,
+        on_commit=lambda tx, t: rig._persist(tx, admission.inbound.id, t),
+    )
+    assert taken_over == ["delivered"] and result.status == "busy"
+    failures = rig.check("fk_tg", "takeover", "A-takeover", admission.inbound.id, "marked_dupes")
+    assert not failures, "\n".join(failures)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
-from oncewire.core.errors import ConfigurationError, ReplyConflict, StaleFence
+from oncewire.core.errors import ConfigurationError, InvalidState, ReplyConflict, StaleFence
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.replies.service import plan_chunks
 from oncewire.replies.splitting import Chunk
@@ -239,11 +239,11 @@ class ReplyEngine:
             text += delta
             now = self.ledger.clock.now()
             if previewing and now >= next_at:
-                previewing, wait = self._preview(reply, platform, text)
+                previewing, wait = self._preview_safely(reply, platform, text)
                 shown = text if previewing else shown
                 next_at = now + max(self.edit_interval_seconds, wait)
         if previewing and shown != text and self.ledger.clock.now() >= next_at:
-            previewing, _ = self._preview(reply, platform, text)
+            previewing, _ = self._preview_safely(reply, platform, text)
             shown = text if previewing else shown
         if shown == text:
             PREVIEW_NOT_COMMITTED.hit()
@@ -276,6 +276,12 @@ class ReplyEngine:
             reply = self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
         COMMITTED_NOT_SENT.hit()
         return reply
+
+    def _preview_safely(self, reply: Reply, platform: Platform, text: str) -> tuple[bool, float]:
+        try:
+            return self._preview(reply, platform, text)
+        except StaleFence:
+            return False, 0.0  # another engine holds the reply: leave the screen to it
 
     def _preview(self, reply: Reply, platform: Platform, text: str) -> tuple[bool, float]:
         """Bring the preview up to ``text``: (keep previewing, seconds to wait before the next)."""
@@ -394,7 +400,10 @@ class ReplyEngine:
         else:
             assert step.message_id is not None
             outcome = platform.delete(reply.request, step.message_id)
-        self._record(op, outcome, deliver=deliver, count=count)
+        try:
+            self._record(op, outcome, deliver=deliver, count=count)
+        except InvalidState as exc:  # another engine took the reply over mid-call
+            raise StaleFence(f"reply {reply.id} was taken over during a call") from exc
         return outcome
 
     def _record(self, op: ReplyOp, outcome: WireOutcome, *, deliver: bool, count: bool) -> None:
@@ -464,8 +473,17 @@ class ReplyEngine:
         earlier life of this engine): it may have landed, so it becomes ``ambiguous``.
         """
         store, now = self.ledger.store, self.ledger.clock.now()
-        if reply.lease_owner is not None and reply.lease_owner != self.owner:
-            dead = [reply.lease_owner] if owner_is_dead_locally(reply.lease_owner) else []
+        pending = self._pending.get(reply.id)
+        orphans = [
+            op
+            for op in store.reply_ops(reply.id)
+            if op.state is OpState.IN_FLIGHT and (pending is None or op.id != pending[0])
+        ]
+        held_elsewhere = reply.lease_owner is not None and reply.lease_owner != self.owner
+        if held_elsewhere or orphans:
+            # Hold the lease before settling orphans, so no live engine is mid-call on them.
+            owner = reply.lease_owner
+            dead = [owner] if owner is not None and owner_is_dead_locally(owner) else []
             claimed = store.claim_reply(
                 reply.id,
                 owner=self.owner,
@@ -476,9 +494,8 @@ class ReplyEngine:
             if claimed is None:
                 return None
             reply = claimed
-        pending = self._pending.get(reply.id)
-        for op in store.reply_ops(reply.id):
-            if op.state is OpState.IN_FLIGHT and (pending is None or op.id != pending[0]):
+        for op in orphans:
+            if op.state is OpState.IN_FLIGHT:
                 store.end_op(
                     op.id,
                     state=OpState.AMBIGUOUS,
