@@ -16,7 +16,8 @@ pragmas (WAL, synchronous=FULL). Rows:
 
 Commits are counted with SQLite's statement trace on the store's connection (every COMMIT the
 store issues, the admission's included), so "commits per reply" is exact, not estimated.
-Timings on shared machines are noisy: compare rows of the same run, not runs.
+Each workload runs ``--rounds`` times (3; 1 with ``--quick``), interleaved, and the median is
+shown. Timings on shared machines are noisy: compare rows of the same run, not runs.
 """
 
 from __future__ import annotations
@@ -147,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--rounds", type=int, help="rounds per workload; the median is shown")
     args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     short_n, stream_n, floor_n = (60, 10, 300) if args.quick else (600, 60, 3000)
     workloads: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
         ("raw SQLite floor (INSERT+COMMIT)", lambda d: floor(d, floor_n)),
@@ -170,13 +174,19 @@ def main(argv: list[str] | None = None) -> int:
     ]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="oncewire-replies-bench-") as tmp:
-        for label, run in workloads:
-            folder = Path(tmp) / str(len(results))
-            folder.mkdir()
-            print(f"running: {label} ...", file=sys.stderr, flush=True)
-            figures = run(folder)
-            figures["per_second"] = figures["ops"] / figures["seconds"]
-            results[label] = figures
+        # Rounds interleave the workloads, so a slow spell of a shared machine hits them all.
+        rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in workloads}
+        for round_number in range(args.rounds):
+            for index, (label, run) in enumerate(workloads):
+                folder = Path(tmp) / f"round{round_number}-workload{index}"
+                folder.mkdir()
+                print(f"round {round_number + 1}: {label} ...", file=sys.stderr, flush=True)
+                figures = run(folder)
+                figures["per_second"] = figures["ops"] / figures["seconds"]
+                rounds[label].append(figures)
+        for label, runs in rounds.items():
+            runs.sort(key=lambda figures: figures["per_second"])
+            results[label] = {**runs[len(runs) // 2], "rounds": [r["per_second"] for r in runs]}
     floor_rate = results["raw SQLite floor (INSERT+COMMIT)"]["per_second"]
     print(
         f"oncewire {__version__} replies benchmark, Python {platform.python_version()}, "
@@ -197,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{per_reply:>14} {wire:>9}"
         )
     print(
-        "commits/reply counts every COMMIT on the store, the inbound admission's included "
-        "(one of them); the floor is one commit per row."
+        f"per s: the median of {args.rounds} interleaved round(s). commits/reply counts every "
+        "COMMIT on the store, the inbound admission's included (one of them); the floor is one "
+        "commit per row."
     )
     if args.json:
         args.json.write_text(
