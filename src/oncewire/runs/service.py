@@ -274,15 +274,15 @@ class RunsView:
         request_digest = digest({"command": command, "request": request})
         now = self.now()
         with self.store.transaction() as tx:
-            row = self.store.get_run_in_tx(tx, run_id)
-            if row is None:
+            context = self.store.command_context_in_tx(tx, run_id, key)
+            if context is None:
                 raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
+            row = context.run
             self._refuse_released(row)
-            prior = self.store.event_by_key_in_tx(tx, run_id, key)
-            if prior is not None:
-                return self._replay(row, prior, request_digest)
-            state = self._verified_head_in_tx(tx, row)
-            if command != "resolve_action":
+            if context.prior is not None:
+                return self._replay(row, context.prior, request_digest)
+            state = self._verified_head(row, context.head)
+            if command != "resolve_action" and context.barrier is not None:
                 self._refuse_barrier(tx, row.scope, command)
             if fence is not None and fence != row.fence:
                 raise StaleFence(
@@ -656,6 +656,9 @@ class RunsView:
             )
 
     def _verified_head_in_tx(self, tx: Any, row: RunRow) -> dict[str, Any]:
+        return self._verified_head(row, self.store.event_at_in_tx(tx, row.run_id, row.head_seq))
+
+    def _verified_head(self, row: RunRow, head: EventRow | None) -> dict[str, Any]:
         """Incremental verification: the head event is intact and the row is its state."""
 
         def tampered(reason: str) -> HistoryTampered:
@@ -669,8 +672,7 @@ class RunsView:
 
         if row.chain != chain_name(self.key):
             raise tampered(f"its chain is {row.chain}, this ledger's key says otherwise")
-        head = self.store.event_at_in_tx(tx, row.run_id, row.head_seq)
-        if head is None:
+        if head is None or head.seq != row.head_seq or head.run_id != row.run_id:
             raise tampered("its head event is missing")
         computed = event_hash(
             self.key, row.run_id, head.seq, head.type, head.prev_hash, head.payload_json

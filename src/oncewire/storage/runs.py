@@ -20,6 +20,7 @@ __all__ = [
     "BarrierRow",
     "BranchRow",
     "CheckpointRow",
+    "CommandContext",
     "DeliveryRow",
     "EventRow",
     "FindingRow",
@@ -203,6 +204,16 @@ class RunAppend:
     actions: Sequence[ActionRow] = field(default_factory=tuple)  # inserted or replaced
 
 
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    """What a command reads before it decides, in one round trip."""
+
+    run: RunRow
+    head: EventRow | None  # the event at the run's head_seq
+    prior: EventRow | None  # the event already stored under the command's key, if any
+    barrier: BarrierRow | None  # the barrier held on the run's scope, if any
+
+
 class RunVerbs(abc.ABC):
     """Domain verbs of the run ledger. ``tx`` is what :meth:`Store.transaction` yields."""
 
@@ -214,6 +225,10 @@ class RunVerbs(abc.ABC):
 
     @abc.abstractmethod
     def get_run_in_tx(self, tx: Any, run_id: str) -> RunRow | None: ...
+
+    @abc.abstractmethod
+    def command_context_in_tx(self, tx: Any, run_id: str, key: str) -> CommandContext | None:
+        """The run, its head event, the event under ``key`` and its scope's held barrier."""
 
     @abc.abstractmethod
     def active_run_on_branch_in_tx(self, tx: Any, scope: str, branch: str) -> RunRow | None: ...

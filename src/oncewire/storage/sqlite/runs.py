@@ -12,6 +12,7 @@ from oncewire.storage.runs import (
     BarrierRow,
     BranchRow,
     CheckpointRow,
+    CommandContext,
     DeliveryRow,
     EventRow,
     FindingRow,
@@ -183,6 +184,32 @@ class SQLiteRunVerbs:
         with translate_errors("reading a run"):
             row = _one(tx.conn, f"SELECT {_RUN} FROM oncewire_runs WHERE run_id = ?", (run_id,))
         return None if row is None else _run(row)
+
+    def command_context_in_tx(self, tx: Any, run_id: str, key: str) -> CommandContext | None:
+        def cols(alias: str, names: str) -> str:
+            return ", ".join(f"{alias}.{name.strip()}" for name in names.split(","))
+
+        with translate_errors("reading a run"):
+            row = _one(
+                tx.conn,
+                f"SELECT {cols('r', _RUN)}, {cols('h', _EVENT)}, {cols('p', _EVENT)}, "
+                f"{cols('b', _BARRIER)} FROM oncewire_runs r "
+                "LEFT JOIN oncewire_run_events h ON h.run_id = r.run_id AND h.seq = r.head_seq "
+                "LEFT JOIN oncewire_run_events p ON p.run_id = r.run_id "
+                "  AND p.idempotency_key = ? "
+                "LEFT JOIN oncewire_run_barriers b ON b.scope = r.scope AND b.state != 'resolved' "
+                "WHERE r.run_id = ?",
+                (key, run_id),
+            )
+        if row is None:
+            return None
+        head, prior, barrier = row[20:33], row[33:46], row[46:52]
+        return CommandContext(
+            run=_run(row[:20]),
+            head=None if head[0] is None else _event(head),
+            prior=None if prior[0] is None else _event(prior),
+            barrier=None if barrier[0] is None else BarrierRow(*barrier),
+        )
 
     def active_run_on_branch_in_tx(self, tx: Any, scope: str, branch: str) -> RunRow | None:
         with translate_errors("reading a branch's active run"):
