@@ -29,6 +29,9 @@ FAULTS = {
     "first_timeout": ("timeout", "first", "one_copy"),
     "first_conn_error": ("conn_error", "first", "exact"),
     "first_rate_limit": ("rate_limit", "first", "exact"),
+    # Parked operations that time out instead of being killed (the crash lab kills them).
+    "hold": ("hold", "footer", "one_copy"),
+    "hold_after": ("hold_after", "footer", "marked_dupes"),
 }
 SIZES = {"short": "a short answer.", "long": LONG_BODY}
 MODES = ("off", "one", "many")
@@ -51,6 +54,7 @@ def test_fault_matrix(tmp_path: Path, platform: str, fault: str, mode: str, size
                 chat=chat,
                 contains=footer(aid) if target == "footer" else header(aid),
                 retry_after=600.0 if fault == "rate_limit_long" else 1.0,
+                hold_seconds=0.0,
             )
         )
     with Rig(tmp_path, clock=ManualClock(), faults=faults, synchronous="NORMAL") as rig:

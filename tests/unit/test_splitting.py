@@ -103,3 +103,13 @@ def test_too_small_cap_is_refused() -> None:
 def test_chunk_round_trips_through_a_dict() -> None:
     chunk = Chunk("b", reopen="```\n", close=CLOSE_FENCE)
     assert Chunk.from_dict(chunk.as_dict()) == chunk
+
+
+@SETTINGS
+@given(text=TEXT.map(lambda t: t * 40), profile=st.sampled_from(["telegram", "discord", "noedit"]))
+def test_the_marker_fits_within_every_chunk(text: str, profile: str) -> None:
+    from oncewire.replies import DISCORD_LIKE, NON_EDITABLE, TELEGRAM_LIKE, plan_chunks
+
+    chosen = {"telegram": TELEGRAM_LIKE, "discord": DISCORD_LIKE, "noedit": NON_EDITABLE}[profile]
+    for chunk in plan_chunks(text, chosen):
+        assert measure(chosen.render(chunk.text, marked=True), chosen.unit) <= chosen.cap

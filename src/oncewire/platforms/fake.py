@@ -103,12 +103,14 @@ class FakePlatform:
         self._next_id = 1
         self._fired: dict[str, int] = {}
         self._alive: dict[str, str] = {}  # message id -> chat, for messages not deleted
+        self._deleted: dict[str, str] = {}  # message id -> chat, for deleted messages
         for entry in _read(self.journal):
             if entry["event"] == "send":
                 self._next_id = max(self._next_id, int(entry["message_id"]) + 1)
                 self._alive[entry["message_id"]] = entry["chat"]
             elif entry["event"] == "delete":
                 self._alive.pop(entry["message_id"], None)
+                self._deleted[entry["message_id"]] = entry["chat"]
             elif entry["event"] == "fault":
                 self._fired[entry["fault"]] = self._fired.get(entry["fault"], 0) + 1
         self.journal.parent.mkdir(parents=True, exist_ok=True)
@@ -216,10 +218,15 @@ class FakePlatform:
             message_id = str(self._next_id)
             self._next_id += 1
             self._alive[message_id] = request.chat
+        elif op == "delete" and message_id in self._deleted:
+            if self._deleted[message_id] == request.chat:
+                return Acked(message_id)  # already gone: a repeated delete is a no-op
+            return RejectedPermanently(f"message {message_id} not found in this chat")
         elif message_id not in self._alive or self._alive[message_id] != request.chat:
             return RejectedPermanently(f"message {message_id} not found in this chat")
         elif op == "delete":
             del self._alive[message_id]
+            self._deleted[message_id] = request.chat
         self._write(
             {
                 "event": op,

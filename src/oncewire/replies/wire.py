@@ -114,7 +114,12 @@ WireOutcome = Acked | Refused | Ambiguous | RejectedPermanently
 
 
 class Platform(Protocol):
-    """A chat platform adapter. ``marked`` asks the adapter to render the duplicate marker."""
+    """A chat platform adapter. ``marked`` asks the adapter to render the duplicate marker.
+
+    Edits and deletes must be idempotent as the engine sees them: an edit to the text a message
+    already shows (Telegram's "message is not modified") and a delete of a message already gone
+    are :class:`Acked`, because the engine replays them after any uncertainty.
+    """
 
     @property
     def profile(self) -> PlatformProfile: ...

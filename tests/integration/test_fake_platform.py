@@ -1,0 +1,115 @@
+"""The journaled fake platform itself: what it journals, how faults fire, what the oracle sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oncewire.core.errors import ConfigurationError
+from oncewire.platforms.fake import ChatView, FakePlatform, Fault
+from oncewire.replies import (
+    DISCORD_LIKE,
+    NON_EDITABLE,
+    TELEGRAM_LIKE,
+    Acked,
+    Ambiguous,
+    Refused,
+    RejectedPermanently,
+    SendRequest,
+)
+
+REQ = SendRequest("fk", "bot", "c1", "t1", reply_to="in-1")
+
+
+def test_the_journal_survives_a_new_instance(tmp_path: Path) -> None:
+    journal = tmp_path / "fk.jsonl"
+    first = FakePlatform(journal, TELEGRAM_LIKE, name="fk")
+    sent = first.send(REQ, "hello", marked=False)
+    assert sent == Acked("1")
+    first.close()  # as good as a SIGKILL: every accepted operation is already fsynced
+    second = FakePlatform(journal, TELEGRAM_LIKE, name="fk")
+    assert second.send(REQ, "again", marked=False) == Acked("2")
+    assert second.edit(REQ, "1", "hello, edited", marked=False) == Acked("1")
+    assert second.delete(REQ, "2") == Acked("2")
+    assert second.delete(REQ, "2") == Acked("2")  # a repeated delete is a no-op
+    second.close()
+    shown = ChatView([journal]).visible("fk", "c1")
+    assert [(m.message_id, m.text, m.edits, m.thread, m.reply_to) for m in shown] == [
+        ("1", "hello, edited", 1, "t1", "in-1")
+    ]
+
+
+def test_faults_fire_a_bounded_number_of_times_across_instances(tmp_path: Path) -> None:
+    journal = tmp_path / "fk.jsonl"
+    faults = [Fault("rate_limit", contains="x", retry_after=2.5, times=2)]
+    first = FakePlatform(journal, DISCORD_LIKE, name="fk", faults=faults)
+    assert first.send(REQ, "x", marked=False) == Refused("429 too many requests", retry_after=2.5)
+    first.close()
+    second = FakePlatform(journal, DISCORD_LIKE, name="fk", faults=faults)
+    assert isinstance(second.send(REQ, "x", marked=False), Refused)
+    assert isinstance(second.send(REQ, "x", marked=False), Acked)
+    second.close()
+    assert len(ChatView([journal]).faults) == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "outcome", "visible"),
+    [
+        ("timeout", Ambiguous, 0),
+        ("ack_lost", Ambiguous, 1),
+        ("conn_error", Refused, 0),
+        ("rejected", RejectedPermanently, 0),
+        ("hold", Ambiguous, 0),
+        ("hold_after", Ambiguous, 1),
+    ],
+)
+def test_each_fault_kind(tmp_path: Path, kind: str, outcome: type, visible: int) -> None:
+    journal = tmp_path / "fk.jsonl"
+    fake = FakePlatform(
+        journal, TELEGRAM_LIKE, name="fk", faults=[Fault(kind, op="send", hold_seconds=0)]
+    )
+    assert isinstance(fake.send(REQ, "text", marked=False), outcome)
+    fake.close()
+    assert len(ChatView([journal]).visible("fk", "c1")) == visible
+
+
+def test_what_a_platform_refuses(tmp_path: Path) -> None:
+    tg = FakePlatform(tmp_path / "tg.jsonl", TELEGRAM_LIKE, name="tg")
+    assert isinstance(tg.send(REQ, "😀" * 2049, marked=False), RejectedPermanently)  # 4098 units
+    assert isinstance(tg.send(REQ, "😀" * 2048, marked=False), Acked)
+    assert isinstance(tg.edit(REQ, "99", "x", marked=False), RejectedPermanently)
+    other_chat = SendRequest("fk", "bot", "c2")
+    assert isinstance(tg.edit(other_chat, "1", "x", marked=False), RejectedPermanently)
+    tg.close()
+    ne = FakePlatform(tmp_path / "ne.jsonl", NON_EDITABLE, name="ne")
+    assert ne.send(REQ, "x", marked=False) == Acked("1")
+    assert isinstance(ne.edit(REQ, "1", "y", marked=False), RejectedPermanently)
+    assert isinstance(ne.delete(REQ, "1"), RejectedPermanently)
+    ne.close()
+    with pytest.raises(ConfigurationError):
+        Fault("explode")
+
+
+def test_the_oracle_finds_copies_and_strays(tmp_path: Path) -> None:
+    journal = tmp_path / "fk.jsonl"
+    fake = FakePlatform(journal, DISCORD_LIKE, name="fk")
+    for body, marked in [
+        ("<<A>> part one ", False),
+        ("part two <</A>>", False),  # a complete copy in two chunks
+        ("<<A>> part one ", True),  # a marked copy, cut short
+        ("part two <</A>>", True),  # ... and its marked tail
+        ("unrelated", False),
+        ("<<A>> lonely", False),  # an unmarked partial
+    ]:
+        fake.send(REQ, body, marked=marked)
+    fake.close()
+    with journal.open("a") as handle:
+        handle.write('{"event": "send", "torn')  # a torn last line is ignored
+    copies, others = ChatView([journal]).copies("fk", "c1", "<<A>>", "<</A>>", DISCORD_LIKE)
+    assert [(c.text, c.complete, c.marked) for c in copies] == [
+        ("<<A>> part one part two <</A>>", True, False),
+        ("<<A>> part one part two <</A>>", True, True),
+        ("<<A>> lonely", False, False),
+    ]
+    assert [m.text for m in others] == ["unrelated"]
