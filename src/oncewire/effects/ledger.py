@@ -196,7 +196,11 @@ class Ledger:
         self._runs_key = runs_key
         self._runs: RunsView | None = None
         if reconcile_runs_as is not None:  # boot: close what dead owners left (reports kept)
-            self.runs.reconcile(owner=reconcile_runs_as)
+            try:
+                self.runs.reconcile(owner=reconcile_runs_as)
+            except BaseException:
+                self.store.close()  # a ledger that failed to open must not leak its store
+                raise
 
     @property
     def runs(self) -> RunsView:

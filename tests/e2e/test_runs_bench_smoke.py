@@ -1,0 +1,28 @@
+"""The run-ledger benchmark runs end to end and reports what it measured (timings unasserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_runs_bench_quick(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "runs_bench.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "raw SQLite floor" in done.stdout and "commands/s" in done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["pragmas"] == {"journal_mode": "wal", "synchronous": 2}
+    assert figures["verification"]["events"] == 20_001
+    assert figures["reconciliation"]["runs"] == 1_000
+    assert figures["commands_ratio_to_floor"] > 0
