@@ -16,6 +16,10 @@ class Clock(Protocol):
 
     def sleep(self, seconds: float) -> None: ...
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait up to ``seconds`` for ``event``; True if it was set."""
+        ...
+
 
 class SystemClock:
     def now(self) -> float:
@@ -24,6 +28,9 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds))
 
 
 class ManualClock:
@@ -43,3 +50,10 @@ class ManualClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Does not block: time jumps to the end of the wait unless the event is already set,
+        so a dispatcher waiting for a retry under a manual clock moves on instead of hanging."""
+        if not event.is_set():
+            self.advance(max(0.0, seconds))
+        return event.is_set()

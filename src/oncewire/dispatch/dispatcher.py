@@ -22,6 +22,7 @@ from typing import Any
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, loads
+from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, OncewireError, SchemaError, StorageError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.dispatch.retry import RetryPolicy
@@ -123,7 +124,7 @@ class Dispatcher:
         self._wake.set()
 
     @property
-    def clock(self) -> Any:
+    def clock(self) -> Clock:
         return self.ledger.clock
 
     # -- the loop ----------------------------------------------------------------------------
@@ -374,7 +375,7 @@ class Dispatcher:
         if next_due is not None:
             wait = min(wait, max(0.0, next_due - self.clock.now()))
         if wait > 0:
-            self._wake.wait(wait)
+            self.clock.wait(self._wake, wait)
         self._wake.clear()
 
     def _heartbeat(self) -> None:
