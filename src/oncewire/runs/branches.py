@@ -31,6 +31,7 @@ from oncewire.core.errors import (
 )
 from oncewire.runs.records import Projection
 from oncewire.runs.verify import fold
+from oncewire.runs.views import event_view, run_view
 from oncewire.storage.runs import BarrierRow, BranchRow, CheckpointRow, EventRow
 
 if TYPE_CHECKING:
@@ -273,8 +274,6 @@ class Branches:
             return Projection(scope, branch, upto, None, [])
         row = store.get_run(latest.run_id)
         result = self._runs._audit(row)
-        from oncewire.runs.service import _event, run_view
-
         events = store.run_events(row.run_id)
         shown = [e for e in events if visible(e.id, e.branch, segments, upto)]
         if not result.ok:
@@ -284,4 +283,4 @@ class Branches:
         else:
             state, _, _ = fold(row, shown)
             run = run_view(row, state)
-        return Projection(scope, branch, upto, run, [_event(e) for e in shown])
+        return Projection(scope, branch, upto, run, [event_view(e) for e in shown])

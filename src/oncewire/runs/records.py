@@ -12,6 +12,7 @@ __all__ = [
     "WORLD_CHANGING",
     "ActionStatus",
     "Delivery",
+    "Outcome",
     "Projection",
     "ReconcileReport",
     "Run",
@@ -270,3 +271,12 @@ class Delivery:
             "created_at": self.created_at,
             "published_at": self.published_at,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a command did: the event it appended (or replayed) and the run after that event."""
+
+    run: Run
+    event: RunEvent
+    replayed: bool

@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
@@ -35,9 +35,12 @@ from oncewire.core.errors import (
     TransitionRefused,
 )
 from oncewire.runs.chain import chain_name, event_hash, genesis_hash
+from oncewire.runs.commands import ReviewCommands
 from oncewire.runs.machine import NEW, Refusal, Step, apply_command, fast_canonical, workflow
-from oncewire.runs.records import Projection, ReconcileReport, Run, RunEvent, Verification
+from oncewire.runs.records import Outcome, Projection, ReconcileReport, Run, RunEvent, Verification
 from oncewire.runs.verify import Audit, audit
+from oncewire.runs.views import event_view as _event
+from oncewire.runs.views import run_view
 from oncewire.storage.base import Store
 from oncewire.storage.runs import EventRow, RunAppend, RunRow
 
@@ -58,83 +61,12 @@ COMMAND_AFTER_COMMIT = crash.register(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a command did: the event it appended (or replayed) and the run after that event."""
-
-    run: Run
-    event: RunEvent
-    replayed: bool
-
-
-def _event(row: EventRow) -> RunEvent:
-    return RunEvent(
-        cursor=row.id,
-        run_id=row.run_id,
-        seq=row.seq,
-        type=row.type,
-        key=row.idempotency_key,
-        request_digest=row.request_digest,
-        terminal=row.terminal,
-        payload=json.loads(row.payload_json),
-        prev_hash=row.prev_hash,
-        hash=row.hash,
-        at=row.at,
-    )
-
-
-def run_view(row: RunRow, state: dict[str, Any] | None, fault: str | None = None) -> Run:
-    """The run as shown: the folded ``state`` (None: the history failed verification)."""
-    if state is None or fault is not None:
-        return Run(
-            run_id=row.run_id,
-            scope=row.scope,
-            branch=row.branch,
-            turn=row.turn,
-            workflow=row.workflow,
-            status="failed",
-            terminal_reason="safety_boundary",
-            created_at=row.created_at,
-            finished_at=None,
-            abandoned_at=row.abandoned_at,
-            abandon_reason=row.abandon_reason,
-            owner=row.owner,
-            fence=row.fence,
-            lease_expires_at=row.lease_expires_at,
-            head_seq=row.head_seq,
-            state={},
-            hidden=row.hidden,
-            claimed_status=row.status,
-            fault=fault or "the history failed verification",
-        )
-    terminal = state.get("finished_at") is not None
-    return Run(
-        run_id=row.run_id,
-        scope=row.scope,
-        branch=row.branch,
-        turn=row.turn,
-        workflow=row.workflow,
-        status=str(state.get("status")),
-        terminal_reason=state.get("reason") if terminal else None,
-        created_at=state.get("created_at"),
-        finished_at=state.get("finished_at"),
-        abandoned_at=row.abandoned_at,
-        abandon_reason=row.abandon_reason,
-        owner=row.owner,
-        fence=row.fence,
-        lease_expires_at=row.lease_expires_at,
-        head_seq=row.head_seq,
-        state=state,
-        hidden=row.hidden,
-    )
-
-
 def _check_key(key: str) -> None:
     if not isinstance(key, str) or not key or len(key) > 512:
         raise ConfigurationError("an idempotency key must be a non-empty string of at most 512")
 
 
-class RunsView:
+class RunsView(ReviewCommands):
     """The run ledger of a :class:`oncewire.Ledger`: ``ledger.runs``.
 
     ``key`` (bytes, held outside the database) makes the chain an HMAC-SHA256 chain; a ledger
@@ -312,165 +244,6 @@ class RunsView:
             COMMAND_BEFORE_COMMIT.hit()
         COMMAND_AFTER_COMMIT.hit()
         return Outcome(run_view(new_row, state), _event(stored), False)
-
-    def record_candidate(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        candidate_id: str,
-        snapshot_sha256: str,
-        evidence_sha256: str,
-        artifact_set_sha256: str,
-        artifact_ids: Sequence[str] = (),
-        version_ids: Sequence[str] = (),
-        fence: int | None = None,
-    ) -> Outcome:
-        candidate = {
-            "candidate_id": candidate_id,
-            "snapshot_sha256": snapshot_sha256,
-            "evidence_sha256": evidence_sha256,
-            "artifact_set_sha256": artifact_set_sha256,
-            "artifact_ids": list(artifact_ids),
-            "version_ids": list(version_ids),
-        }
-        return self.execute(
-            run_id, "record_candidate", {"candidate": candidate}, key=key, fence=fence
-        )
-
-    def start_review(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        review_id: str,
-        candidate_id: str,
-        evidence_sha256: str,
-        attempt: int = 1,
-        reviewer: dict[str, Any] | None = None,
-        fence: int | None = None,
-    ) -> Outcome:
-        request = {
-            "review_id": review_id,
-            "candidate_id": candidate_id,
-            "evidence_sha256": evidence_sha256,
-            "attempt": attempt,
-            "reviewer": reviewer or {},
-        }
-        return self.execute(run_id, "start_review", request, key=key, fence=fence)
-
-    def complete_review(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        review_id: str,
-        verdict: str,
-        status: str = "completed",
-        assessment: dict[str, Any] | None = None,
-        findings: Sequence[dict[str, Any]] = (),
-        usage: dict[str, Any] | None = None,
-        fence: int | None = None,
-    ) -> Outcome:
-        request = {
-            "review_id": review_id,
-            "status": status,
-            "verdict": verdict,
-            "assessment": assessment or {},
-            "findings": [dict(f) for f in findings],
-            "usage": usage or {},
-        }
-        return self.execute(run_id, "complete_review", request, key=key, fence=fence)
-
-    def start_repair(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        repair_id: str,
-        finding_ids: Sequence[str] = (),
-        checkpoint_id: str | None = None,
-        fence: int | None = None,
-    ) -> Outcome:
-        request = {
-            "repair_id": repair_id,
-            "finding_ids": list(finding_ids),
-            "checkpoint_id": checkpoint_id,
-        }
-        return self.execute(run_id, "start_repair", request, key=key, fence=fence)
-
-    def bind_actions(
-        self, run_id: str, *, key: str, repair_id: str, fence: int | None = None
-    ) -> Outcome:
-        """Declare that the open repair records its tool calls in the action ledger."""
-        return self.execute(run_id, "bind_actions", {"repair_id": repair_id}, key=key, fence=fence)
-
-    def complete_repair(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        repair_id: str,
-        status: str = "completed",
-        candidate: dict[str, Any] | None = None,
-        fence: int | None = None,
-    ) -> Outcome:
-        request: dict[str, Any] = {"repair_id": repair_id, "status": status}
-        if candidate is not None:
-            request["candidate"] = candidate
-        return self.execute(run_id, "complete_repair", request, key=key, fence=fence)
-
-    def propose_action(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        action_id: str,
-        kind: str,
-        arguments: Any,
-        side_effect_class: str,
-        resource_keys: Sequence[str] = (),
-        effect_key: str | None = None,
-        fence: int | None = None,
-    ) -> Outcome:
-        """Record a tool call before it runs. ``effect_key`` links an effect of the outbox that
-        performs it (its state is then read from the outbox, not copied here)."""
-        request = {
-            "action_id": action_id,
-            "kind": kind,
-            "arguments": arguments,
-            "side_effect_class": side_effect_class,
-            "resource_keys": list(resource_keys),
-            "effect_key": effect_key,
-        }
-        return self.execute(run_id, "propose_action", request, key=key, fence=fence)
-
-    def resolve_action(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        action_id: str,
-        status: str,
-        result: Any = None,
-        fence: int | None = None,
-    ) -> Outcome:
-        """Record how a proposed tool call ended (admitted even while a revert holds the scope)."""
-        request = {"action_id": action_id, "status": status, "result": result}
-        return self.execute(run_id, "resolve_action", request, key=key, fence=fence)
-
-    def terminate(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        status: str,
-        reason: str,
-        fence: int | None = None,
-    ) -> Outcome:
-        return self.execute(
-            run_id, "terminate", {"status": status, "reason": reason}, key=key, fence=fence
-        )
 
     def renew(self, run_id: str, *, owner: str, fence: int, lease_seconds: float) -> Run:
         """Extend the owner's lease; refused with :class:`StaleFence` once another took over."""
