@@ -78,3 +78,22 @@ def test_a_worker_killed_mid_review_is_closed_once_after_its_lease(tmp_path: Pat
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_CRASH")}
+
+
+def test_two_processes_booting_at_once_close_each_orphan_exactly_once(tmp_path: Path) -> None:
+    from oncewire import Ledger
+
+    db = tmp_path / "boot-race.db"
+    with Ledger(str(db)) as ledger:
+        for i in range(40):
+            ledger.runs.start(f"orphan-{i}", key="start", scope=f"s-{i}", lease_seconds=0.05)
+    time.sleep(0.1)
+    command = [*WORKER, "reconcile", "--db", str(db), "--owner"]
+    first = subprocess.Popen([*command, "boot-a"], env=_env(), stdout=subprocess.PIPE, text=True)
+    second = subprocess.Popen([*command, "boot-b"], env=_env(), stdout=subprocess.PIPE, text=True)
+    outputs = [p.communicate(timeout=60)[0] for p in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0
+    reports = [r for out in outputs for r in json.loads(out)["reports"]]
+    assert sorted(r["run_id"] for r in reports) == sorted(f"orphan-{i}" for i in range(40))
+    assert _rows(db, "SELECT COUNT(*) FROM oncewire_run_events WHERE terminal = 1") == [(40,)]
+    assert _rows(db, "SELECT COUNT(*) FROM oncewire_run_reports") == [(40,)]
