@@ -121,7 +121,7 @@ FIGURES: list[Figure] = [
     Figure(
         "e2e_single_receipts",
         "e2e_single_receipts",
-        "as e2e_single, sink = Receipts.run_once (2nd file)",
+        "as e2e_single, sink = ReceiptsSink: Receipts.run_once per effect (2nd file)",
         "effects/s",
         "floor",
         _ratio_target(0.5),
@@ -129,7 +129,7 @@ FIGURES: list[Figure] = [
     Figure(
         "e2e_batched_receipts",
         "e2e_batched_receipts",
-        "as e2e_batched, sink = Receipts.run_once (2nd file)",
+        "as e2e_batched, sink = ReceiptsSink: one receiver tx per batch (2nd file)",
         "effects/s",
         "floor",
         _ratio_target(2.0),

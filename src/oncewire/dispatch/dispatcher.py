@@ -225,11 +225,15 @@ class Dispatcher:
             outcomes: list[Outcome | None] = [None] * len(claims)
             singles: list[int] = []
             batches: dict[str, list[int]] = {}
+            by_kind: dict[str, list[int]] = {}
             for index, claim in enumerate(claims):
-                if hasattr(self.sinks[claim.kind], "call_batch"):
-                    batches.setdefault(claim.kind, []).append(index)
+                by_kind.setdefault(claim.kind, []).append(index)
+            for kind, indexes in by_kind.items():
+                if len(indexes) > 1 and hasattr(self.sinks[kind], "call_batch"):
+                    batches[kind] = indexes
                 else:
-                    singles.append(index)
+                    singles.extend(indexes)
+            singles.sort()
             for kind, indexes in batches.items():
                 for index, outcome in zip(
                     indexes, self._call_batch(kind, [claims[i] for i in indexes]), strict=True
