@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from oncewire import Ledger, ManualClock
-from oncewire.core.errors import RunConflict, StaleFence, TransitionRefused
+from oncewire import Dispatcher, Done, Ledger, ManualClock
+from oncewire.core.errors import PayloadConflict, RunConflict, StaleFence, TransitionRefused
 
 CANDIDATE = {
     "candidate_id": "c-1",
@@ -127,3 +128,62 @@ def test_an_action_linked_to_a_cancelled_effect_is_resolved_from_the_outbox(
         "effect_state": "cancelled",
     }
     assert runs.verify("r")[0].ok
+
+
+def test_a_proposal_and_its_effect_commit_together_or_not_at_all(
+    ledger: Ledger, path: Path
+) -> None:
+    runs = ledger.runs
+    runs.start("r", key="start", scope="s", owner="w")
+    proposal = {
+        "action_id": "a",
+        "kind": "create_ticket",
+        "arguments": {"title": "fix it"},
+        "side_effect_class": "external",
+        "effect_key": "ticket-1",
+    }
+    runs.propose_action("r", key="act", dispatch=("create_ticket", {"title": "fix it"}), **proposal)
+    effect = ledger.effects.get("ticket-1")
+    assert (effect.kind, effect.payload) == ("create_ticket", {"title": "fix it"})
+    again = runs.propose_action(
+        "r", key="act", dispatch=("create_ticket", {"title": "fix it"}), **proposal
+    )
+    assert again.replayed
+    events = count(path, "oncewire_run_events")
+    with pytest.raises(PayloadConflict):  # the outbox refuses: the proposal rolls back with it
+        runs.propose_action(
+            "r",
+            key="act-2",
+            dispatch=("create_ticket", {"title": "something else"}),
+            **{**proposal, "action_id": "b"},
+        )
+    assert count(path, "oncewire_run_events") == events
+    assert count(path, "oncewire_run_actions") == 1
+
+
+def test_an_action_whose_effect_was_delivered_is_resolved_from_the_outbox(
+    path: Path,
+) -> None:
+    clock = ManualClock(start=time.time())
+    with Ledger(str(path), clock=clock) as ledger:
+        runs = ledger.runs
+        runs.start("r", key="start", scope="s", owner="dead", lease_seconds=10)
+        runs.propose_action(
+            "r",
+            key="act",
+            action_id="a",
+            kind="create_ticket",
+            arguments={"title": "fix it"},
+            side_effect_class="external",
+            effect_key="ticket-1",
+            dispatch=("create_ticket", {"title": "fix it"}),
+        )
+        Dispatcher(ledger, {"create_ticket": lambda attempt: Done({"ticket": 7})}).run(
+            until_idle=True, handle_signals=False
+        )
+        clock.advance(60)
+        (report,) = runs.reconcile(owner="boot")
+        # The ticket exists, so the outcome is known: the action succeeded, nothing is unknown.
+        assert (report.status, report.reason) == ("review_unavailable", "lease_expired")
+        resolved = [e for e in runs.events("r") if e.type == "action_resolved"]
+        assert resolved[0].payload["request"]["status"] == "succeeded"

@@ -6,9 +6,10 @@ event (or replays it) and the guards in :mod:`oncewire.runs.review` decide.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from oncewire.core.errors import ConfigurationError
 from oncewire.runs.records import Outcome
 
 __all__ = ["ReviewCommands"]
@@ -29,7 +30,10 @@ class ReviewCommands:
             owner: str | None = None,
             fence: int | None = None,
             lease_seconds: float | None = None,
+            also_in_tx: Callable[[Any], None] | None = None,
         ) -> Outcome: ...
+
+        def accept_effect_in_tx(self, tx: Any, key: str, kind: str, payload: Any) -> None: ...
 
     def record_candidate(
         self,
@@ -149,10 +153,17 @@ class ReviewCommands:
         side_effect_class: str,
         resource_keys: Sequence[str] = (),
         effect_key: str | None = None,
+        dispatch: tuple[str, Any] | None = None,
         fence: int | None = None,
     ) -> Outcome:
-        """Record a tool call before it runs. ``effect_key`` links an effect of the outbox that
-        performs it (its state is then read from the outbox, not copied here)."""
+        """Record a tool call before it runs.
+
+        ``effect_key`` links an effect of the outbox that performs it (its state is then read
+        from the outbox, not copied here). With ``dispatch=(effect_kind, payload)`` that effect
+        is accepted in the same transaction as the proposal: both commit, or neither.
+        """
+        if dispatch is not None and effect_key is None:
+            raise ConfigurationError("dispatch needs the effect_key to accept it under")
         request = {
             "action_id": action_id,
             "kind": kind,
@@ -161,7 +172,17 @@ class ReviewCommands:
             "resource_keys": list(resource_keys),
             "effect_key": effect_key,
         }
-        return self.execute(run_id, "propose_action", request, key=key, fence=fence)
+        also = None
+        if dispatch is not None and effect_key is not None:
+            effect_kind, payload = dispatch
+            link: str = effect_key
+
+            def also(tx: Any) -> None:
+                self.accept_effect_in_tx(tx, link, effect_kind, payload)
+
+        return self.execute(
+            run_id, "propose_action", request, key=key, fence=fence, also_in_tx=also
+        )
 
     def resolve_action(
         self,

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
-from oncewire.core.canonical import digest, digest_json, loads
+from oncewire.core.canonical import canonical_json, digest, digest_json, loads
 from oncewire.core.errors import (
     BranchBusy,
     ConfigurationError,
     HistoryHidden,
     HistoryTampered,
+    PayloadConflict,
     RevertBarrierHeld,
     RunConflict,
     RunNotFound,
@@ -198,8 +199,13 @@ class RunsView(ReviewCommands):
         owner: str | None = None,
         fence: int | None = None,
         lease_seconds: float | None = None,
+        also_in_tx: Callable[[Any], None] | None = None,
     ) -> Outcome:
-        """Apply ``command`` to the run (the generic form of every named command)."""
+        """Apply ``command`` to the run (the generic form of every named command).
+
+        ``also_in_tx(tx)`` runs inside the command's transaction after its event is written
+        (and not on a replay), so that another ledger's write commits with it or not at all.
+        """
         _check_key(key)
         if command == "start":
             raise ConfigurationError("use start() to start a run")
@@ -241,9 +247,36 @@ class RunsView(ReviewCommands):
                 fence=row.fence,
                 lease_expires_at=lease_expires_at,
             )
+            if also_in_tx is not None:
+                also_in_tx(tx)
             COMMAND_BEFORE_COMMIT.hit()
         COMMAND_AFTER_COMMIT.hit()
         return Outcome(run_view(new_row, state), _event(stored), False)
+
+    def accept_effect_in_tx(self, tx: Any, key: str, kind: str, payload: Any) -> None:
+        """Accept an effect into the outbox inside a run command's transaction (the same key
+        and payload again is a no-op; another payload raises :class:`PayloadConflict`)."""
+        from oncewire.effects.ledger import DEFAULT_MAX_ATTEMPTS
+
+        for name, value in (("effect key", key), ("effect kind", kind)):
+            if not isinstance(value, str) or not value or len(value) > 512:
+                raise ConfigurationError(f"an {name} must be a non-empty string")
+        payload_json = canonical_json(payload)
+        payload_digest = digest_json(payload_json)
+        now = self.now()
+        effect, created = self.store.insert_effect_in_tx(
+            tx,
+            key=key,
+            kind=kind,
+            payload_json=payload_json,
+            digest=payload_digest,
+            max_attempts=DEFAULT_MAX_ATTEMPTS,
+            not_before=now,
+            deadline=None,
+            now=now,
+        )
+        if not created and (effect.digest != payload_digest or effect.kind != kind):
+            raise PayloadConflict(key, effect.digest, payload_digest)
 
     def renew(self, run_id: str, *, owner: str, fence: int, lease_seconds: float) -> Run:
         """Extend the owner's lease; refused with :class:`StaleFence` once another took over."""
