@@ -184,6 +184,13 @@ def run_runs(ctx: LabContext) -> list[ScenarioResult]:
         ),
     ]
     results = []
+    if ctx.backend.name != "sqlite":
+        # The run ledger exists on SQLite only so far: say so rather than pass on SQLite.
+        for name, *_ in cells:
+            skipped = ScenarioResult(name)
+            skipped.skipped = f"the run ledger is not yet ported to {ctx.backend.name}"
+            results.append(skipped)
+        return results
     for name, role, arm, status, check in cells:
         ctx.progress.update(f"runs: {name}")
         results.append(_scenario(ctx, name, role, arm, status, check))
