@@ -219,6 +219,15 @@ def test_an_event_moved_to_another_run_fails_both_runs(ledger: Ledger, path: Pat
     assert not results["run-2"].ok and results["run-2"].first_bad_seq == 3
 
 
+def test_events_whose_run_row_was_deleted_are_reported(ledger: Ledger, path: Path) -> None:
+    verified_run(ledger)
+    edit(path, ("DELETE FROM oncewire_runs WHERE run_id = 'run-1'", ()))
+    (result,) = ledger.runs.verify()
+    assert (result.run_id, result.ok, result.events) == ("run-1", False, 5)
+    with pytest.raises(HistoryTampered):
+        ledger.runs.project(SCOPE)
+
+
 def test_a_deleted_event_is_a_gap(ledger: Ledger, path: Path) -> None:
     verified_run(ledger)
     edit(path, ("DELETE FROM oncewire_run_events WHERE seq = 3", ()))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from oncewire.core.canonical import canonical_json
 from oncewire.core.errors import (
     ConfigurationError,
+    HistoryTampered,
     RevertBarrierHeld,
     RunConflict,
     RunNotFound,
@@ -273,6 +274,11 @@ class Branches:
         if latest is None:
             return Projection(scope, branch, upto, None, [])
         row = store.get_run(latest.run_id)
+        if row is None:  # events without their run row: the store was edited
+            raise HistoryTampered(
+                f"branch {branch!r} shows events of run {latest.run_id!r}, which has no run row",
+                run_id=latest.run_id,
+            )
         result = self._runs._audit(row)
         events = store.run_events(row.run_id)
         shown = [e for e in events if visible(e.id, e.branch, segments, upto)]

@@ -347,7 +347,10 @@ class RunsView(ReviewCommands):
             if row is None:
                 raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
             return [self._audit(row).verification]
-        results: builtins.list[Verification] = []
+        results: builtins.list[Verification] = [
+            Verification(run_id, False, events, 1, "events of a run that has no run row")
+            for run_id, events in self.store.orphan_event_runs()
+        ]
         after = ""
         while True:
             rows = self.store.list_runs(limit=page, after_run_id=after)

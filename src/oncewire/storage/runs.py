@@ -294,6 +294,10 @@ class RunVerbs(abc.ABC):
         verification needs."""
 
     @abc.abstractmethod
+    def orphan_event_runs(self) -> list[tuple[str, int]]:
+        """``(run_id, events)`` for events whose run row does not exist (an edited store)."""
+
+    @abc.abstractmethod
     def run_projections(
         self, run_id: str
     ) -> tuple[list[PhaseRow], list[FindingRow], list[ActionRow]]: ...

@@ -296,6 +296,13 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
             (run_id, after_seq),
         )
 
+    def orphan_event_runs(self) -> list[tuple[str, int]]:
+        rows = self._read(
+            "SELECT run_id, COUNT(*) FROM oncewire_run_events WHERE run_id NOT IN "
+            "(SELECT run_id FROM oncewire_runs) GROUP BY run_id ORDER BY run_id"
+        )
+        return [(str(run_id), int(n)) for run_id, n in rows]
+
     def run_projections(
         self, run_id: str
     ) -> tuple[list[PhaseRow], list[FindingRow], list[ActionRow]]:
