@@ -573,12 +573,11 @@ def duplicates(ctx: Context) -> dict[str, Sample]:
 # -- 6. failover: a worker SIGKILLed while it holds claims -------------------------------------
 
 
-def _claims_of(url: str, pid: int) -> list[str]:
-    rows = _query(
-        url,
+def _claims_of(conn: Any, pid: int) -> list[str]:
+    rows = conn.execute(
         "SELECT key FROM oncewire_effects WHERE state = 'claimed' AND lease_owner LIKE %s",
         (f"%:{pid}:%:%",),
-    )
+    ).fetchall()
     return [str(row[0]) for row in rows]
 
 
@@ -586,14 +585,16 @@ def _failover(ctx: Context, mode: str) -> Sample:
     """Two workers, ``ctx.failover`` effects whose sink sleeps a little. Once a quarter are
     done and the first worker holds claims, it is SIGKILLed (``mode`` "same_host" or
     "lease_expiry"), or, for the baseline ("none"), only looked at. The figure runs from that
-    instant until every effect it held is done, read from the database."""
+    instant until every effect it held is done, read from the database; its details say when
+    the claims were seen released (polled every few milliseconds: an upper bound)."""
+    psycopg = _psycopg()
     count = ctx.failover
     extra: tuple[str, ...] = ("--sink-delay", str(FAILOVER_SINK_DELAY))
     lease_seconds = 30.0
     if mode == "lease_expiry":
         lease_seconds = LEASE_EXPIRY_SECONDS
         extra += ("--lease-seconds", str(lease_seconds), "--owner-host", OTHER_HOST)
-    with fresh_schema(ctx, f"fo_{mode}") as url:
+    with fresh_schema(ctx, f"fo_{mode}") as url, psycopg.connect(url, autocommit=True) as conn:
         _accept_batched(ctx, url, count)
         commands = [_oncewire_args(url, batch=FAILOVER_BATCH, extra=extra)] * 2
         group = Workers(commands)
@@ -601,43 +602,46 @@ def _failover(ctx: Context, mode: str) -> Sample:
             group.go()
             victim = group.procs[0]
             held: list[str] = []
+            instant = 0.0
 
             def ready() -> bool:
-                nonlocal held
-                if effect_states(url).get("done", 0) < count // 4:
+                nonlocal held, instant
+                done = conn.execute(
+                    "SELECT COUNT(*) FROM oncewire_effects WHERE state = 'done'"
+                ).fetchone()[0]
+                if done < count // 4:
                     return False
-                held = _claims_of(url, victim.pid)
+                instant = time.time()  # the claims read next were held at this instant
+                held = _claims_of(conn, victim.pid)
                 return bool(held)
 
             _wait_for("the first worker holding claims", ready, every=0.002)
-            if mode == "none":
-                instant = time.time()
-            else:
+            if mode != "none":
                 instant = group.kill(victim)
-                held = _claims_of(url, victim.pid)  # frozen now: its owner is dead
+                held = _claims_of(conn, victim.pid)  # frozen now: its owner is dead
                 if not held:
                     raise BenchmarkError("the killed worker held no claims")
             released_at: float | None = None
 
             def finished() -> bool:
                 nonlocal released_at
-                rows = _query(
-                    url,
-                    "SELECT state, COUNT(*) FROM oncewire_effects WHERE key = ANY(%s) "
-                    "GROUP BY state",
+                polled = time.time()
+                claimed, done = conn.execute(
+                    "SELECT COUNT(*) FILTER (WHERE state = 'claimed'), "
+                    "COUNT(*) FILTER (WHERE state = 'done') "
+                    "FROM oncewire_effects WHERE key = ANY(%s)",
                     (held,),
-                )
-                states = {str(s): int(n) for s, n in rows}
-                if released_at is None and not states.get("claimed"):
-                    released_at = time.time()
-                return states == {"done": len(held)}
+                ).fetchone()
+                if released_at is None and not claimed:
+                    released_at = polled
+                return bool(done == len(held))
 
-            _wait_for("the held effects done", finished, every=0.01)
+            _wait_for("the held effects done", finished, every=0.002)
             _wait_for("every effect done", lambda: effect_states(url) == {"done": count})
             reports = group.finish(terminate=True)
-            last = _query(
-                url, "SELECT MAX(updated_at) FROM oncewire_effects WHERE key = ANY(%s)", (held,)
-            )[0][0]
+            last = conn.execute(
+                "SELECT MAX(updated_at) FROM oncewire_effects WHERE key = ANY(%s)", (held,)
+            ).fetchone()[0]
             released = sum(r.get("stats", {}).get("released", 0) for r in reports)
             redelivered = sum(r.get("stats", {}).get("redeliveries", 0) for r in reports)
         finally:
@@ -664,8 +668,12 @@ def _failover(ctx: Context, mode: str) -> Sample:
 
 
 def failover(ctx: Context) -> dict[str, Sample]:
-    return {
-        "failover_none": _failover(ctx, "none"),
-        "failover_same_host": _failover(ctx, "same_host"),
-        "failover_lease_expiry": _failover(ctx, "lease_expiry"),
-    }
+    figures = {"failover_none": _failover(ctx, "none")}
+    for mode in ("same_host", "lease_expiry"):
+        sample = _failover(ctx, mode)
+        figures[f"failover_{mode}"] = sample
+        released = sample.details["seconds_to_release"]
+        if released is None:
+            raise BenchmarkError(f"failover_{mode}: the release was not seen")
+        figures[f"release_{mode}"] = Sample(released, sample.details)
+    return figures

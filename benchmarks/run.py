@@ -326,7 +326,8 @@ PG_FIGURES: list[Figure] = [
     Figure(
         "failover_same_host",
         "failover",
-        "the same, worker 1 SIGKILLed, same host (pid check), lease 30 s: kill -> all it held done",
+        "the same, worker 1 SIGKILLed; same host, lease 30 s (pid checked at each reap, "
+        "every 5 s): kill -> all it held done",
         "s",
         "failover_none",
         better="lower",
@@ -335,6 +336,22 @@ PG_FIGURES: list[Figure] = [
         "failover_lease_expiry",
         "failover",
         "the same, owners on another host, lease {lease_expiry:g} s: kill -> all it held done",
+        "s",
+        "failover_none",
+        better="lower",
+    ),
+    Figure(
+        "release_same_host",
+        "failover",
+        "failover_same_host: kill -> its claims released by the survivor (polled)",
+        "s",
+        "failover_none",
+        better="lower",
+    ),
+    Figure(
+        "release_lease_expiry",
+        "failover",
+        "failover_lease_expiry: kill -> its claims released by the survivor (polled)",
         "s",
         "failover_none",
         better="lower",

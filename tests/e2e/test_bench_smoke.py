@@ -63,6 +63,8 @@ PG_FIGURES = {
     "failover_none",
     "failover_same_host",
     "failover_lease_expiry",
+    "release_same_host",
+    "release_lease_expiry",
 }
 # References measured only where pgqueuer (and asyncpg) are installed.
 PG_OPTIONAL = {"pgqueuer_1", "pgqueuer_2", "pgqueuer_2_batch", "duplicates_pgqueuer"}
