@@ -282,3 +282,42 @@ def test_an_engine_whose_lease_ran_out_mid_call_steps_aside(rig: Rig) -> None:
     assert taken_over == ["delivered"] and result.status == "busy"
     failures = rig.check("fk_tg", "takeover", "A-takeover", admission.inbound.id, "marked_dupes")
     assert not failures, "\n".join(failures)
+
+
+def test_a_redelivery_with_another_payload_is_flagged_not_processed(rig: Rig) -> None:
+    first = rig.ledger.inbound.admit("fk_tg", "bot", "c", "in-1", {"text": "hi"})
+    same = rig.ledger.inbound.admit("fk_tg", "bot", "c", "in-1", {"text": "hi"})
+    edited = rig.ledger.inbound.admit("fk_tg", "bot", "c", "in-1", {"text": "hi (edited)"})
+    assert first.new and not first.payload_changed
+    assert not same.new and not same.payload_changed
+    assert not edited.new and edited.payload_changed
+    assert edited.inbound.payload == {"text": "hi"}  # the admitted message is kept as it was
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"inline_wait_max_seconds": float("nan")},
+        {"edit_interval_seconds": -1},
+        {"lease_seconds": 0},
+        {"backoff_cap_seconds": float("inf")},
+    ],
+)
+def test_engine_options_are_validated(rig: Rig, option: dict[str, float]) -> None:
+    from oncewire import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        ReplyEngine(rig.ledger, rig.platforms, **option)
+
+
+def test_bad_input_is_refused_and_changes_nothing(rig: Rig) -> None:
+    from oncewire import ConfigurationError, InvalidPayload
+
+    with pytest.raises(InvalidPayload):
+        rig.ledger.inbound.admit("fk_tg", "bot", "c", "in-1", {"x": float("nan")})
+    with pytest.raises(ConfigurationError):
+        rig.ledger.inbound.admit("fk_tg", "bot", "", "in-1", {})
+    with pytest.raises(ConfigurationError):
+        rig.engine.answer(rig.admit("nowhere", "c", "in-2").inbound.id, "text")
+    assert [i.platform for i in rig.ledger.inbound.list()] == ["nowhere"]
+    assert rig.ledger.replies.list() == []

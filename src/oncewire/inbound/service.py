@@ -29,6 +29,9 @@ DEFAULT_MAX_STARTS = 3  # starts of answering before an inbound is quarantined
 class Admission:
     inbound: Inbound
     new: bool  # False: a re-delivery of a message admitted before; do not process it again
+    # A re-delivery whose payload differs from the admitted one (an edited message, say): it is
+    # still not processed again, but the caller is told rather than left to guess.
+    payload_changed: bool = False
 
 
 def _text_field(name: str, value: object, *, empty: bool = False) -> str:
@@ -57,6 +60,7 @@ class InboundView:
     ) -> Admission:
         """Record the message once; say whether it is new or a re-delivery."""
         payload_json = canonical_json(payload)
+        payload_digest = digest_json(payload_json)
         inbound, new = self._ledger.store.admit_inbound(
             platform=_text_field("platform", platform),
             bot=_text_field("bot", bot),
@@ -64,10 +68,10 @@ class InboundView:
             thread=_text_field("thread", thread, empty=True),
             platform_message_id=_text_field("platform_message_id", platform_message_id),
             payload_json=payload_json,
-            digest=digest_json(payload_json),
+            digest=payload_digest,
             now=self._ledger.clock.now(),
         )
-        return Admission(inbound, new)
+        return Admission(inbound, new, payload_changed=inbound.digest != payload_digest)
 
     def get(self, inbound_id: int) -> Inbound:
         inbound = self._ledger.store.get_inbound(inbound_id)

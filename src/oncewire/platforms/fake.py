@@ -72,6 +72,10 @@ class Fault:
             raise ConfigurationError(f"unknown fault {self.kind!r} (one of {FAULT_KINDS})")
         if self.op not in ("send", "edit", "delete", "any"):
             raise ConfigurationError(f"unknown operation {self.op!r}")
+        if self.times < 0 or not (0 <= self.retry_after < float("inf")):
+            raise ConfigurationError("times and retry_after must be finite and >= 0")
+        if not (0 <= self.hold_seconds < float("inf")):
+            raise ConfigurationError("hold_seconds must be finite and >= 0")
 
     def matches(self, platform: str, op: str, chat: str, text: str) -> bool:
         return (

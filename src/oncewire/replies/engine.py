@@ -21,6 +21,7 @@ operations the reply is ``dead`` and one "could not deliver" notice is attempted
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -159,6 +160,17 @@ class ReplyEngine:
         lease_seconds: float = 120.0,
         notice: str = DEFAULT_NOTICE,
     ) -> None:
+        for name, value in (
+            ("inline_wait_max_seconds", inline_wait_max_seconds),
+            ("edit_interval_seconds", edit_interval_seconds),
+            ("backoff_base_seconds", backoff_base_seconds),
+            ("backoff_cap_seconds", backoff_cap_seconds),
+            ("lease_seconds", lease_seconds),
+        ):
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ConfigurationError(f"{name} must be a finite number >= 0, not {value!r}")
+        if lease_seconds <= 0:
+            raise ConfigurationError("lease_seconds must be positive")
         self.ledger = ledger
         self.platforms = dict(platforms)
         self.owner = owner or this_process_owner()
