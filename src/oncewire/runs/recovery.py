@@ -59,13 +59,13 @@ def reconcile_run(
     """Reconcile one run in one transaction; None when it needs nothing (any more)."""
     store = runs.store
     with store.transaction() as tx:
-        row = store.get_run_in_tx(tx, run_id)
-        if row is None or not row.active:
+        context = store.command_context_in_tx(tx, run_id, "")
+        if context is None or not context.run.active:
             return None
+        row = context.run
         if row.lease_expires_at is not None and row.lease_expires_at >= now:
             return None  # renewed since the sweep listed it: its owner is alive
-        barrier = store.held_barrier_in_tx(tx, row.scope)
-        if barrier is not None:
+        if context.barrier is not None:
             report = ReconcileReport(
                 "run", run_id, run_id, "deferred", row.status, "revert_barrier"
             )
