@@ -374,7 +374,7 @@ PG_WORKLOADS: dict[str, w.Workload] = {
 
 PG_SIZES = {
     # single, batched, batch, failover
-    "full": (3000, 20000, 100, 2000),
+    "full": (3000, 50000, 100, 2000),
     "quick": (300, 1000, 100, 400),
 }
 
