@@ -79,3 +79,14 @@ def test_seed_gap_stream_fully_visible_then_killed(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert view.visible("fk_tg")[0].text == final_text == persisted
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_kills(tmp_path: Path, seed: int) -> None:
+    """A dozen replies (three platforms, streamed or not, short or long, a few wire faults)
+    with the process killed eight times at random replies crash points and hits."""
+    from oncewire.lab.replies import run_random_kills
+
+    result = run_random_kills(LabContext(root=tmp_path, seed=seed), count=12, kills=8)
+    assert result.passed, "\n".join(result.failures)
+    assert result.summary["kills"] >= 4 and result.summary["replies"] == 12

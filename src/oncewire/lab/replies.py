@@ -13,6 +13,12 @@ and the database directly:
   copy only where a send may really have landed, and then marked; no partial copy left;
 * an unclean restart with nothing in flight sends nothing.
 
+A seeded scenario (``random_kills``) then answers a dozen inbound messages across the three
+platforms, streamed or not, short or long, with a few wire faults, and kills the process at
+random replies crash points and hits until it gets through. Every reply must be delivered
+once; a marker, a second copy or a leftover piece may appear only where the record itself says
+a send was ambiguous (a send whose acknowledgement was lost leaves a message nobody can edit).
+
 Two cells are the cases a peer gateway lists as known failures: a streamed first send whose
 acknowledgement is lost (``sent_ack_lost_streamed_first_send``) and a streamed answer fully
 visible before the process dies with the final text not committed
@@ -32,11 +38,21 @@ from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, su
 from oncewire.lab.replies_rig import check_reply, footer, snapshot
 from oncewire.platforms.fake import ChatView
 
-__all__ = ["CELLS", "MODULE", "CrashCell", "run_cell", "run_replies"]
+__all__ = [
+    "CELLS",
+    "MODULE",
+    "CrashCell",
+    "check_many",
+    "run_cell",
+    "run_random_kills",
+    "run_replies",
+]
 
 MODULE = "oncewire.lab.replies_worker"
 KILLED = -signal.SIGKILL
 HOLD_WAIT_SECONDS = 30.0
+RANDOM_COUNT = 12  # inbound messages in the seeded random-kill scenario
+RANDOM_KILLS = 8  # armed runs (each killed when the first armed point is reached)
 
 
 @dataclass(frozen=True)
@@ -234,10 +250,118 @@ def _visible(folder: Path, cell: CrashCell, chat: str) -> list[dict[str, object]
     ]
 
 
+def run_random_kills(ctx: LabContext, *, count: int, kills: int) -> ScenarioResult:
+    """Seeded: ``count`` inbound messages, the process killed ``kills`` times at random replies
+    crash points and hits, restarted each time; then every reply is checked."""
+    import random
+
+    import oncewire.replies  # noqa: F401  (registers the replies crash points)
+    from oncewire.core import crash
+
+    result = ScenarioResult(f"random_kills[seed={ctx.seed},count={count}]")
+    started = time.monotonic()
+    folder = ctx.scenario_dir("replies", f"random-kills-{ctx.seed}")
+    rng = random.Random(f"replies-kills/{ctx.seed}")
+    points = sorted(name for name in crash.registry() if name.startswith("replies."))
+    args = ["--directory", str(folder), "--seed", str(ctx.seed), "--count", str(count)]
+    fired = 0
+    for attempt in range(kills):
+        # Each armed run brings new inbound messages, so there is work in flight to kill.
+        upto = max(1, count * (attempt + 1) // kills)
+        # Every replies point is armed, each at its own random hit; the first reached fires.
+        arm = ",".join(f"{point}@{rng.randint(1, 4)}" for point in points)
+        record = ctx.child(
+            "many",
+            ["--directory", str(folder), "--seed", str(ctx.seed), "--count", str(upto)],
+            arm=arm,
+            token=folder / f"crash-{attempt}.token",
+            module=MODULE,
+        )
+        result.processes.append(record)
+        if record.exit_code == KILLED:
+            fired += 1
+            continue
+        result.require(record.exit_code == 0, f"run {attempt} failed: {record.stderr[-800:]}")
+    final = ctx.child("many", args, module=MODULE)
+    result.processes.append(final)
+    result.require(final.exit_code == 0, f"the final run failed: {final.stderr[-800:]}")
+    result.require(fired > 0, "no armed crash point was reached")
+    summary = check_many(folder, ctx.seed, count, result)
+    result.summary = {"kills": fired, "armed_runs": kills, **summary}
+    result.duration_seconds = time.monotonic() - started
+    return result
+
+
+def check_many(folder: Path, seed: int, count: int, result: ScenarioResult) -> dict[str, int]:
+    """Every inbound answered once and delivered; at most one unmarked complete copy each; a
+    marker, a second copy or a leftover piece only where the record holds an ambiguous send."""
+    from oncewire.lab.replies_rig import PROFILES, header
+    from oncewire.lab.replies_worker import spec
+    from oncewire.storage.replies import OpKind, OpState, ReplyState
+
+    view = ChatView(sorted(folder.glob("*.jsonl")))
+    totals = {"replies": 0, "exact": 0, "marked_copies": 0, "marked_pieces": 0, "leftovers": 0}
+    with Ledger(str(folder / "app.db")) as ledger:
+        inbound = {i.platform_message_id: i for i in ledger.inbound.list(limit=10_000)}
+        result.require(len(inbound) == count, f"{len(inbound)} inbound rows for {count} messages")
+        for index in range(count):
+            item = spec(seed, index)
+            row = inbound.get(item["message_id"])
+            if row is None:
+                continue
+            reply = ledger.replies.for_inbound(row.id)
+            with ledger.transaction() as tx:
+                persisted = tx.execute(
+                    "SELECT text FROM transcript WHERE inbound_id = ?", (row.id,)
+                ).fetchall()
+            name = f"inbound {index} ({item['platform']}, {item['mode']}, {item['size']})"
+            if not result.require(len(persisted) == 1, f"{name}: persisted {len(persisted)}x"):
+                continue
+            text = persisted[0][0]
+            result.require(
+                reply is not None and reply.state is ReplyState.DELIVERED,
+                f"{name}: reply is {reply and reply.state}",
+            )
+            result.require(reply is not None and reply.final_text == text, f"{name}: text differs")
+            ops = [] if reply is None else ledger.replies.ops(reply.id)
+            ambiguous = any(op.kind is OpKind.SEND and op.state is OpState.AMBIGUOUS for op in ops)
+            copies, others = view.copies(
+                item["platform"],
+                item["chat"],
+                header(item["aid"]),
+                footer(item["aid"]),
+                PROFILES[item["platform"]],
+            )
+            complete = [c for c in copies if c.complete]
+            unmarked = [c for c in complete if not c.marked]
+            leftovers = [c for c in copies if not c.complete] + [None] * len(others)
+            result.require(bool(complete), f"{name}: no complete visible reply")
+            # Where a chunk was re-sent after an ambiguous send, its marked repeat is skipped
+            # when the copy is read (the record must hold that ambiguous send).
+            result.require(
+                all(
+                    c.text == text or (ambiguous and c.text_without_marked_repeats == text)
+                    for c in complete
+                ),
+                f"{name}: visible != committed",
+            )
+            result.require(len(unmarked) <= 1, f"{name}: {len(unmarked)} unmarked copies")
+            honest = ambiguous or (len(complete) == 1 and not complete[0].marked and not leftovers)
+            result.require(honest, f"{name}: a marker or extra piece with no ambiguous send")
+            totals["replies"] += 1
+            totals["marked_copies"] += len(complete) - len(unmarked)
+            totals["marked_pieces"] += sum(sum(c.piece_marks[1:]) for c in complete)
+            totals["leftovers"] += len(leftovers)
+            totals["exact"] += int(len(complete) == 1 and not complete[0].marked and not leftovers)
+    return totals
+
+
 @suite("replies", "the reply engine killed at each crash window, restarted, checked on screen")
 def run_replies(ctx: LabContext) -> list[ScenarioResult]:
     results = []
     for cell in CELLS:
         ctx.progress.update(f"replies: {cell.cell_id}")
         results.append(run_cell(ctx, cell))
+    ctx.progress.update("replies: random kills")
+    results.append(run_random_kills(ctx, count=RANDOM_COUNT, kills=RANDOM_KILLS))
     return results

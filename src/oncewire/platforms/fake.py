@@ -292,10 +292,22 @@ class Copy:
     marked: bool = False
     complete: bool = False
     message_ids: list[str] = field(default_factory=list)
+    piece_marks: list[bool] = field(default_factory=list)  # which pieces carry the marker
 
     @property
     def text(self) -> str:
         return rejoin(self.texts)
+
+    @property
+    def text_without_marked_repeats(self) -> str:
+        """The text read as a person reads it: a marked piece repeating an earlier piece of the
+        copy (a chunk re-sent after its first send may have landed) is skipped."""
+        kept: list[str] = []
+        for body, marked in zip(self.texts, self.piece_marks, strict=True):
+            if marked and kept and body in kept:
+                continue
+            kept.append(body)
+        return rejoin(kept)
 
 
 class ChatView:
@@ -358,6 +370,7 @@ class ChatView:
                 others.append(message)
                 continue
             current.texts.append(body)
+            current.piece_marks.append(marked)
             current.message_ids.append(message.message_id)
             if footer in body:
                 current.complete = True
