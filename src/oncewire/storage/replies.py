@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "INBOUND_COLUMNS",
+    "OP_COLUMNS",
+    "REPLY_COLUMNS",
     "Inbound",
     "InboundStatus",
     "OpKind",
@@ -28,6 +31,22 @@ __all__ = [
     "ReplyVerbs",
     "SendRequest",
 ]
+
+
+# Column orders of the three tables, as every backend selects them for ``from_row``.
+INBOUND_COLUMNS = (
+    "id, platform, bot, chat, thread, platform_message_id, payload, digest, status, deliveries, "
+    "attempts, last_error, created_at, updated_at"
+)
+REPLY_COLUMNS = (
+    "id, inbound_id, platform, bot, chat, thread, reply_to, format, cap, unit, state, "
+    "final_text, plan, marked, attempts, max_attempts, not_before, lease_owner, "
+    "lease_expires_at, last_error, created_at, updated_at"
+)
+OP_COLUMNS = (
+    "id, reply_id, seq, slot, kind, body, marked, state, message_id, retry_after, error, "
+    "created_at, updated_at"
+)
 
 
 class InboundStatus(enum.StrEnum):
@@ -96,6 +115,26 @@ class Inbound:
 
         return loads(self.payload_json)
 
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Inbound:
+        """From a row selected as :data:`INBOUND_COLUMNS`."""
+        return cls(
+            id=row[0],
+            platform=row[1],
+            bot=row[2],
+            chat=row[3],
+            thread=row[4],
+            platform_message_id=row[5],
+            payload_json=row[6],
+            digest=row[7],
+            status=InboundStatus(row[8]),
+            deliveries=row[9],
+            attempts=row[10],
+            last_error=row[11],
+            created_at=row[12],
+            updated_at=row[13],
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -133,6 +172,36 @@ class Reply:
     last_error: str | None
     created_at: float
     updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Reply:
+        """From a row selected as :data:`REPLY_COLUMNS`."""
+        return cls(
+            id=row[0],
+            inbound_id=row[1],
+            request=SendRequest(
+                platform=row[2],
+                bot=row[3],
+                chat=row[4],
+                thread=row[5],
+                reply_to=row[6],
+                format=row[7],
+            ),
+            cap=row[8],
+            unit=row[9],
+            state=ReplyState(row[10]),
+            final_text=row[11],
+            plan_json=row[12],
+            marked=bool(row[13]),
+            attempts=row[14],
+            max_attempts=row[15],
+            not_before=row[16],
+            lease_owner=row[17],
+            lease_expires_at=row[18],
+            last_error=row[19],
+            created_at=row[20],
+            updated_at=row[21],
+        )
 
     @property
     def plan(self) -> list[dict[str, str]]:
@@ -180,6 +249,25 @@ class ReplyOp:
     error: str | None
     created_at: float
     updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ReplyOp:
+        """From a row selected as :data:`OP_COLUMNS`."""
+        return cls(
+            id=row[0],
+            reply_id=row[1],
+            seq=row[2],
+            slot=row[3],
+            kind=OpKind(row[4]),
+            body=row[5],
+            marked=bool(row[6]),
+            state=OpState(row[7]),
+            message_id=row[8],
+            retry_after=row[9],
+            error=row[10],
+            created_at=row[11],
+            updated_at=row[12],
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {

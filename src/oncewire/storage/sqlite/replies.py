@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, StaleFence
 from oncewire.storage.replies import (
+    INBOUND_COLUMNS,
+    OP_COLUMNS,
+    REPLY_COLUMNS,
     Inbound,
     InboundStatus,
     OpKind,
@@ -26,85 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteReplyVerbs"]
 
-_INBOUND_COLUMNS = (
-    "id, platform, bot, chat, thread, platform_message_id, payload, digest, status, deliveries, "
-    "attempts, last_error, created_at, updated_at"
-)
-_REPLY_COLUMNS = (
-    "id, inbound_id, platform, bot, chat, thread, reply_to, format, cap, unit, state, "
-    "final_text, plan, marked, attempts, max_attempts, not_before, lease_owner, "
-    "lease_expires_at, last_error, created_at, updated_at"
-)
-_OP_COLUMNS = (
-    "id, reply_id, seq, slot, kind, body, marked, state, message_id, retry_after, error, "
-    "created_at, updated_at"
-)
-
-
-def _inbound(row: Sequence[Any]) -> Inbound:
-    return Inbound(
-        id=row[0],
-        platform=row[1],
-        bot=row[2],
-        chat=row[3],
-        thread=row[4],
-        platform_message_id=row[5],
-        payload_json=row[6],
-        digest=row[7],
-        status=InboundStatus(row[8]),
-        deliveries=row[9],
-        attempts=row[10],
-        last_error=row[11],
-        created_at=row[12],
-        updated_at=row[13],
-    )
-
-
-def _reply(row: Sequence[Any]) -> Reply:
-    return Reply(
-        id=row[0],
-        inbound_id=row[1],
-        request=SendRequest(
-            platform=row[2],
-            bot=row[3],
-            chat=row[4],
-            thread=row[5],
-            reply_to=row[6],
-            format=row[7],
-        ),
-        cap=row[8],
-        unit=row[9],
-        state=ReplyState(row[10]),
-        final_text=row[11],
-        plan_json=row[12],
-        marked=bool(row[13]),
-        attempts=row[14],
-        max_attempts=row[15],
-        not_before=row[16],
-        lease_owner=row[17],
-        lease_expires_at=row[18],
-        last_error=row[19],
-        created_at=row[20],
-        updated_at=row[21],
-    )
-
-
-def _op(row: Sequence[Any]) -> ReplyOp:
-    return ReplyOp(
-        id=row[0],
-        reply_id=row[1],
-        seq=row[2],
-        slot=row[3],
-        kind=OpKind(row[4]),
-        body=row[5],
-        marked=bool(row[6]),
-        state=OpState(row[7]),
-        message_id=row[8],
-        retry_after=row[9],
-        error=row[10],
-        created_at=row[11],
-        updated_at=row[12],
-    )
+_INBOUND_COLUMNS = INBOUND_COLUMNS
+_REPLY_COLUMNS = REPLY_COLUMNS
+_OP_COLUMNS = OP_COLUMNS
+_inbound = Inbound.from_row
+_reply = Reply.from_row
+_op = ReplyOp.from_row
 
 
 class SQLiteReplyVerbs(ReplyVerbs):
