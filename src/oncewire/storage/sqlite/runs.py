@@ -122,7 +122,11 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
         with translate_errors("appending a run event"):
             for phase in change.phases:
                 conn.execute(
-                    f"INSERT OR REPLACE INTO oncewire_run_phases ({PHASE}) VALUES ({marks(13)})",
+                    f"INSERT INTO oncewire_run_phases ({PHASE}) VALUES ({marks(13)}) "
+                    "ON CONFLICT (run_id, phase_id) DO UPDATE SET status = excluded.status, "
+                    "verdict = excluded.verdict, result = excluded.result, "
+                    "actions_bound = excluded.actions_bound, closed_seq = excluded.closed_seq, "
+                    "closed_at = excluded.closed_at",
                     phase_values(phase),
                 )
             cursor = conn.execute(
