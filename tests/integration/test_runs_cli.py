@@ -66,5 +66,9 @@ def test_reconcile_takes_yes_and_reports(
     assert [(r["subject_id"], r["status"]) for r in json.loads(out)] == [
         ("run-a", "review_unavailable")
     ]
+    code, out, _ = run(capsys, "runs", "reports", "--db", db, "--json")
+    assert code == 0 and [(r["subject_id"], r["outcome"]) for r in json.loads(out)] == [
+        ("run-a", "terminal")
+    ]
     code, _, err = run(capsys, "runs", "show", "nope", "--db", db)
     assert code == 1 and "run_not_found" in err

@@ -38,7 +38,7 @@ def _open(db: str, key_env: str) -> Ledger:
 
 @click.group("runs")
 def group() -> None:
-    """Run ledgers: list, show, verify, reconcile."""
+    """Run ledgers: list, show, verify, reconcile, reports."""
 
 
 @group.command("list")
@@ -184,3 +184,49 @@ def reconcile(db: str, owner: str, yes: bool, as_json: bool, key_env: str) -> No
     failed = [r for r in reports if r.error]
     if failed:
         raise click.ClickException(f"{len(failed)} could not be reconciled (see the reports)")
+
+
+@group.command("reports")
+@db_option
+@click.option("--subject", "subject_id", help="Only reports about this run or delivery.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@json_option
+def reports(db: str, subject_id: str | None, limit: int, as_json: bool) -> None:
+    """What reconciliation did to each run and delivery, newest first."""
+    with Ledger(db, create=False) as ledger:
+        rows = ledger.runs.reports(limit=limit, subject_id=subject_id)
+    if as_json:
+        emit(
+            [
+                {
+                    "pass_id": r.pass_id,
+                    "subject": r.subject,
+                    "subject_id": r.subject_id,
+                    "run_id": r.run_id,
+                    "owner": r.owner,
+                    "outcome": r.outcome,
+                    "status": r.status,
+                    "reason": r.reason,
+                    "error": r.error,
+                    "created_at": r.created_at,
+                }
+                for r in rows
+            ]
+        )
+        return
+    table(
+        ["when", "subject", "id", "outcome", "status", "reason", "owner", "error"],
+        [
+            (
+                _when(r.created_at),
+                r.subject,
+                r.subject_id,
+                r.outcome,
+                r.status,
+                r.reason,
+                r.owner,
+                r.error,
+            )
+            for r in rows
+        ],
+    )
