@@ -464,9 +464,6 @@ class RunsView(ReviewCommands):
                 state=barrier.state,
             )
 
-    def _verified_head_in_tx(self, tx: Any, row: RunRow) -> dict[str, Any]:
-        return self._verified_head(row, self.store.event_at_in_tx(tx, row.run_id, row.head_seq))
-
     def _verified_head(self, row: RunRow, head: EventRow | None) -> dict[str, Any]:
         """Incremental verification: the head event is intact and the row is its state."""
 

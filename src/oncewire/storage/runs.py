@@ -267,9 +267,6 @@ class RunVerbs(abc.ABC):
     def held_barrier_in_tx(self, tx: Any, scope: str) -> BarrierRow | None: ...
 
     @abc.abstractmethod
-    def actions_in_tx(self, tx: Any, run_id: str) -> list[ActionRow]: ...
-
-    @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRow | None: ...
 
     @abc.abstractmethod

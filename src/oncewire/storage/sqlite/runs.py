@@ -251,14 +251,6 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
             )
         return None if row is None else BarrierRow(*row)
 
-    def actions_in_tx(self, tx: Any, run_id: str) -> list[ActionRow]:
-        with translate_errors("reading actions"):
-            rows = tx.conn.execute(
-                f"SELECT {ACTION} FROM oncewire_run_actions WHERE run_id = ? ORDER BY proposed_seq",
-                (run_id,),
-            ).fetchall()
-        return [ActionRow(*row) for row in rows]
-
     def get_run(self, run_id: str) -> RunRow | None:
         rows = self._read(f"SELECT {RUN} FROM oncewire_runs WHERE run_id = ?", (run_id,))
         return run_row(rows[0]) if rows else None
