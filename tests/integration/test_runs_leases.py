@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +14,7 @@ import pytest
 
 from oncewire import Dispatcher, Done, Ledger, ManualClock
 from oncewire.core.errors import PayloadConflict, RunConflict, StaleFence, TransitionRefused
+from oncewire.core.ids import process_start_ticks, this_process_owner
 
 CANDIDATE = {
     "candidate_id": "c-1",
@@ -187,3 +191,21 @@ def test_an_action_whose_effect_was_delivered_is_resolved_from_the_outbox(
         assert (report.status, report.reason) == ("review_unavailable", "lease_expired")
         resolved = [e for e in runs.events("r") if e.type == "action_resolved"]
         assert resolved[0].payload["request"]["status"] == "succeeded"
+
+
+def test_a_run_whose_owner_process_is_certainly_gone_is_reconciled_before_its_lease_ends(
+    ledger: Ledger,
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    ticks = process_start_ticks(child.pid)
+    dead_owner = f"{socket.gethostname()}:{child.pid}:{ticks}:test"
+    child.communicate(b"")  # the owner exits (and is reaped): its pid and start time are gone
+    runs = ledger.runs
+    runs.start("orphan", key="start", scope="s-1", owner=dead_owner, lease_seconds=3600)
+    runs.start("alive", key="start", scope="s-2", owner=this_process_owner(), lease_seconds=3600)
+    runs.start("named", key="start", scope="s-3", owner="peer-7", lease_seconds=3600)
+    reports = runs.reconcile(owner="boot", dead_owners=["peer-7"])
+    assert sorted(r.run_id for r in reports) == ["named", "orphan"]
+    assert runs.get("alive").status == "running"

@@ -15,11 +15,12 @@ sweep: one run's failure cannot deny the others their recovery.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
-from oncewire.core.ids import new_id
+from oncewire.core.ids import new_id, owner_is_dead_locally
 from oncewire.runs.machine import fast_digest
 from oncewire.runs.records import ReconcileReport
 from oncewire.runs.review import recovery_plan
@@ -54,7 +55,13 @@ def _report_row(pass_id: str, owner: str, report: ReconcileReport, now: float) -
 
 
 def reconcile_run(
-    runs: RunsView, run_id: str, *, owner: str, now: float, pass_id: str
+    runs: RunsView,
+    run_id: str,
+    *,
+    owner: str,
+    now: float,
+    pass_id: str,
+    dead_owners: frozenset[str] = frozenset(),
 ) -> ReconcileReport | None:
     """Reconcile one run in one transaction; None when it needs nothing (any more)."""
     store = runs.store
@@ -63,7 +70,8 @@ def reconcile_run(
         if context is None or not context.run.active:
             return None
         row = context.run
-        if row.lease_expires_at is not None and row.lease_expires_at >= now:
+        live = row.lease_expires_at is not None and row.lease_expires_at >= now
+        if live and row.owner not in dead_owners:
             return None  # renewed since the sweep listed it: its owner is alive
         if context.barrier is not None:
             report = ReconcileReport(
@@ -216,14 +224,23 @@ def _failed(
     return report
 
 
-def reconcile(runs: RunsView, *, owner: str, limit: int = 100_000) -> list[ReconcileReport]:
-    """One sweep: every run whose lease expired, then every orphaned committed delivery."""
+def reconcile(
+    runs: RunsView, *, owner: str, limit: int = 100_000, dead_owners: Sequence[str] = ()
+) -> list[ReconcileReport]:
+    """One sweep: every run whose lease expired (or whose owner is known dead: named in
+    ``dead_owners``, or a process on this host that is certainly gone), then every orphaned
+    committed delivery."""
     now = runs.now()
     pass_id = new_id()
+    dead = frozenset(dead_owners) | frozenset(
+        o for o in runs.store.active_run_owners() if owner_is_dead_locally(o)
+    )
     reports: list[ReconcileReport] = []
-    for row in runs.store.expired_runs(now=now, limit=limit):
+    for row in runs.store.expired_runs(now=now, limit=limit, dead_owners=sorted(dead)):
         try:
-            report = reconcile_run(runs, row.run_id, owner=owner, now=now, pass_id=pass_id)
+            report = reconcile_run(
+                runs, row.run_id, owner=owner, now=now, pass_id=pass_id, dead_owners=dead
+            )
         except Exception as exc:  # reported below, never swallowed; the sweep goes on
             report = _failed(
                 runs, "run", row.run_id, row.run_id, exc, owner=owner, now=now, pass_id=pass_id

@@ -409,11 +409,15 @@ class RunsView(ReviewCommands):
     def release_hold(self, *, scope: str, operation_id: str) -> Any:
         return self.branches.hold(scope=scope, operation_id=operation_id, state="resolved")
 
-    def reconcile(self, *, owner: str, limit: int = 100_000) -> builtins.list[ReconcileReport]:
+    def reconcile(
+        self, *, owner: str, limit: int = 100_000, dead_owners: Sequence[str] = ()
+    ) -> builtins.list[ReconcileReport]:
         """Close what dead owners left: see :mod:`oncewire.runs.recovery`."""
         from oncewire.runs.recovery import reconcile
 
-        self.last_reconciliation = reconcile(self, owner=owner, limit=limit)
+        self.last_reconciliation = reconcile(
+            self, owner=owner, limit=limit, dead_owners=dead_owners
+        )
         return self.last_reconciliation
 
     def reports(self, *, limit: int = 100, subject_id: str | None = None) -> builtins.list[Any]:

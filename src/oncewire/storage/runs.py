@@ -300,8 +300,15 @@ class RunVerbs(abc.ABC):
     ) -> tuple[list[PhaseRow], list[FindingRow], list[ActionRow]]: ...
 
     @abc.abstractmethod
-    def expired_runs(self, *, now: float, limit: int) -> list[RunRow]:
-        """Active runs whose lease expired before ``now``, oldest lease first."""
+    def expired_runs(
+        self, *, now: float, limit: int, dead_owners: Sequence[str] = ()
+    ) -> list[RunRow]:
+        """Active runs whose lease expired before ``now`` or whose owner is known dead, oldest
+        first."""
+
+    @abc.abstractmethod
+    def active_run_owners(self) -> list[str]:
+        """The distinct owners of active runs."""
 
     @abc.abstractmethod
     def branch_runs_in_tx(self, tx: Any, scope: str, branch: str) -> list[RunRow]:

@@ -331,14 +331,24 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
             [ActionRow(*r) for r in actions],
         )
 
-    def expired_runs(self, *, now: float, limit: int) -> list[RunRow]:
+    def expired_runs(
+        self, *, now: float, limit: int, dead_owners: Sequence[str] = ()
+    ) -> list[RunRow]:
+        owners = list(dead_owners)
+        owner_clause = f" OR owner IN ({marks(len(owners))})" if owners else ""
         rows = self._read(
             f"SELECT {RUN} FROM oncewire_runs WHERE {ACTIVE} "
-            "AND (lease_expires_at IS NULL OR lease_expires_at < ?) "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < ?{owner_clause}) "
             "ORDER BY created_at, run_id LIMIT ?",
-            (now, limit),
+            (now, *owners, limit),
         )
         return [run_row(row) for row in rows]
+
+    def active_run_owners(self) -> list[str]:
+        rows = self._read(
+            f"SELECT DISTINCT owner FROM oncewire_runs WHERE {ACTIVE} AND owner IS NOT NULL"
+        )
+        return [str(row[0]) for row in rows]
 
     def branch_runs_in_tx(self, tx: Any, scope: str, branch: str) -> list[RunRow]:
         with translate_errors("reading a branch's runs"):
