@@ -35,6 +35,7 @@ from oncewire.core.errors import (
     StaleFence,
     TransitionRefused,
 )
+from oncewire.core.ids import this_process_owner
 from oncewire.runs.chain import chain_name, event_hash, genesis_hash
 from oncewire.runs.commands import ReviewCommands
 from oncewire.runs.machine import NEW, Refusal, Step, apply_command, fast_canonical, workflow
@@ -102,7 +103,8 @@ class RunsView(ReviewCommands):
         owner: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Outcome:
-        """Start a run on ``branch`` (the scope's root branch by default), leased to ``owner``.
+        """Start a run on ``branch`` (the scope's root branch by default), leased to ``owner``
+        (this process by default, so that a peer on this host can tell when it died).
 
         Refused with :class:`BranchBusy` while another run is active on the branch, and with
         :class:`RevertBarrierHeld` while a revert holds the scope.
@@ -119,6 +121,7 @@ class RunsView(ReviewCommands):
             "params": params or {},
         }
         request_digest = digest({"command": "start", "request": request})
+        owner = owner or this_process_owner()
         now = self.now()
         with self.store.transaction() as tx:
             existing = self.store.get_run_in_tx(tx, run_id)
