@@ -361,6 +361,9 @@ def test_a_revert_hiding_a_started_review_abandons_the_old_active_run(
         complete_review(ledger)
     with pytest.raises(HistoryHidden):
         start(ledger)
+    # The release is part of the verified history (in the hidden tail), not only a row flag.
+    assert event_types(ledger)[-1] == "run_abandoned"
+    assert ledger.runs.verify("run-1")[0].ok
 
 
 def test_a_reverted_candidate_and_review_cannot_authorise_a_transition(ledger: Ledger) -> None:
@@ -837,6 +840,7 @@ def test_reconciliation_releases_a_repair_that_kept_no_action_ledger(
     assert (row["status"], row["finished_at"], row["terminal_reason"]) == ("repairing", None, None)
     assert row["abandoned_at"] == now
     assert query(path, "SELECT COUNT(*) FROM oncewire_run_events WHERE terminal = 1")[0][0] == 0
+    assert event_types(ledger)[-1] == "run_abandoned" and ledger.runs.verify("run-1")[0].ok
     assert next_turn(ledger) == "running"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger, ManualClock
-from oncewire.core.errors import HistoryTampered
+from oncewire.core.errors import HistoryTampered, TransitionRefused
 
 SCOPE = "scope-t"
 KEY = b"held-outside-the-database"
@@ -253,6 +253,28 @@ def test_an_edited_run_row_is_refused_by_the_next_command_and_shown_failed(
     # Never rewritten: the stored row still says what it said.
     assert rows(path, "SELECT status FROM oncewire_runs")[0]["status"] == "reviewing"
     assert rows(path, "SELECT COUNT(*) FROM oncewire_run_events")[0][0] == 2
+
+
+def test_an_un_abandoned_run_row_fails_verification(ledger: Ledger, path: Path) -> None:
+    runs = ledger.runs
+    runs.start("run-1", key="start", scope=SCOPE, owner="worker")
+    checkpoint = runs.checkpoint("cp", scope=SCOPE)
+    runs.record_candidate("run-1", key="candidate", **CANDIDATE)
+    assert runs.revert(scope=SCOPE, checkpoint_id=checkpoint.checkpoint_id).abandoned == ["run-1"]
+    edit(
+        path,
+        (
+            "UPDATE oncewire_runs SET abandoned_at = NULL, abandon_reason = NULL, hidden = 0 "
+            "WHERE run_id = 'run-1'",
+            (),
+        ),
+    )
+    result = runs.verify("run-1")[0]
+    assert not result.ok and "release" in (result.reason or "")
+    with pytest.raises(TransitionRefused, match="abandoned"):  # its own history says so
+        runs.start_review(
+            "run-1", key="review", review_id="r-1", candidate_id="c-1", evidence_sha256="e" * 64
+        )
 
 
 def test_an_edited_head_event_is_refused_by_the_next_command(ledger: Ledger, path: Path) -> None:

@@ -195,20 +195,23 @@ class Branches:
                     f"checkpoint {checkpoint_id!r} belongs to branch {cp.branch!r}, not {branch!r}"
                 )
             self.ensure_in_tx(tx, scope, branch, now)
+            shown = [*_segments(cp.view_json), (branch, self.store.max_cursor_in_tx(tx), None)]
+            abandoned: list[str] = []
+            for run in self.store.branch_runs_in_tx(tx, scope, branch):
+                if run.active and not self._head_visible_in_tx(tx, run, branch, shown):
+                    self._runs._abandon_in_tx(tx, run, reason="reverted")
+                    abandoned.append(run.run_id)
+            # The releases just written belong to the hidden tail too: the branch shows its
+            # own events again only from here on.
             head = self.store.max_cursor_in_tx(tx)
             segments = [*_segments(cp.view_json), (branch, head, None)]
             self.store.put_branch_in_tx(
                 tx, BranchRow(scope, branch, None, _view_json(segments), now)
             )
-            hidden: dict[str, bool] = {}
-            abandoned: list[str] = []
-            for run in self.store.branch_runs_in_tx(tx, scope, branch):
-                head_event = self.store.event_at_in_tx(tx, run.run_id, run.head_seq)
-                is_hidden = head_event is None or not visible(head_event.id, branch, segments)
-                hidden[run.run_id] = is_hidden
-                if is_hidden and run.active:
-                    self.store.abandon_run_in_tx(tx, run.run_id, reason="reverted", now=now)
-                    abandoned.append(run.run_id)
+            hidden = {
+                run.run_id: not self._head_visible_in_tx(tx, run, branch, segments)
+                for run in self.store.branch_runs_in_tx(tx, scope, branch)
+            }
             self.store.set_runs_hidden_in_tx(tx, hidden)
             self.store.insert_revert_in_tx(
                 tx,
@@ -229,6 +232,10 @@ class Branches:
             abandoned,
             sorted(r for r, flag in hidden.items() if flag),
         )
+
+    def _head_visible_in_tx(self, tx: Any, run: Any, branch: str, segments: list[Segment]) -> bool:
+        head_event = self.store.event_at_in_tx(tx, run.run_id, run.head_seq)
+        return head_event is not None and visible(head_event.id, branch, segments)
 
     def hold(
         self, *, scope: str, operation_id: str, state: str, branch: str | None = None

@@ -164,6 +164,8 @@ def apply_command(
 ) -> tuple[Transition, Rows]:
     """Apply one command to ``state`` in place; raise :class:`Refusal` if the table says no."""
     status = str(state.get("status", NEW))
+    if state.get("abandoned"):
+        raise Refusal(f"the run was abandoned ({state['abandoned']['reason']}): nothing follows")
     row = flow.table.get((status, command))
     if row is None:
         allowed = sorted(s or "(new)" for s, c in flow.table if c == command)

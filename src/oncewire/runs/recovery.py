@@ -100,7 +100,7 @@ def reconcile_run(
                             effect_states[action["effect_key"]] = str(effect.state)
                 steps, abandon = recovery_plan(state, effect_states, reason=RECOVERY_REASON)
                 if abandon is not None:
-                    store.abandon_run_in_tx(tx, run_id, reason=abandon, now=now)
+                    runs._abandon_in_tx(tx, row, reason=abandon)
                     report = ReconcileReport(
                         "run", run_id, run_id, "abandoned", row.status, abandon
                     )

@@ -11,6 +11,7 @@
     any active --propose_action / resolve_action--> (same state)
     any active without an open phase --terminate--> verified | completed_with_issues |
                                          review_unavailable | outcome_unknown | failed | cancelled
+    any active --abandon--> (same status, released: nothing follows; not a terminal)
 
 Guards are the truthfulness rules: ``verified`` needs a passing review of the current
 candidate; a review's verdict binds to the candidate it opened on; a repair with a world-changing
@@ -135,6 +136,7 @@ def _start(state: State, request: Request, step: Step, rows: Rows) -> None:
             "repairs": 0,
             "unresolved": {},
             "changed": False,
+            "abandoned": None,
         }
     )
 
@@ -454,6 +456,16 @@ def _terminate(state: State, request: Request, step: Step, rows: Rows) -> None:
     state["finished_at"] = step.at
 
 
+# -- release -------------------------------------------------------------------------------------
+def _guard_abandon(state: State, request: Request) -> str | None:
+    return _text(request, "reason")
+
+
+def _abandon(state: State, request: Request, step: Step, rows: Rows) -> None:
+    # Not a terminal: the status keeps saying what the run was doing when it was released.
+    state["abandoned"] = {"reason": request["reason"], "at": step.at}
+
+
 REVIEW = register(
     Workflow(
         "review",
@@ -507,6 +519,7 @@ REVIEW = register(
             Transition(
                 "terminate", ACTIVE, "run_terminated", None, _terminate, _guard_terminate, True
             ),
+            Transition("abandon", ACTIVE, "run_abandoned", None, _abandon, _guard_abandon),
         ),
         terminal_statuses=frozenset(str(s) for s in TERMINAL_STATUSES),
     )

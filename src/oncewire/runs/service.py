@@ -38,7 +38,15 @@ from oncewire.core.errors import (
 from oncewire.core.ids import this_process_owner
 from oncewire.runs.chain import chain_name, event_hash, genesis_hash
 from oncewire.runs.commands import ReviewCommands
-from oncewire.runs.machine import NEW, Refusal, Step, apply_command, fast_canonical, workflow
+from oncewire.runs.machine import (
+    NEW,
+    Refusal,
+    Step,
+    apply_command,
+    fast_canonical,
+    fast_digest,
+    workflow,
+)
 from oncewire.runs.records import Outcome, Projection, ReconcileReport, Run, RunEvent, Verification
 from oncewire.runs.verify import Audit, audit
 from oncewire.runs.views import event_view as _event
@@ -500,6 +508,32 @@ class RunsView(ReviewCommands):
         if committed != digest_json(row.state_json) or state.get("status") != row.status:
             raise tampered("the run row is not the state its head event commits to")
         return state
+
+    def _abandon_in_tx(self, tx: Any, row: RunRow, *, reason: str) -> None:
+        """Release an active run without a terminal. Its history records the release (an
+        ``abandon`` event) when its head verifies; a run whose head does not verify is released
+        on its row alone, so that its evidence is never touched."""
+        try:
+            state: dict[str, Any] | None = self._verified_head(
+                row, self.store.event_at_in_tx(tx, row.run_id, row.head_seq)
+            )
+        except HistoryTampered:
+            state = None
+        if state is not None:
+            request = {"reason": reason}
+            self._append_in_tx(
+                tx,
+                row,
+                state,
+                "abandon",
+                request,
+                key=f"abandon:{row.fence}:{row.head_seq}",
+                request_digest=fast_digest({"command": "abandon", "request": request}),
+                owner=row.owner,
+                fence=row.fence,
+                lease_expires_at=None,
+            )
+        self.store.abandon_run_in_tx(tx, row.run_id, reason=reason, now=self.now())
 
     def _replay(self, row: RunRow, prior: EventRow, request_digest: str) -> Outcome:
         if prior.request_digest != request_digest:

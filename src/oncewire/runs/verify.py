@@ -240,6 +240,11 @@ def audit(
         != (state["scope"], state["branch"], state["turn"], state["workflow"])
     ):
         problems.append("the run row's columns are not the folded state")
+    released = state.get("abandoned") is not None
+    if released and row.abandoned_at is None:
+        problems.append("the run row hides the release its history records")
+    if not released and row.abandoned_at is not None and row.abandon_reason != "safety_boundary":
+        problems.append("the run row claims a release its history does not record")
     if problems:
         return failed(head.seq, problems[0])
     if projections is not None:

@@ -188,9 +188,10 @@ CREATE TABLE oncewire_run_barriers (
 CREATE UNIQUE INDEX oncewire_run_barriers_one_held ON oncewire_run_barriers (scope)
     WHERE state != 'resolved';
 
--- While a barrier is held, only late evidence of admitted actions is appended.
+-- While a barrier is held, only late evidence of admitted actions (and the release of runs a
+-- revert hid) is appended.
 CREATE TRIGGER oncewire_run_events_barrier BEFORE INSERT ON oncewire_run_events
-WHEN NEW.type != 'action_resolved'
+WHEN NEW.type NOT IN ('action_resolved', 'run_abandoned')
 BEGIN
     SELECT RAISE(ABORT, 'oncewire: a revert barrier holds this scope')
     WHERE EXISTS (
