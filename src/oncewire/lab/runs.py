@@ -33,7 +33,7 @@ __all__ = ["MODULE", "run_runs", "snapshot"]
 
 MODULE = "oncewire.lab.runs_worker"
 KILLED = -signal.SIGKILL
-LEASE_SECONDS = 1.0
+LEASE_SECONDS = 2.5
 TABLES = (
     "oncewire_runs",
     "oncewire_run_events",
@@ -66,6 +66,7 @@ def _scenario(
     db = folder / "runs.db"
     args = ["--db", str(db), "--lease-seconds", str(LEASE_SECONDS)]
 
+    spawned = time.monotonic()  # the dead owner's lease began after this instant
     killed = ctx.child(role, args, arm=arm, module=MODULE)
     died_at = time.monotonic()
     result.processes.append(killed)
@@ -82,7 +83,8 @@ def _scenario(
     early = reconcile("restart-early")
     reports = (early.response or {}).get("reports")
     live_lease_kept = reports == [] and snapshot(db) == before
-    if time.monotonic() - died_at < LEASE_SECONDS:  # the lease was certainly still running
+    lease_certainly_live = time.monotonic() - spawned < LEASE_SECONDS
+    if lease_certainly_live:
         result.require(live_lease_kept, f"a live lease was reconciled: {reports}")
     time.sleep(max(0.0, died_at + LEASE_SECONDS + 0.2 - time.monotonic()))
     recovered = reconcile("restart-1")
@@ -114,6 +116,7 @@ def _scenario(
         "terminal_reason": run.get("terminal_reason"),
         "reports": (recovered.response or {}).get("reports"),
         "early_reconcile_untouched": live_lease_kept,
+        "early_reconcile_within_lease": lease_certainly_live,
     }
     return result
 
