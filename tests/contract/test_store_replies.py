@@ -16,9 +16,6 @@ from oncewire.storage.replies import (
 
 from .conftest import T0, RawDatabase
 
-# The replies ledger has not been ported to PostgreSQL yet (its verbs raise there).
-BACKENDS = ("sqlite",)
-
 REQUEST = SendRequest("tg", "bot1", "chat1", "", reply_to="in-1", format="plain")
 
 

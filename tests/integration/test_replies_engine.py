@@ -321,3 +321,37 @@ def test_bad_input_is_refused_and_changes_nothing(rig: Rig) -> None:
         rig.engine.answer(rig.admit("nowhere", "c", "in-2").inbound.id, "text")
     assert [i.platform for i in rig.ledger.inbound.list()] == ["nowhere"]
     assert rig.ledger.replies.list() == []
+
+
+def test_engines_racing_for_one_reply_deliver_it_once(rig: Rig) -> None:
+    """Four engines deliver the same committed reply at once: one message, never a second."""
+    for round_number in range(5):
+        admission = rig.admit("fk_dc", f"race-{round_number}", "in-1")
+        text = reply_text(f"A-race{round_number}", "once. " * 500)  # two chunks on Discord
+        profile = rig.platforms["fk_dc"].profile
+        reply = rig.ledger.replies.commit(admission.inbound.id, text, profile)
+        engines = [ReplyEngine(rig.ledger, rig.platforms, owner=f"e{n}") for n in range(4)]
+        barrier = threading.Barrier(len(engines))
+        outcomes: list[str] = []
+
+        def run(
+            engine: ReplyEngine,
+            reply_id: int = reply.id,
+            barrier: threading.Barrier = barrier,
+            outcomes: list[str] = outcomes,
+        ) -> None:
+            barrier.wait()
+            outcomes.append(engine.deliver(reply_id).status)
+
+        threads = [threading.Thread(target=run, args=(engine,)) for engine in engines]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert set(outcomes) <= {"delivered", "busy"}
+        shown = rig.view().visible("fk_dc", f"race-{round_number}")
+        if rig.ledger.replies.get(reply.id).state is not ReplyState.DELIVERED:
+            rig.engine.deliver(reply.id)  # every racer stepped aside: the next pass finishes
+            shown = rig.view().visible("fk_dc", f"race-{round_number}")
+        assert len(shown) == 2, [m.text[:30] for m in shown]
+        assert not any(profile.strip_marker(m.text)[1] for m in shown)

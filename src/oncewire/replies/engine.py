@@ -299,10 +299,11 @@ class ReplyEngine:
         """Bring the preview up to ``text``: (keep previewing, seconds to wait before the next)."""
         chunks = plan_chunks(text, platform.profile)
         while True:
-            steps = _steps(_slots(self._ops(reply.id)), chunks, False, platform)
+            ops = self._ops(reply.id)
+            steps = _steps(_slots(ops), chunks, False, platform)
             if not steps:
                 return True, 0.0
-            outcome = self._perform(reply, platform, steps[0], deliver=False, count=False)
+            outcome = self._perform(reply, platform, steps[0], ops, deliver=False, count=False)
             if isinstance(outcome, Refused):
                 return True, outcome.retry_after or self.backoff_base_seconds
             if not isinstance(outcome, Acked):
@@ -352,7 +353,9 @@ class ReplyEngine:
                 return self._schedule(reply, clock.now() + hold, "rate limited by the platform")
             if hold > 0:
                 clock.sleep(hold)
-            outcome = self._perform(reply, platform, steps[0], deliver=len(steps) == 1, count=True)
+            outcome = self._perform(
+                reply, platform, steps[0], ops, deliver=len(steps) == 1, count=True
+            )
             if isinstance(outcome, Acked):
                 if len(steps) == 1:
                     return Delivery(self.ledger.replies.get(reply.id), "delivered")
@@ -384,7 +387,14 @@ class ReplyEngine:
         )
 
     def _perform(
-        self, reply: Reply, platform: Platform, step: _Step, *, deliver: bool, count: bool
+        self,
+        reply: Reply,
+        platform: Platform,
+        step: _Step,
+        seen: list[ReplyOp],
+        *,
+        deliver: bool,
+        count: bool,
     ) -> WireOutcome:
         store, clock = self.ledger.store, self.ledger.clock
         op = store.begin_op(
@@ -398,6 +408,7 @@ class ReplyEngine:
             owner=self.owner,
             lease_seconds=self.lease_seconds,
             settle=self._pending.pop(reply.id, None),
+            expect_seq=max((op.seq for op in seen), default=0),
         )
         if step.kind is OpKind.SEND:
             SEND_IN_FLIGHT.hit()
@@ -457,7 +468,8 @@ class ReplyEngine:
         """``dead``, after one attempt at an honest "could not deliver" notice."""
         store, clock = self.ledger.store, self.ledger.clock
         self._flush(reply.id)
-        if not any(op.slot == -1 for op in store.reply_ops(reply.id)):
+        ops = store.reply_ops(reply.id)
+        if not any(op.slot == -1 for op in ops):
             op = store.begin_op(
                 reply.id,
                 slot=-1,
@@ -466,6 +478,9 @@ class ReplyEngine:
                 marked=False,
                 message_id=None,
                 now=clock.now(),
+                owner=self.owner,
+                lease_seconds=self.lease_seconds,
+                expect_seq=max((op.seq for op in ops), default=0),
             )
             self._record(
                 op,
@@ -486,35 +501,36 @@ class ReplyEngine:
         """
         store, now = self.ledger.store, self.ledger.clock.now()
         pending = self._pending.get(reply.id)
-        orphans = [
-            op
-            for op in store.reply_ops(reply.id)
-            if op.state is OpState.IN_FLIGHT and (pending is None or op.id != pending[0])
-        ]
+
+        def orphans() -> list[ReplyOp]:
+            return [
+                op
+                for op in store.reply_ops(reply.id)
+                if op.state is OpState.IN_FLIGHT and (pending is None or op.id != pending[0])
+            ]
+
         held_elsewhere = reply.lease_owner is not None and reply.lease_owner != self.owner
-        if held_elsewhere or orphans:
-            # Hold the lease before settling orphans, so no live engine is mid-call on them.
-            owner = reply.lease_owner
-            dead = [owner] if owner is not None and owner_is_dead_locally(owner) else []
-            claimed = store.claim_reply(
-                reply.id,
-                owner=self.owner,
-                now=now,
-                lease_seconds=self.lease_seconds,
-                dead_owners=dead,
-            )
-            if claimed is None:
-                return None
-            reply = claimed
-        for op in orphans:
-            if op.state is OpState.IN_FLIGHT:
+        if not held_elsewhere and not orphans():
+            return reply
+        # Hold the lease first: then nobody is mid-call on what is still in flight.
+        owner = reply.lease_owner
+        dead = [owner] if owner is not None and owner_is_dead_locally(owner) else []
+        claimed = store.claim_reply(
+            reply.id, owner=self.owner, now=now, lease_seconds=self.lease_seconds, dead_owners=dead
+        )
+        if claimed is None:
+            return None
+        try:
+            for op in orphans():
                 store.end_op(
                     op.id,
                     state=OpState.AMBIGUOUS,
                     error="the process died during the call",
                     now=now,
                 )
-        return reply
+        except InvalidState:
+            return None  # taken over again meanwhile (its lease ran out): leave it
+        return claimed
 
     # -- schedules and recovery --------------------------------------------------------------
     def run_due(self, limit: int = 100) -> list[Delivery]:

@@ -383,7 +383,8 @@ class ReplyVerbs(abc.ABC):
         lease_seconds: float,
         dead_owners: Sequence[str] = (),
     ) -> Reply | None:
-        """Lease the reply to ``owner`` unless another live owner holds it; None if held."""
+        """Lease the reply to ``owner`` unless another live owner holds it or it is finished
+        (``delivered`` or ``dead``); None if so."""
 
     @abc.abstractmethod
     def reply_lease_holders(self) -> list[str]: ...
@@ -434,8 +435,13 @@ class ReplyVerbs(abc.ABC):
         owner: str | None = None,
         lease_seconds: float = 60.0,
         settle: tuple[int, str] | None = None,
+        expect_seq: int | None = None,
     ) -> ReplyOp:
         """Mark an operation ``in_flight`` (a matching planned one, or a new one) and commit.
+
+        ``expect_seq`` is the last operation sequence number the caller read: if the reply's
+        operations changed since, :class:`StaleFence` is raised and nothing is written (an
+        engine acting on a stale view could send a chunk twice).
 
         ``settle`` (op id, message id) records an earlier in-flight edit as acknowledged in the
         same transaction (``settle`` means the same in :meth:`end_op` and :meth:`finish_reply`):
@@ -443,8 +449,8 @@ class ReplyVerbs(abc.ABC):
         left ``in_flight`` by a crash is only replayed.
 
         With ``owner``, the reply is leased to it in the same transaction (or
-        :class:`StaleFence` is raised if another live lease holds it). A marked send records the
-        marker decision on the reply.
+        :class:`StaleFence` is raised if another live lease holds it, or the reply is finished).
+        A marked send records the marker decision on the reply.
         """
 
     @abc.abstractmethod

@@ -23,6 +23,7 @@ from oncewire.storage.postgres.connection import (
     require_driver,
     translate_errors,
 )
+from oncewire.storage.postgres.replies import PostgresReplyVerbs
 from oncewire.storage.records import (
     EFFECT_COLUMNS,
     RECEIPT_COLUMNS,
@@ -65,7 +66,7 @@ class PostgresTransaction:
         return self.conn.execute(sql, params or None)
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresReplyVerbs, Store):
     dialect = "postgresql"
 
     def __init__(self, url: str, *, create: bool = True) -> None:

@@ -305,7 +305,8 @@ class SQLiteReplyVerbs(ReplyVerbs):
             rows = conn.execute(
                 "UPDATE oncewire_replies SET lease_owner = ?, lease_expires_at = ?, updated_at = ? "
                 "WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ? "
-                f"OR lease_expires_at < ?{dead_clause}) RETURNING {_REPLY_COLUMNS}",
+                f"OR lease_expires_at < ?{dead_clause}) AND state IN ('open', 'committed') "
+                f"RETURNING {_REPLY_COLUMNS}",
                 (owner, now + lease_seconds, now, reply_id, owner, now, *dead),
             ).fetchall()
         return _reply(rows[0]) if rows else None
@@ -419,19 +420,26 @@ class SQLiteReplyVerbs(ReplyVerbs):
         owner: str | None = None,
         lease_seconds: float = 60.0,
         settle: tuple[int, str] | None = None,
+        expect_seq: int | None = None,
     ) -> ReplyOp:
         with self._write("starting a wire operation") as conn:
             self._settle_in(conn, settle, now)
+            if expect_seq is not None and self._next_seq(conn, reply_id) - 1 != expect_seq:
+                raise StaleFence(
+                    f"reply {reply_id} changed since its operations were read", reply_id=reply_id
+                )
             if owner is not None:
                 leased = conn.execute(
                     "UPDATE oncewire_replies SET lease_owner = ?, lease_expires_at = ?, "
                     "marked = MAX(marked, ?), updated_at = ? WHERE id = ? AND (lease_owner IS NULL "
-                    "OR lease_owner = ? OR lease_expires_at < ?)",
+                    "OR lease_owner = ? OR lease_expires_at < ?) "
+                    "AND state IN ('open', 'committed')",
                     (owner, now + lease_seconds, int(marked), now, reply_id, owner, now),
                 ).rowcount
                 if not leased:
                     raise StaleFence(
-                        f"reply {reply_id} is leased to another owner", reply_id=reply_id
+                        f"reply {reply_id} is leased to another owner or finished",
+                        reply_id=reply_id,
                     )
             elif marked:
                 conn.execute(
