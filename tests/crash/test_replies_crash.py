@@ -48,7 +48,7 @@ def test_seed_gap_streamed_first_send_ack_lost(tmp_path: Path) -> None:
     marked = [PROFILES["fk_tg"].strip_marker(m.text)[1] for m in shown]
     assert len(shown) == 2 and marked == [False, True]
     assert all(header(aid) in m.text and footer(aid) in m.text for m in shown)
-    conn = sqlite3.connect(folder / "app.db")
+    conn = sqlite3.connect(folder / "caller.sqlite")  # the lab backend's caller store
     try:
         (marked_decision,) = conn.execute("SELECT marked FROM oncewire_replies").fetchone()
         states = conn.execute(
@@ -72,7 +72,7 @@ def test_seed_gap_stream_fully_visible_then_killed(tmp_path: Path) -> None:
     view = ChatView(sorted(folder.glob("*.jsonl")))
     sends = [op for op in view.operations if op["event"] == "send"]
     assert len(sends) == 1, "a second message was sent beside the preview"
-    conn = sqlite3.connect(folder / "app.db")
+    conn = sqlite3.connect(folder / "caller.sqlite")  # the lab backend's caller store
     try:
         (final_text,) = conn.execute("SELECT final_text FROM oncewire_replies").fetchone()
         (persisted,) = conn.execute("SELECT text FROM transcript").fetchone()
@@ -90,3 +90,20 @@ def test_random_kills(tmp_path: Path, seed: int) -> None:
     result = run_random_kills(LabContext(root=tmp_path, seed=seed), count=12, kills=8)
     assert result.passed, "\n".join(result.failures)
     assert result.summary["kills"] >= 4 and result.summary["replies"] == 12
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [c for c in CELLS if c.seed_gap and c.platform == "fk_tg" and c.mode != "one"][:2],
+    ids=lambda c: c.cell_id,
+)
+def test_seed_gap_cells_on_postgresql(tmp_path: Path, cell: CrashCell) -> None:
+    from oncewire.lab.stores import Backend
+    from tests.pg import server_url
+
+    ctx = LabContext(root=tmp_path, seed=0, backend=Backend("postgresql", server_url()))
+    try:
+        result = run_cell(ctx, cell)
+    finally:
+        ctx.cleanup()
+    assert result.passed, "\n".join(result.failures)

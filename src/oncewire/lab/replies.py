@@ -131,10 +131,20 @@ CELLS: tuple[CrashCell, ...] = (
 )
 
 
-def _args(folder: Path, cell: CrashCell, aid: str, chat: str) -> list[str]:
+def _app_db(ctx: LabContext, folder: Path, key: str) -> str:
+    """The application's store for one scenario, on the lab's backend (the fake platforms'
+    journals stay files in ``folder``)."""
+    pair = ctx.backend.pair(folder)
+    ctx.pairs[key] = pair
+    return pair.caller
+
+
+def _args(folder: Path, db: str, cell: CrashCell, aid: str, chat: str) -> list[str]:
     return [
         "--directory",
         str(folder),
+        "--db",
+        db,
         "--platform",
         cell.platform,
         "--chat",
@@ -184,7 +194,8 @@ def run_cell(ctx: LabContext, cell: CrashCell) -> ScenarioResult:
     folder = ctx.scenario_dir("replies", cell.cell_id.replace("[", "-").rstrip("]"))
     aid = f"A-{cell.name}-{cell.platform}-{cell.mode}"
     chat = f"k-{cell.name}"
-    args = _args(folder, cell, aid, chat)
+    db = _app_db(ctx, folder, f"replies/{cell.cell_id}")
+    args = _args(folder, db, cell, aid, chat)
     if cell.kill in ("hold", "hold_after"):
         first = _kill_while_parked(ctx, folder, cell, args, aid)
         result.require(bool(first.response["parked"]), f"the platform never parked: {first.stderr}")
@@ -198,7 +209,7 @@ def run_cell(ctx: LabContext, cell: CrashCell) -> ScenarioResult:
         first.exit_code == KILLED, f"expected SIGKILL, got {first.exit_code}: {first.stderr}"
     )
 
-    with Ledger(str(folder / "app.db")) as ledger:
+    with Ledger(db) as ledger:
         result.before = {**snapshot(ledger), "visible": _visible(folder, cell, chat)}
     second = ctx.child("answer", args, module=MODULE)
     result.processes.append(second)
@@ -213,7 +224,7 @@ def run_cell(ctx: LabContext, cell: CrashCell) -> ScenarioResult:
     after_ops = len(ChatView(sorted(folder.glob("*.jsonl"))).operations)
     result.require(after_ops == operations, "an idle restart touched the chat")
 
-    with Ledger(str(folder / "app.db")) as ledger:
+    with Ledger(db) as ledger:
         inbound = ledger.inbound.list(limit=10)
         result.require(len(inbound) == 1, f"inbound rows: {len(inbound)}")
         if inbound:
@@ -261,9 +272,10 @@ def run_random_kills(ctx: LabContext, *, count: int, kills: int) -> ScenarioResu
     result = ScenarioResult(f"random_kills[seed={ctx.seed},count={count}]")
     started = time.monotonic()
     folder = ctx.scenario_dir("replies", f"random-kills-{ctx.seed}")
+    db = _app_db(ctx, folder, f"replies/random-kills-{ctx.seed}")
     rng = random.Random(f"replies-kills/{ctx.seed}")
     points = sorted(name for name in crash.registry() if name.startswith("replies."))
-    args = ["--directory", str(folder), "--seed", str(ctx.seed), "--count", str(count)]
+    base = ["--directory", str(folder), "--db", db, "--seed", str(ctx.seed)]
     fired = 0
     for attempt in range(kills):
         # Each armed run brings new inbound messages, so there is work in flight to kill.
@@ -272,7 +284,7 @@ def run_random_kills(ctx: LabContext, *, count: int, kills: int) -> ScenarioResu
         arm = ",".join(f"{point}@{rng.randint(1, 4)}" for point in points)
         record = ctx.child(
             "many",
-            ["--directory", str(folder), "--seed", str(ctx.seed), "--count", str(upto)],
+            [*base, "--count", str(upto)],
             arm=arm,
             token=folder / f"crash-{attempt}.token",
             module=MODULE,
@@ -282,26 +294,28 @@ def run_random_kills(ctx: LabContext, *, count: int, kills: int) -> ScenarioResu
             fired += 1
             continue
         result.require(record.exit_code == 0, f"run {attempt} failed: {record.stderr[-800:]}")
-    final = ctx.child("many", args, module=MODULE)
+    final = ctx.child("many", [*base, "--count", str(count)], module=MODULE)
     result.processes.append(final)
     result.require(final.exit_code == 0, f"the final run failed: {final.stderr[-800:]}")
     result.require(fired > 0, "no armed crash point was reached")
-    summary = check_many(folder, ctx.seed, count, result)
+    summary = check_many(folder, db, ctx.seed, count, result)
     result.summary = {"kills": fired, "armed_runs": kills, **summary}
     result.duration_seconds = time.monotonic() - started
     return result
 
 
-def check_many(folder: Path, seed: int, count: int, result: ScenarioResult) -> dict[str, int]:
+def check_many(
+    folder: Path, db: str, seed: int, count: int, result: ScenarioResult
+) -> dict[str, int]:
     """Every inbound answered once and delivered; at most one unmarked complete copy each; a
     marker, a second copy or a leftover piece only where the record holds an ambiguous send."""
-    from oncewire.lab.replies_rig import PROFILES, header
+    from oncewire.lab.replies_rig import PROFILES, header, persisted
     from oncewire.lab.replies_worker import spec
     from oncewire.storage.replies import OpKind, OpState, ReplyState
 
     view = ChatView(sorted(folder.glob("*.jsonl")))
     totals = {"replies": 0, "exact": 0, "marked_copies": 0, "marked_pieces": 0, "leftovers": 0}
-    with Ledger(str(folder / "app.db")) as ledger:
+    with Ledger(db) as ledger:
         inbound = {i.platform_message_id: i for i in ledger.inbound.list(limit=10_000)}
         result.require(len(inbound) == count, f"{len(inbound)} inbound rows for {count} messages")
         for index in range(count):
@@ -310,14 +324,11 @@ def check_many(folder: Path, seed: int, count: int, result: ScenarioResult) -> d
             if row is None:
                 continue
             reply = ledger.replies.for_inbound(row.id)
-            with ledger.transaction() as tx:
-                persisted = tx.execute(
-                    "SELECT text FROM transcript WHERE inbound_id = ?", (row.id,)
-                ).fetchall()
+            texts = persisted(ledger, row.id)
             name = f"inbound {index} ({item['platform']}, {item['mode']}, {item['size']})"
-            if not result.require(len(persisted) == 1, f"{name}: persisted {len(persisted)}x"):
+            if not result.require(len(texts) == 1, f"{name}: persisted {len(texts)}x"):
                 continue
-            text = persisted[0][0]
+            text = texts[0]
             result.require(
                 reply is not None and reply.state is ReplyState.DELIVERED,
                 f"{name}: reply is {reply and reply.state}",

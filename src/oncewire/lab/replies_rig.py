@@ -25,6 +25,7 @@ from oncewire.replies.wire import (
     Platform,
     PlatformProfile,
 )
+from oncewire.storage import Store, open_store
 from oncewire.storage.replies import InboundStatus, ReplyState
 from oncewire.storage.sqlite import SQLiteStore
 
@@ -36,6 +37,7 @@ __all__ = [
     "deltas",
     "footer",
     "header",
+    "persisted",
     "reply_text",
 ]
 
@@ -47,6 +49,26 @@ PROFILES: dict[str, PlatformProfile] = {
 BOT = "bot"
 LONG_BODY = " ".join(f"word{i:04d}" for i in range(900))  # ~8.1k chars: over both caps
 EXPECTATIONS = ("exact", "one_copy", "marked_dupes")
+
+
+def _open(db: str, synchronous: str) -> Store:
+    if db.startswith(("postgresql://", "postgres://")):
+        return open_store(db)
+    return SQLiteStore(db, synchronous=synchronous)
+
+
+def _sql(ledger: Ledger, text: str) -> str:
+    """The rig writes ``?`` placeholders; PostgreSQL's driver wants ``%s``."""
+    return text.replace("?", "%s") if ledger.store.dialect == "postgresql" else text
+
+
+def persisted(ledger: Ledger, inbound_id: int) -> list[str]:
+    """The application's transcript rows for one inbound message."""
+    with ledger.transaction() as tx:
+        rows = tx.execute(
+            _sql(ledger, "SELECT text FROM transcript WHERE inbound_id = ?"), (inbound_id,)
+        ).fetchall()
+    return [row[0] for row in rows]
 
 
 def header(aid: str) -> str:
@@ -79,15 +101,14 @@ class Rig:
         clock: Clock | None = None,
         faults: Sequence[Fault] = (),
         synchronous: str = "FULL",
+        db: str | None = None,
         inline_wait_max_seconds: float = 5.0,
         edit_interval_seconds: float = 0.0,
         remote: Mapping[str, Platform] | None = None,
     ) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.ledger = Ledger(
-            SQLiteStore(str(folder / "app.db"), synchronous=synchronous), clock=clock
-        )
+        self.ledger = Ledger(_open(db or str(folder / "app.db"), synchronous), clock=clock)
         remote = dict(remote or {})  # adapters of fakes running as their own processes
         self.platforms = {
             name: FakePlatform(folder / f"{name}.jsonl", profile, name=name, faults=faults)
@@ -103,7 +124,7 @@ class Rig:
         with self.ledger.transaction() as tx:
             tx.execute(
                 "CREATE TABLE IF NOT EXISTS transcript ("
-                " inbound_id INTEGER PRIMARY KEY, text TEXT NOT NULL)"
+                " inbound_id BIGINT PRIMARY KEY, text TEXT NOT NULL)"
             )
 
     def close(self) -> None:
@@ -123,9 +144,11 @@ class Rig:
             platform, BOT, chat, message_id, {"text": f"question {message_id}"}, thread=thread
         )
 
-    @staticmethod
-    def _persist(tx: LedgerTransaction, inbound_id: int, text: str) -> None:
-        tx.execute("INSERT INTO transcript (inbound_id, text) VALUES (?, ?)", (inbound_id, text))
+    def _persist(self, tx: LedgerTransaction, inbound_id: int, text: str) -> None:
+        tx.execute(
+            _sql(self.ledger, "INSERT INTO transcript (inbound_id, text) VALUES (?, ?)"),
+            (inbound_id, text),
+        )
 
     def answer(self, inbound_id: int, text: str, mode: str = "off") -> Delivery:
         """Answer: ``off`` commits then delivers; ``one``/``many`` stream first."""
@@ -155,7 +178,7 @@ class Rig:
     def transcript(self, inbound_id: int) -> list[str]:
         with self.ledger.transaction() as tx:
             rows = tx.execute(
-                "SELECT text FROM transcript WHERE inbound_id = ?", (inbound_id,)
+                _sql(self.ledger, "SELECT text FROM transcript WHERE inbound_id = ?"), (inbound_id,)
             ).fetchall()
         return [row[0] for row in rows]
 
@@ -192,7 +215,7 @@ def check_reply(
         persisted = [
             row[0]
             for row in tx.execute(
-                "SELECT text FROM transcript WHERE inbound_id = ?", (inbound_id,)
+                _sql(ledger, "SELECT text FROM transcript WHERE inbound_id = ?"), (inbound_id,)
             ).fetchall()
         ]
     reply = ledger.replies.for_inbound(inbound_id)

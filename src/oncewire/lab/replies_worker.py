@@ -31,6 +31,7 @@ BODIES = {"short": "the answer, computed before the crash.", "long": LONG_BODY}
 def answer(
     folder: Path,
     *,
+    db: str | None = None,
     platform: str,
     chat: str,
     message_id: str,
@@ -39,7 +40,7 @@ def answer(
     mode: str,
     faults: list[Fault],
 ) -> dict[str, Any]:
-    with Rig(folder, clock=SystemClock(), faults=faults, inline_wait_max_seconds=2.0) as rig:
+    with Rig(folder, clock=SystemClock(), faults=faults, inline_wait_max_seconds=2.0, db=db) as rig:
         rig.engine.backoff_base_seconds = 0.01
         report = rig.engine.recover()
         admission = rig.admit(platform, chat, message_id)
@@ -89,9 +90,9 @@ def seeded_faults(seed: int, count: int) -> list[Fault]:
     return faults
 
 
-def many(folder: Path, *, seed: int, count: int) -> dict[str, Any]:
+def many(folder: Path, *, seed: int, count: int, db: str | None = None) -> dict[str, Any]:
     faults = seeded_faults(seed, count)
-    with Rig(folder, clock=SystemClock(), faults=faults, inline_wait_max_seconds=2.0) as rig:
+    with Rig(folder, clock=SystemClock(), faults=faults, inline_wait_max_seconds=2.0, db=db) as rig:
         rig.engine.backoff_base_seconds = 0.01
         report = rig.engine.recover()
         answered = 0
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oncewire.lab.replies_worker")
     parser.add_argument("role", choices=["answer", "many"])
     parser.add_argument("--directory", type=Path, required=True)
+    parser.add_argument("--db", help="the application's store (default: DIRECTORY/app.db)")
     parser.add_argument("--platform")
     parser.add_argument("--chat")
     parser.add_argument("--message-id")
@@ -128,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
 
     crash.check_armed()
     if args.role == "many":
-        print(json.dumps(many(args.directory, seed=args.seed, count=args.count), sort_keys=True))
+        result = many(args.directory, seed=args.seed, count=args.count, db=args.db)
+        print(json.dumps(result, sort_keys=True))
         return 0
     if None in (args.platform, args.chat, args.message_id, args.aid):
         parser.error("answer needs --platform, --chat, --message-id and --aid")
     faults = [Fault(**json.loads(item)) for item in args.fault]
     result = answer(
         args.directory,
+        db=args.db,
         platform=args.platform,
         chat=args.chat,
         message_id=args.message_id,
