@@ -327,7 +327,7 @@ PG_FIGURES: list[Figure] = [
         "failover_same_host",
         "failover",
         "the same, worker 1 SIGKILLed; same host, lease 30 s (pid checked at each reap, "
-        "every 5 s): kill -> all it held done",
+        "at most every 1 s): kill -> all it held done",
         "s",
         "failover_none",
         better="lower",
