@@ -35,9 +35,8 @@ CREATE TABLE oncewire_runs (
 CREATE UNIQUE INDEX oncewire_runs_one_active_per_branch ON oncewire_runs (scope, branch)
     WHERE finished_at IS NULL AND abandoned_at IS NULL;
 
--- What boot reconciliation looks at: active runs by lease expiry.
-CREATE INDEX oncewire_runs_leases ON oncewire_runs (lease_expires_at)
-    WHERE finished_at IS NULL AND abandoned_at IS NULL;
+-- Reconciliation scans the active runs through the index above (there are few of them);
+-- a lease index would cost a page write on every renewal and every terminal.
 
 -- The history. `id` is the scope-wide cursor (it only grows); `seq` orders one run's chain.
 -- `hash` covers (run, seq, type, prev_hash, payload); the payload carries the idempotency key,
@@ -247,5 +246,3 @@ CREATE TABLE oncewire_run_reports (
     error       TEXT,
     created_at  REAL NOT NULL
 );
-
-CREATE INDEX oncewire_run_reports_subject ON oncewire_run_reports (subject, subject_id);
