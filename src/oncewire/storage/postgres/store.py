@@ -372,7 +372,9 @@ class PostgresStore(PostgresReplyVerbs, Store):
                 "         ' expired during attempt ' || attempts "
                 "    ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END, "
                 "  maybe_sent = TRUE, lease_owner = NULL, lease_expires_at = NULL, "
-                "  not_before = %(now)s, updated_at = %(now)s "
+                # not_before is kept: the effect was due then, so it goes back to the head of
+                # the line instead of behind everything accepted while it was claimed.
+                "  updated_at = %(now)s "
                 "WHERE state = 'claimed' "
                 "  AND (lease_expires_at < %(now)s OR lease_owner = ANY(%(owners)s))",
                 {"now": now, "owners": list(dead_owners)},

@@ -400,9 +400,11 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
                 "         ' expired during attempt ' || attempts "
                 "    ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END, "
                 "  maybe_sent = 1, lease_owner = NULL, lease_expires_at = NULL, "
-                "  not_before = ?, updated_at = ? "
+                # not_before is kept: the effect was due then, so it goes back to the head of
+                # the line instead of behind everything accepted while it was claimed.
+                "  updated_at = ? "
                 f"WHERE state = 'claimed' AND (lease_expires_at < ?{owner_clause})",
-                (now, now, now, now, now, now, *owners),
+                (now, now, now, now, now, *owners),
             )
             return cursor.rowcount
 
