@@ -18,7 +18,6 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
@@ -612,18 +611,27 @@ class RunsView(ReviewCommands):
             at=now,
         )
         terminal = state["status"] in flow.terminal_statuses
-        new_row = replace(
-            row,
-            status=str(state["status"]),
-            terminal_reason=state["reason"] if terminal else None,
-            state_json=state_json,
-            head_seq=seq,
-            head_hash=own_hash,
-            owner=owner,
-            fence=fence,
-            lease_expires_at=None if terminal else lease_expires_at,
-            updated_at=now,
-            finished_at=state["finished_at"] if terminal else None,
+        new_row = RunRow(  # not dataclasses.replace: this is the hot path of every command
+            row.run_id,
+            row.scope,
+            row.branch,
+            row.turn,
+            row.workflow,
+            row.chain,
+            str(state["status"]),
+            state["reason"] if terminal else None,
+            state_json,
+            seq,
+            own_hash,
+            owner,
+            fence,
+            None if terminal else lease_expires_at,
+            row.created_at,
+            now,
+            state["finished_at"] if terminal else None,
+            row.abandoned_at,
+            row.abandon_reason,
+            row.hidden,
         )
         stored = self.store.append_run_event_in_tx(
             tx, RunAppend(event, new_row, rows.phases, rows.findings, rows.actions)

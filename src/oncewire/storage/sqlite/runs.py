@@ -40,6 +40,22 @@ from oncewire.storage.sqlite.run_scopes import SQLiteRunScopeVerbs
 __all__ = ["SQLiteRunVerbs"]
 
 
+def _columns(alias: str, names: str) -> str:
+    return ", ".join(f"{alias}.{name.strip()}" for name in names.split(","))
+
+
+# A command's reads in one round trip: the run, its head event, the event already stored under
+# the command's key, and the barrier held on its scope.
+_CONTEXT = (
+    f"SELECT {_columns('r', RUN)}, {_columns('h', EVENT)}, {_columns('p', EVENT)}, "
+    f"{_columns('b', BARRIER)} FROM oncewire_runs r "
+    "LEFT JOIN oncewire_run_events h ON h.run_id = r.run_id AND h.seq = r.head_seq "
+    "LEFT JOIN oncewire_run_events p ON p.run_id = r.run_id AND p.idempotency_key = ? "
+    "LEFT JOIN oncewire_run_barriers b ON b.scope = r.scope AND b.state != 'resolved' "
+    "WHERE r.run_id = ?"
+)
+
+
 class SQLiteRunVerbs(SQLiteRunScopeVerbs):
     """Implements :class:`oncewire.storage.runs.RunVerbs` with SQLiteStore's helpers."""
 
@@ -64,21 +80,8 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
         return None if row is None else run_row(row)
 
     def command_context_in_tx(self, tx: Any, run_id: str, key: str) -> CommandContext | None:
-        def cols(alias: str, names: str) -> str:
-            return ", ".join(f"{alias}.{name.strip()}" for name in names.split(","))
-
         with translate_errors("reading a run"):
-            row = one(
-                tx.conn,
-                f"SELECT {cols('r', RUN)}, {cols('h', EVENT)}, {cols('p', EVENT)}, "
-                f"{cols('b', BARRIER)} FROM oncewire_runs r "
-                "LEFT JOIN oncewire_run_events h ON h.run_id = r.run_id AND h.seq = r.head_seq "
-                "LEFT JOIN oncewire_run_events p ON p.run_id = r.run_id "
-                "  AND p.idempotency_key = ? "
-                "LEFT JOIN oncewire_run_barriers b ON b.scope = r.scope AND b.state != 'resolved' "
-                "WHERE r.run_id = ?",
-                (key, run_id),
-            )
+            row = one(tx.conn, _CONTEXT, (key, run_id))
         if row is None:
             return None
         head, prior, barrier = row[20:33], row[33:46], row[46:52]
