@@ -21,6 +21,7 @@ operations the reply is ``dead`` and one "could not deliver" notice is attempted
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from oncewire.effects.ledger import Ledger, LedgerTransaction
 
 __all__ = ["DEFAULT_NOTICE", "Delivery", "RecoveryReport", "ReplyEngine"]
+
+log = logging.getLogger("oncewire.replies")
 
 DEFAULT_NOTICE = "Sorry: a reply to your message could not be delivered."
 
@@ -376,6 +379,10 @@ class ReplyEngine:
         """Give the reply back with its next try at ``when``; other replies go on meanwhile."""
         self._flush(reply.id)
         now = self.ledger.clock.now()
+        log.info(
+            "reply scheduled",
+            extra={"reply_id": reply.id, "not_before": when, "reason": reason},
+        )
         self.ledger.store.release_reply(
             reply.id, owner=self.owner, now=now, not_before=when, last_error=reason
         )
@@ -491,6 +498,7 @@ class ReplyEngine:
         dead = store.finish_reply(
             reply.id, state=ReplyState.DEAD, now=clock.now(), last_error=reason
         )
+        log.warning("reply dead", extra={"reply_id": reply.id, "reason": reason})
         return Delivery(dead, "dead")
 
     def _take(self, reply: Reply) -> Reply | None:
@@ -520,6 +528,10 @@ class ReplyEngine:
         )
         if claimed is None:
             return None
+        log.info(
+            "reply taken over",
+            extra={"reply_id": reply.id, "previous_owner": owner, "owner": self.owner},
+        )
         try:
             for op in orphans():
                 store.end_op(
