@@ -34,7 +34,7 @@ FAULTS = {
     "hold_after": ("hold_after", "footer", "marked_dupes"),
 }
 SIZES = {"short": "a short answer.", "long": LONG_BODY}
-MODES = ("off", "one", "many")
+MODES = ("off", "one", "two", "many")
 
 
 @pytest.mark.parametrize("size", list(SIZES))

@@ -21,7 +21,7 @@ AMBIGUOUS = ("timeout", "ack_lost")
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     platform=st.sampled_from(sorted(PROFILES)),
-    mode=st.sampled_from(["off", "one", "many"]),
+    mode=st.sampled_from(["off", "one", "two", "many"]),
     long=st.booleans(),
     storm=st.lists(
         st.sampled_from(["timeout", "ack_lost", "rate_limit", "conn_error"]), min_size=1, max_size=4

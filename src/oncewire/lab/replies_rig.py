@@ -84,9 +84,13 @@ def reply_text(aid: str, body: str) -> str:
 
 
 def deltas(text: str, mode: str) -> list[str]:
-    """``one``: the whole text in one delta; ``many``: about ten deltas."""
+    """``one``: the whole text in one delta; ``two``: two bursts (a long reply's first burst
+    already overflows every cap); ``many``: about ten deltas."""
     if mode == "one":
         return [text]
+    if mode == "two":
+        half = len(text) // 2 + 1
+        return [text[:half], text[half:]]
     size = max(1, len(text) // 10)
     return [text[i : i + size] for i in range(0, len(text), size)]
 
@@ -151,7 +155,7 @@ class Rig:
         )
 
     def answer(self, inbound_id: int, text: str, mode: str = "off") -> Delivery:
-        """Answer: ``off`` commits then delivers; ``one``/``many`` stream first."""
+        """Answer: ``off`` commits then delivers; ``one``/``two``/``many`` stream first."""
 
         def persist(tx: LedgerTransaction, final: str) -> None:
             self._persist(tx, inbound_id, final)

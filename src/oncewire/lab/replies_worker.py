@@ -71,7 +71,7 @@ def spec(seed: int, index: int) -> dict[str, str]:
         "chat": f"t-{index}",
         "message_id": f"in-{index}",
         "aid": f"A-{index}",
-        "mode": rng.choice(["off", "one", "many"]),
+        "mode": rng.choice(["off", "one", "two", "many"]),
         "size": "long" if rng.random() < 0.25 else "short",
     }
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=10)
     parser.add_argument("--size", choices=sorted(BODIES), default="short")
-    parser.add_argument("--mode", choices=["off", "one", "many"], default="off")
+    parser.add_argument("--mode", choices=["off", "one", "two", "many"], default="off")
     parser.add_argument("--fault", action="append", default=[], help="JSON object of a Fault")
     args = parser.parse_args(argv)
     import oncewire.replies  # noqa: F401  (registers the replies crash points)
