@@ -113,3 +113,21 @@ def test_the_oracle_finds_copies_and_strays(tmp_path: Path) -> None:
         ("<<A>> lonely", False, False),
     ]
     assert [m.text for m in others] == ["unrelated"]
+
+
+def test_a_copy_is_read_with_marked_resends_superseding_ghosts() -> None:
+    from oncewire.platforms.fake import Copy
+
+    # chunk two landed cut short (a preview whose acknowledgement was lost), then was re-sent
+    copy = Copy(
+        texts=["<<A>> one ", "two (cut", "two (whole) ", "three <</A>>"],
+        piece_marks=[False, False, True, False],
+        complete=True,
+    )
+    assert copy.text_as_read == "<<A>> one two (whole) three <</A>>"
+    # a chunk landed whole and was re-sent whole
+    again = Copy(
+        texts=["<<A>> one ", "two ", "two ", "<</A>>"], piece_marks=[False, False, True, False]
+    )
+    assert again.text_as_read == "<<A>> one two <</A>>"
+    assert again.text == "<<A>> one two two <</A>>"

@@ -347,11 +347,11 @@ def check_many(
             unmarked = [c for c in complete if not c.marked]
             leftovers = [c for c in copies if not c.complete] + [None] * len(others)
             result.require(bool(complete), f"{name}: no complete visible reply")
-            # Where a chunk was re-sent after an ambiguous send, its marked repeat is skipped
-            # when the copy is read (the record must hold that ambiguous send).
+            # Where a chunk was re-sent after an ambiguous send, the copy is read with the
+            # marked re-send superseding the piece it repeats (the record holds that send).
             result.require(
                 all(
-                    c.text == text or (ambiguous and c.text_without_marked_repeats == text)
+                    c.text == text or (ambiguous and c.text_as_read == text)
                     for c in complete
                 ),
                 f"{name}: visible != committed",

@@ -299,12 +299,15 @@ class Copy:
         return rejoin(self.texts)
 
     @property
-    def text_without_marked_repeats(self) -> str:
-        """The text read as a person reads it: a marked piece repeating an earlier piece of the
-        copy (a chunk re-sent after its first send may have landed) is skipped."""
+    def text_as_read(self) -> str:
+        """The text as a person reads it: a marked piece re-sends a chunk, so the earlier piece
+        it repeats, or the cut-off start of it (a preview or a send whose acknowledgement was
+        lost, left on screen), is read as superseded."""
         kept: list[str] = []
         for body, marked in zip(self.texts, self.piece_marks, strict=True):
-            if marked and kept and body in kept:
+            if marked and kept and kept[-1] and body.startswith(kept[-1]):
+                kept.pop()
+            elif marked and body in kept:
                 continue
             kept.append(body)
         return rejoin(kept)
