@@ -120,7 +120,7 @@ def test_a_copy_is_read_with_marked_resends_superseding_ghosts() -> None:
 
     # chunk two landed cut short (a preview whose acknowledgement was lost), then was re-sent
     copy = Copy(
-        texts=["<<A>> one ", "two (cut", "two (whole) ", "three <</A>>"],
+        texts=["<<A>> one ", "two (wh", "two (whole) ", "three <</A>>"],
         piece_marks=[False, False, True, False],
         complete=True,
     )
