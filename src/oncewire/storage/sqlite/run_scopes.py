@@ -37,6 +37,9 @@ from oncewire.storage.sqlite.run_rows import (
 __all__ = ["SQLiteRunScopeVerbs"]
 
 
+_EVENT_E = ", ".join(f"e.{name.strip()}" for name in EVENT.split(","))
+
+
 class SQLiteRunScopeVerbs:
     """Branches, checkpoints, barriers, deliveries and reports (mixed into SQLiteRunVerbs)."""
 
@@ -101,7 +104,12 @@ class SQLiteRunScopeVerbs:
 
     def scope_cursor_in_tx(self, tx: Any, scope: str) -> int:
         with translate_errors("reading a cursor"):
-            row = one(tx.conn, "SELECT MAX(id) FROM oncewire_run_events WHERE scope = ?", (scope,))
+            row = one(
+                tx.conn,
+                "SELECT MAX(e.id) FROM oncewire_runs r "
+                "JOIN oncewire_run_events e ON e.run_id = r.run_id WHERE r.scope = ?",
+                (scope,),
+            )
         return int(row[0] or 0)
 
     def max_cursor_in_tx(self, tx: Any) -> int:
@@ -118,13 +126,15 @@ class SQLiteRunScopeVerbs:
             if upto is not None and limit is not None:
                 limit = min(limit, upto)
             sql = (
-                f"SELECT {EVENT} FROM oncewire_run_events WHERE scope = ? AND branch = ? AND id > ?"
+                f"SELECT {_EVENT_E} FROM oncewire_runs r "
+                "JOIN oncewire_run_events e ON e.run_id = r.run_id "
+                "WHERE r.scope = ? AND r.branch = ? AND e.id > ?"
             )
             params: list[Any] = [scope, branch, after]
             if limit is not None:
-                sql += " AND id <= ?"
+                sql += " AND e.id <= ?"
                 params.append(limit)
-            rows = self._read(sql + " ORDER BY id DESC LIMIT 1", params)
+            rows = self._read(sql + " ORDER BY e.id DESC LIMIT 1", params)
             if rows and (best is None or rows[0][0] > best[0]):
                 best = rows[0]
         return None if best is None else event_row(best)

@@ -196,7 +196,8 @@ CREATE TABLE oncewire_run_events (
 CREATE UNIQUE INDEX oncewire_run_events_one_terminal ON oncewire_run_events (run_id)
     WHERE terminal = 1;
 
-CREATE INDEX oncewire_run_events_scope ON oncewire_run_events (scope, branch, id);
+-- A branch's history is found through its runs (written once per run, not once per event).
+CREATE INDEX oncewire_runs_branch ON oncewire_runs (scope, branch, turn);
 
 -- Phases (reviews, repairs): at most one open per run.
 CREATE TABLE oncewire_run_phases (
