@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -103,21 +104,36 @@ def test_supervised_workers_stop_gracefully_on_sigterm(app_dir: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
+    assert supervisor.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(supervisor.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
     try:
+        # SIGTERM is graceful once a worker runs its dispatcher; wait until both say so.
+        deadline = time.monotonic() + 60
+        while sum(line.startswith("dispatching note") for line in list(lines)) < 2:
+            assert time.monotonic() < deadline, lines
+            assert supervisor.poll() is None, lines
+            time.sleep(0.05)
         with Ledger(str(db)) as ledger:
             for i in range(20):
                 ledger.accept(f"k{i:02d}", "note", {"i": i})
-        deadline = time.monotonic() + 30
         while _states(db) != ["done"] * 20:
             assert time.monotonic() < deadline, _states(db)
-            assert supervisor.poll() is None, supervisor.communicate()
+            assert supervisor.poll() is None, lines
             time.sleep(0.05)
         supervisor.send_signal(signal.SIGTERM)
-        stdout, stderr = supervisor.communicate(timeout=30)
+        supervisor.wait(timeout=30)
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
-            supervisor.communicate()
+            supervisor.wait(timeout=30)
+    reader.join(timeout=10)
+    assert supervisor.stdout is not None
+    stdout = supervisor.stdout.read()  # small: a line per worker
+    supervisor.stdout.close()
+    supervisor.stderr.close()
+    stderr = "".join(lines)
     assert supervisor.returncode == 0, stderr
     reports = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     assert len(reports) == 2, stdout
