@@ -95,7 +95,8 @@ class FakePlatformClient:
                 return Refused(f"cannot connect: {exc.strerror or exc}")
             try:
                 conn.sendall(line)
-                answer = conn.makefile("rb").readline(MAX_LINE)
+                with conn.makefile("rb") as reader:
+                    answer = reader.readline(MAX_LINE)
             except TimeoutError:
                 return Ambiguous("timed out after the request was written")
             except OSError as exc:
