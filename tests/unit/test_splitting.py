@@ -61,6 +61,7 @@ def test_utf16_never_undercounts(text: str, cap: int) -> None:
 def test_measure_units() -> None:
     assert measure("a😀", "utf16") == 3
     assert measure("a😀", "codepoints") == 2
+    assert measure("\ud800x", "utf16") == 2  # a lone surrogate is one unit
     with pytest.raises(ConfigurationError):
         measure("x", "bytes")
 

@@ -350,10 +350,7 @@ def check_many(
             # Where a chunk was re-sent after an ambiguous send, the copy is read with the
             # marked re-send superseding the piece it repeats (the record holds that send).
             result.require(
-                all(
-                    c.text == text or (ambiguous and c.text_as_read == text)
-                    for c in complete
-                ),
+                all(c.text == text or (ambiguous and c.text_as_read == text) for c in complete),
                 f"{name}: visible != committed",
             )
             result.require(len(unmarked) <= 1, f"{name}: {len(unmarked)} unmarked copies")

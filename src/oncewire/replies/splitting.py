@@ -39,7 +39,8 @@ def measure(text: str, unit: str) -> int:
     if unit == "codepoints":
         return len(text)
     if unit == "utf16":
-        return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+        # A lone surrogate counts as one unit, as it would in the platform's own string.
+        return len(text.encode("utf-16-le", "surrogatepass")) // 2
     raise ConfigurationError(f"unknown unit {unit!r} (one of: {', '.join(UNITS)})")
 
 
@@ -110,16 +111,17 @@ def _leads_to_backticks(text: str, end: int) -> bool:
 
 def _fit(text: str, start: int, budget: int, unit: str) -> int:
     """The largest end such that ``text[start:end]`` measures at most ``budget`` (>= start+1)."""
-    if unit == "codepoints":
-        return min(len(text), start + max(1, budget))
-    used, end = 0, start
-    while end < len(text):
-        cost = 2 if ord(text[end]) > 0xFFFF else 1
-        if used + cost > budget:
-            break
-        used += cost
-        end += 1
-    return max(end, start + 1)
+    high = min(len(text), start + max(1, budget))  # every code point costs at least one unit
+    if unit == "codepoints" or measure(text[start:high], unit) <= budget:
+        return high
+    low = start  # the length in units only grows with the end: search for the largest fit
+    while high - low > 1:
+        middle = (low + high) // 2
+        if measure(text[start:middle], unit) <= budget:
+            low = middle
+        else:
+            high = middle
+    return max(low, start + 1)
 
 
 def _open_fence(text: str, end: int) -> str | None:
