@@ -355,3 +355,27 @@ def test_engines_racing_for_one_reply_deliver_it_once(rig: Rig) -> None:
             shown = rig.view().visible("fk_dc", f"race-{round_number}")
         assert len(shown) == 2, [m.text[:30] for m in shown]
         assert not any(profile.strip_marker(m.text)[1] for m in shown)
+
+
+def test_a_stream_that_fails_leaves_an_open_record_the_next_answer_completes(rig: Rig) -> None:
+    admission = rig.admit("fk_tg", "broken", "in-1")
+    text = reply_text("A-broken", "answered after a failed stream " * 10)
+
+    def failing() -> Iterator[str]:
+        yield text[:40]
+        yield text[40:80]
+        raise ConnectionError("the model went away")
+
+    with pytest.raises(ConnectionError):
+        rig.engine.stream(admission.inbound.id, failing())
+    reply = rig.ledger.replies.for_inbound(admission.inbound.id)
+    assert reply is not None and reply.state is ReplyState.OPEN and reply.lease_owner is None
+    assert all(op.state.value == "acked" for op in rig.ledger.replies.ops(reply.id))
+    other = ReplyEngine(rig.ledger, rig.platforms, owner="another", edit_interval_seconds=0.0)
+    pieces = [text[i : i + 50] for i in range(0, len(text), 50)]
+    other.stream(
+        admission.inbound.id,
+        pieces,
+        on_commit=lambda tx, t: rig._persist(tx, admission.inbound.id, t),
+    )
+    _only_reply(rig, "fk_tg", "broken", "A-broken", admission.inbound.id)

@@ -250,13 +250,20 @@ class ReplyEngine:
             return self.deliver(reply.id)
         previewing = preview and profile.can_edit and self._take(reply) is not None
         text, shown, next_at = "", "", float("-inf")
-        for delta in deltas:
-            text += delta
-            now = self.ledger.clock.now()
-            if previewing and now >= next_at:
-                previewing, wait = self._preview_safely(reply, platform, text)
-                shown = text if previewing else shown
-                next_at = now + max(self.edit_interval_seconds, wait)
+        try:
+            for delta in deltas:
+                text += delta
+                now = self.ledger.clock.now()
+                if previewing and now >= next_at:
+                    previewing, wait = self._preview_safely(reply, platform, text)
+                    shown = text if previewing else shown
+                    next_at = now + max(self.edit_interval_seconds, wait)
+        except BaseException:
+            # The answer failed mid-stream: leave the record open (its previews are written
+            # down) and the reply free for whoever answers it next.
+            self._flush(reply.id)
+            self.ledger.store.release_reply(reply.id, owner=self.owner, now=self.ledger.clock.now())
+            raise
         if previewing and shown != text and self.ledger.clock.now() >= next_at:
             previewing, _ = self._preview_safely(reply, platform, text)
             shown = text if previewing else shown
