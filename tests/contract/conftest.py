@@ -107,7 +107,7 @@ def _postgres_store(tmp_path: Path) -> Store:
     from oncewire.storage.postgres import PostgresStore
 
     schema = _PG_SCHEMAS.enter_context(fresh_schema(server_url(), "contract"))
-    return PostgresStore(schema)  # type: ignore[abstract]
+    return PostgresStore(schema)
 
 
 def _postgres_raw(store: Store) -> RawDatabase:

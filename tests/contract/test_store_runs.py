@@ -12,9 +12,6 @@ from oncewire.storage.runs import DeliveryRow, EventRow, ReportRow, RunAppend, R
 
 from .conftest import T0, RawDatabase
 
-# The run ledger has not been ported to PostgreSQL yet (its verbs raise there).
-BACKENDS = ("sqlite",)
-
 
 def _run(run_id: str, branch: str = "b", lease: float | None = T0 + 30) -> RunRow:
     return RunRow(

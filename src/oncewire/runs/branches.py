@@ -245,6 +245,9 @@ class Branches:
             raise ConfigurationError(f"a barrier's state is one of {', '.join(BARRIER_STATES)}")
         now = self._runs.now()
         with self.store.transaction() as tx:
+            # This barrier first: a backend with concurrent writers orders barrier holders on
+            # that read, so the held barrier read next is current.
+            current = self.store.get_barrier_in_tx(tx, scope, operation_id)
             held = self.store.held_barrier_in_tx(tx, scope)
             if held is not None and held.operation_id != operation_id:
                 raise RevertBarrierHeld(
@@ -252,7 +255,6 @@ class Branches:
                     scope=scope,
                     operation_id=held.operation_id,
                 )
-            current = self.store.get_barrier_in_tx(tx, scope, operation_id)
             if current is not None and current.state == "resolved" and state != "resolved":
                 raise TransitionRefused(f"barrier {operation_id!r} is already resolved")
             self.store.put_barrier_in_tx(

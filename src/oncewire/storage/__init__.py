@@ -20,8 +20,7 @@ def open_store(url_or_path: str, *, create: bool = True) -> Store:
     if text.startswith(("postgresql://", "postgres://")):
         from oncewire.storage.postgres import PostgresStore
 
-        # Verbs of ledgers not yet ported raise ConfigurationError by name (see the module).
-        return PostgresStore(text, create=create)  # type: ignore[abstract]
+        return PostgresStore(text, create=create)
     from oncewire.storage.sqlite import SQLiteStore
 
     return SQLiteStore(text, create=create)

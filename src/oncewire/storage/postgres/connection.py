@@ -84,12 +84,22 @@ def current_version(conn: Any) -> int | None:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+def _applied(conn: Any) -> set[int]:
+    if current_version(conn) is None:
+        return set()
+    return {int(row[0]) for row in conn.execute("SELECT version FROM oncewire_schema")}
+
+
+def _missing(conn: Any, available: list[tuple[int, str, str]]) -> bool:
+    return bool({number for number, _, _ in available} - _applied(conn))
+
+
 def migrate(conn: Any, *, use_fresh_schema: bool = True) -> int:
     """Bring the schema up to date under an advisory lock (safe with concurrent openers)."""
     available = migrations()
     latest = available[-1][0]
     with translate_errors("reading the schema version"):
-        if current_version(conn) == latest:
+        if current_version(conn) == latest and not _missing(conn, available):
             return latest
     with translate_errors("migrating the schema"), conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
@@ -115,8 +125,11 @@ def migrate(conn: Any, *, use_fresh_schema: bool = True) -> int:
                     )
                 return latest
             version = 0
+        # Every migration not yet recorded, not only those above the newest: a database that
+        # took a later number before an earlier one existed (0003 before 0002) still gets it.
+        applied = _applied(conn)
         for number, name, sql in available:
-            if number <= version:
+            if number in applied:
                 continue
             conn.execute(sql)
             conn.execute(

@@ -24,6 +24,7 @@ from oncewire.storage.postgres.connection import (
     translate_errors,
 )
 from oncewire.storage.postgres.replies import PostgresReplyVerbs
+from oncewire.storage.postgres.runs import PostgresRunVerbs
 from oncewire.storage.records import (
     EFFECT_COLUMNS,
     RECEIPT_COLUMNS,
@@ -66,7 +67,7 @@ class PostgresTransaction:
         return self.conn.execute(sql, params or None)
 
 
-class PostgresStore(PostgresReplyVerbs, Store):
+class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
     dialect = "postgresql"
 
     def __init__(self, url: str, *, create: bool = True) -> None:

@@ -1,0 +1,317 @@
+-- Runs: an event-sourced run ledger with a hash-chained history, branches, barriers, an
+-- action ledger, completion deliveries and reconciliation reports. The invariants are held
+-- here, by constraints and triggers, under concurrent transactions at READ COMMITTED.
+
+-- Locks the run ledger takes beyond row locks, as transaction-scoped advisory locks:
+-- a scope's lock is shared by every event appended in it and exclusive while a barrier is
+-- taken or a checkpoint reads the scope's cursor; a branch's lock orders its creation,
+-- forks and reverts.
+CREATE FUNCTION oncewire_run_scope_lock(lock_scope TEXT, exclusive BOOLEAN) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(1920298611, hashtext(lock_scope));
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(1920298611, hashtext(lock_scope));
+    END IF;
+END;
+$$;
+
+CREATE FUNCTION oncewire_run_branch_lock(lock_scope TEXT, lock_branch TEXT) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1651663214, hashtext(lock_scope || chr(31) || lock_branch));
+END;
+$$;
+
+-- The run row: a projection of the run's events plus its lease (which is not history).
+-- `state` is the compact folded state; the head event commits to its digest.
+CREATE TABLE oncewire_runs (
+    run_id           TEXT COLLATE "C" PRIMARY KEY, -- ordered bytewise, as on SQLite
+    scope            TEXT             NOT NULL,
+    branch           TEXT             NOT NULL,
+    turn             TEXT,
+    workflow         TEXT             NOT NULL,
+    chain            TEXT             NOT NULL CHECK (chain IN ('sha256', 'hmac-sha256')),
+    status           TEXT             NOT NULL,
+    terminal_reason  TEXT,
+    state            TEXT             NOT NULL,
+    head_seq         BIGINT           NOT NULL DEFAULT 0 CHECK (head_seq >= 0),
+    head_hash        TEXT             NOT NULL,
+    owner            TEXT,
+    fence            BIGINT           NOT NULL DEFAULT 1 CHECK (fence >= 1),
+    lease_expires_at DOUBLE PRECISION,
+    created_at       DOUBLE PRECISION NOT NULL,
+    updated_at       DOUBLE PRECISION NOT NULL,
+    finished_at      DOUBLE PRECISION,
+    abandoned_at     DOUBLE PRECISION,
+    abandon_reason   TEXT,
+    hidden           BOOLEAN          NOT NULL DEFAULT FALSE,
+    -- A run is finished exactly when it carries a terminal reason, and never both finished
+    -- and abandoned.
+    CONSTRAINT oncewire_runs_finished_with_reason
+        CHECK ((finished_at IS NULL) = (terminal_reason IS NULL)),
+    CONSTRAINT oncewire_runs_finished_or_abandoned
+        CHECK (finished_at IS NULL OR abandoned_at IS NULL),
+    CONSTRAINT oncewire_runs_abandoned_with_reason
+        CHECK ((abandoned_at IS NULL) = (abandon_reason IS NULL))
+);
+
+-- At most one active run per branch.
+CREATE UNIQUE INDEX oncewire_runs_one_active_per_branch ON oncewire_runs (scope, branch)
+    WHERE finished_at IS NULL AND abandoned_at IS NULL;
+
+-- A branch's history is found through its runs (written once per run, not once per event).
+CREATE INDEX oncewire_runs_branch ON oncewire_runs (scope, branch, turn);
+
+-- The history. `id` is the scope-wide cursor: it is drawn by the append trigger once the
+-- scope's lock is held, so that a cursor read under the exclusive lock is never overtaken by
+-- an event that commits later with a smaller id. `seq` orders one run's chain.
+CREATE SEQUENCE oncewire_run_events_id_seq;
+
+CREATE TABLE oncewire_run_events (
+    id              BIGINT           PRIMARY KEY,
+    run_id          TEXT             NOT NULL REFERENCES oncewire_runs (run_id),
+    scope           TEXT             NOT NULL,
+    branch          TEXT             NOT NULL,
+    seq             BIGINT           NOT NULL CHECK (seq >= 1),
+    type            TEXT             NOT NULL,
+    idempotency_key TEXT             NOT NULL,
+    request_digest  TEXT             NOT NULL,
+    terminal        BOOLEAN          NOT NULL DEFAULT FALSE,
+    payload         TEXT             NOT NULL,
+    prev_hash       TEXT             NOT NULL,
+    hash            TEXT             NOT NULL,
+    at              DOUBLE PRECISION NOT NULL,
+    CONSTRAINT oncewire_run_events_seq UNIQUE (run_id, seq),
+    CONSTRAINT oncewire_run_events_key UNIQUE (run_id, idempotency_key)
+);
+
+ALTER SEQUENCE oncewire_run_events_id_seq OWNED BY oncewire_run_events.id;
+
+-- At most one terminal event per run.
+CREATE UNIQUE INDEX oncewire_run_events_one_terminal ON oncewire_run_events (run_id)
+    WHERE terminal;
+
+-- Phases (reviews, repairs): at most one open per run.
+CREATE TABLE oncewire_run_phases (
+    run_id        TEXT             NOT NULL REFERENCES oncewire_runs (run_id),
+    phase_id      TEXT             NOT NULL,
+    kind          TEXT             NOT NULL,
+    status        TEXT             NOT NULL,
+    verdict       TEXT,
+    candidate_id  TEXT,
+    body          TEXT             NOT NULL,
+    result        TEXT,
+    actions_bound BOOLEAN          NOT NULL DEFAULT FALSE,
+    opened_seq    BIGINT           NOT NULL,
+    closed_seq    BIGINT,
+    opened_at     DOUBLE PRECISION NOT NULL,
+    closed_at     DOUBLE PRECISION,
+    PRIMARY KEY (run_id, phase_id),
+    CONSTRAINT oncewire_run_phases_closed CHECK ((status = 'open') = (closed_seq IS NULL))
+);
+
+CREATE UNIQUE INDEX oncewire_run_phases_one_open ON oncewire_run_phases (run_id)
+    WHERE status = 'open';
+
+CREATE TABLE oncewire_run_findings (
+    run_id       TEXT NOT NULL REFERENCES oncewire_runs (run_id),
+    finding_id   TEXT COLLATE "C" NOT NULL,
+    phase_id     TEXT NOT NULL,
+    candidate_id TEXT NOT NULL,
+    severity     TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    PRIMARY KEY (run_id, finding_id)
+);
+
+-- Tool calls made inside a run: proposed before they run, resolved after.
+CREATE TABLE oncewire_run_actions (
+    run_id            TEXT   NOT NULL REFERENCES oncewire_runs (run_id),
+    action_id         TEXT   NOT NULL,
+    phase_id          TEXT,
+    kind              TEXT   NOT NULL,
+    arguments         TEXT   NOT NULL,
+    arguments_digest  TEXT   NOT NULL,
+    side_effect_class TEXT   NOT NULL,
+    resource_keys     TEXT   NOT NULL,
+    effect_key        TEXT,
+    status            TEXT   NOT NULL,
+    result            TEXT,
+    proposed_seq      BIGINT NOT NULL,
+    resolved_seq      BIGINT,
+    PRIMARY KEY (run_id, action_id),
+    CONSTRAINT oncewire_run_actions_resolved CHECK ((status = 'proposed') = (resolved_seq IS NULL))
+);
+
+-- Branches of a scope. `view` lists the visible segments [branch, after_id, upto_id|null].
+CREATE TABLE oncewire_run_branches (
+    scope      TEXT             NOT NULL,
+    branch     TEXT             NOT NULL,
+    parent     TEXT,
+    view       TEXT             NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (scope, branch)
+);
+
+-- Cursors into a scope's history, with the branch's view at that cursor.
+CREATE TABLE oncewire_run_checkpoints (
+    checkpoint_id TEXT             PRIMARY KEY,
+    scope         TEXT             NOT NULL,
+    branch        TEXT             NOT NULL,
+    cursor        BIGINT           NOT NULL CHECK (cursor >= 0),
+    view          TEXT             NOT NULL,
+    reason        TEXT             NOT NULL,
+    metadata      TEXT             NOT NULL,
+    created_at    DOUBLE PRECISION NOT NULL
+);
+
+-- Reverts: a branch shown again up to a checkpoint; the tail stays stored.
+CREATE TABLE oncewire_run_reverts (
+    id            BIGSERIAL        PRIMARY KEY,
+    scope         TEXT             NOT NULL,
+    branch        TEXT             NOT NULL,
+    checkpoint_id TEXT             NOT NULL REFERENCES oncewire_run_checkpoints (checkpoint_id),
+    hidden_after  BIGINT           NOT NULL,
+    hidden_upto   BIGINT           NOT NULL,
+    abandoned     TEXT             NOT NULL,
+    created_at    DOUBLE PRECISION NOT NULL
+);
+
+-- A revert barrier: a deliberate hold on a scope, with states.
+CREATE TABLE oncewire_run_barriers (
+    scope        TEXT             NOT NULL,
+    operation_id TEXT             NOT NULL,
+    branch       TEXT,
+    state        TEXT             NOT NULL
+                 CHECK (state IN ('reverting', 'recovery_required', 'resolved')),
+    created_at   DOUBLE PRECISION NOT NULL,
+    updated_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (scope, operation_id)
+);
+
+CREATE UNIQUE INDEX oncewire_run_barriers_one_held ON oncewire_run_barriers (scope)
+    WHERE state <> 'resolved';
+
+-- Taking or moving a held barrier waits for every append in flight in its scope, and every
+-- later append waits for it: an append either precedes the barrier or sees it.
+CREATE FUNCTION oncewire_run_barriers_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state <> 'resolved' THEN
+        PERFORM oncewire_run_scope_lock(NEW.scope, TRUE);
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER oncewire_run_barriers_hold BEFORE INSERT OR UPDATE ON oncewire_run_barriers
+    FOR EACH ROW EXECUTE FUNCTION oncewire_run_barriers_hold();
+
+-- An event extends its run's head (the run row is locked, so appends to one run are serial),
+-- never ends a run while a phase is open, and, while a barrier holds the scope, is only late
+-- evidence of an admitted action or the release of a run a revert hid.
+CREATE FUNCTION oncewire_run_events_append() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    head RECORD;
+BEGIN
+    SELECT scope, branch, head_seq, head_hash INTO head
+        FROM oncewire_runs WHERE run_id = NEW.run_id FOR UPDATE;
+    IF NOT FOUND OR head.head_seq + 1 <> NEW.seq OR head.head_hash <> NEW.prev_hash
+            OR head.scope <> NEW.scope OR head.branch <> NEW.branch THEN
+        RAISE EXCEPTION 'oncewire: an event that does not extend the run''s head'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    IF NEW.terminal AND EXISTS (
+            SELECT 1 FROM oncewire_run_phases WHERE run_id = NEW.run_id AND status = 'open') THEN
+        RAISE EXCEPTION 'oncewire: a terminal event while a phase is open'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    PERFORM oncewire_run_scope_lock(NEW.scope, FALSE);
+    IF NEW.type NOT IN ('action_resolved', 'run_abandoned') AND EXISTS (
+            SELECT 1 FROM oncewire_run_barriers
+            WHERE scope = NEW.scope AND state <> 'resolved') THEN
+        RAISE EXCEPTION 'oncewire: a revert barrier holds this scope'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    NEW.id := nextval('oncewire_run_events_id_seq');
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER oncewire_run_events_append BEFORE INSERT ON oncewire_run_events
+    FOR EACH ROW EXECUTE FUNCTION oncewire_run_events_append();
+
+-- History is append-only.
+CREATE FUNCTION oncewire_run_events_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'oncewire: run events are append-only'
+        USING ERRCODE = 'integrity_constraint_violation';
+END;
+$$;
+
+CREATE TRIGGER oncewire_run_events_no_update BEFORE UPDATE ON oncewire_run_events
+    FOR EACH ROW EXECUTE FUNCTION oncewire_run_events_refuse();
+
+CREATE TRIGGER oncewire_run_events_no_delete BEFORE DELETE ON oncewire_run_events
+    FOR EACH ROW EXECUTE FUNCTION oncewire_run_events_refuse();
+
+CREATE TRIGGER oncewire_run_events_no_truncate BEFORE TRUNCATE ON oncewire_run_events
+    FOR EACH STATEMENT EXECUTE FUNCTION oncewire_run_events_refuse();
+
+-- Completion deliveries: the final message and its manifest, committed together, published
+-- after. Recovery may settle status, review status and the recovery note, never the bytes.
+CREATE TABLE oncewire_run_deliveries (
+    delivery_id      TEXT COLLATE "C" PRIMARY KEY,
+    idempotency_key  TEXT             NOT NULL UNIQUE,
+    request_digest   TEXT             NOT NULL,
+    scope            TEXT             NOT NULL,
+    branch           TEXT             NOT NULL,
+    turn             TEXT,
+    run_id           TEXT,
+    content          TEXT             NOT NULL,
+    content_sha256   TEXT             NOT NULL,
+    manifest         TEXT             NOT NULL,
+    manifest_sha256  TEXT             NOT NULL,
+    review_status    TEXT             NOT NULL,
+    status           TEXT             NOT NULL CHECK (status IN ('committed', 'published')),
+    recovery         TEXT,
+    owner            TEXT,
+    lease_expires_at DOUBLE PRECISION,
+    created_at       DOUBLE PRECISION NOT NULL,
+    published_at     DOUBLE PRECISION,
+    CONSTRAINT oncewire_run_deliveries_published
+        CHECK ((status = 'published') = (published_at IS NOT NULL))
+);
+
+CREATE INDEX oncewire_run_deliveries_committed ON oncewire_run_deliveries (created_at)
+    WHERE status = 'committed';
+
+CREATE FUNCTION oncewire_run_deliveries_bytes() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.content IS DISTINCT FROM OLD.content OR NEW.manifest IS DISTINCT FROM OLD.manifest
+            OR NEW.content_sha256 IS DISTINCT FROM OLD.content_sha256
+            OR NEW.manifest_sha256 IS DISTINCT FROM OLD.manifest_sha256 THEN
+        RAISE EXCEPTION 'oncewire: a delivery''s message and manifest never change'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER oncewire_run_deliveries_bytes BEFORE UPDATE ON oncewire_run_deliveries
+    FOR EACH ROW EXECUTE FUNCTION oncewire_run_deliveries_bytes();
+
+-- What each reconciliation did to each row it looked at.
+CREATE TABLE oncewire_run_reports (
+    id          BIGSERIAL        PRIMARY KEY,
+    pass_id     TEXT             NOT NULL,
+    subject     TEXT             NOT NULL CHECK (subject IN ('run', 'delivery')),
+    subject_id  TEXT             NOT NULL,
+    run_id      TEXT,
+    owner       TEXT             NOT NULL,
+    outcome     TEXT             NOT NULL,
+    status      TEXT,
+    reason      TEXT,
+    error       TEXT,
+    created_at  DOUBLE PRECISION NOT NULL
+);

@@ -1,0 +1,377 @@
+"""The run ledger's verbs on PostgreSQL. Mixed into :class:`PostgresStore`.
+
+The same statements as the SQLite verbs, in PostgreSQL's dialect. SQLite's single writer made
+every check-then-write path serial; here transactions run concurrently at READ COMMITTED, so a
+verb that reads what its caller decides on locks it: a run's row (``FOR UPDATE``) before a
+command reads its context, a branch before it is created, forked or reverted, a scope before a
+barrier is taken or its cursor is read (advisory locks, see migration 0002). The invariants
+themselves are held by the schema's constraints and triggers, whatever the caller does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from oncewire.storage.postgres.connection import translate_errors
+from oncewire.storage.postgres.run_scopes import PostgresRunScopeVerbs, one
+from oncewire.storage.run_rows import (
+    ACTION,
+    ACTIVE,
+    BARRIER,
+    EVENT,
+    FINDING,
+    PHASE,
+    RUN,
+    action_values,
+    event_row,
+    phase_row,
+    phase_values,
+    run_row,
+    run_values,
+)
+from oncewire.storage.runs import (
+    ActionRow,
+    BarrierRow,
+    CommandContext,
+    EventRow,
+    FindingRow,
+    PhaseRow,
+    RunAppend,
+    RunRow,
+    RunVerbs,
+)
+
+__all__ = ["PostgresRunVerbs"]
+
+
+def _columns(alias: str, names: str) -> str:
+    return ", ".join(f"{alias}.{name.strip()}" for name in names.split(","))
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+# A command's reads in one round trip, once the run's row is locked: the run, its head event,
+# the event already stored under the command's key, and the barrier held on its scope.
+_CONTEXT = (
+    f"SELECT {_columns('r', RUN)}, {_columns('h', EVENT)}, {_columns('p', EVENT)}, "
+    f"{_columns('b', BARRIER)} FROM oncewire_runs r "
+    "LEFT JOIN oncewire_run_events h ON h.run_id = r.run_id AND h.seq = r.head_seq "
+    "LEFT JOIN oncewire_run_events p ON p.run_id = r.run_id AND p.idempotency_key = %s "
+    "LEFT JOIN oncewire_run_barriers b ON b.scope = r.scope AND b.state <> 'resolved' "
+    "WHERE r.run_id = %s"
+)
+_INSERT_EVENT = (
+    "INSERT INTO oncewire_run_events (run_id, scope, branch, seq, type, idempotency_key, "
+    f"request_digest, terminal, payload, prev_hash, hash, at) VALUES ({_marks(12)}) "
+    "RETURNING id"
+)
+_UPDATE_RUN = (
+    "UPDATE oncewire_runs SET status = %s, terminal_reason = %s, state = %s, head_seq = %s, "
+    "head_hash = %s, owner = %s, fence = %s, lease_expires_at = %s, updated_at = %s, "
+    "finished_at = %s WHERE run_id = %s"
+)
+_UPSERT_PHASE = (
+    f"INSERT INTO oncewire_run_phases ({PHASE}) VALUES ({_marks(13)}) "
+    "ON CONFLICT (run_id, phase_id) DO UPDATE SET status = excluded.status, "
+    "verdict = excluded.verdict, result = excluded.result, "
+    "actions_bound = excluded.actions_bound, closed_seq = excluded.closed_seq, "
+    "closed_at = excluded.closed_at"
+)
+_UPSERT_ACTION = (
+    f"INSERT INTO oncewire_run_actions ({ACTION}) VALUES ({_marks(13)}) "
+    "ON CONFLICT (run_id, action_id) DO UPDATE SET status = excluded.status, "
+    "result = excluded.result, resolved_seq = excluded.resolved_seq"
+)
+
+
+class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
+    """Implements :class:`oncewire.storage.runs.RunVerbs` with PostgresStore's helpers."""
+
+    if TYPE_CHECKING:
+
+        def _conn(self) -> Any: ...
+        def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+        def _write(self, what: str) -> AbstractContextManager[Any]: ...
+
+    # -- runs and their chains ---------------------------------------------------------------
+    def insert_run_in_tx(self, tx: Any, row: RunRow) -> bool:
+        with translate_errors("starting a run"):
+            inserted = tx.conn.execute(
+                f"INSERT INTO oncewire_runs ({RUN}) VALUES ({_marks(20)}) ON CONFLICT DO NOTHING",
+                run_values(row),
+            ).rowcount
+        return bool(inserted)
+
+    def get_run_in_tx(self, tx: Any, run_id: str) -> RunRow | None:
+        # Locked: what the caller decides on (a renewal's fence, a replay) stays true until
+        # it commits.
+        with translate_errors("reading a run"):
+            row = one(
+                tx.conn, f"SELECT {RUN} FROM oncewire_runs WHERE run_id = %s FOR UPDATE", (run_id,)
+            )
+        return None if row is None else run_row(row)
+
+    def command_context_in_tx(self, tx: Any, run_id: str, key: str) -> CommandContext | None:
+        with translate_errors("reading a run"):
+            # Lock the run first; the context is then read in a statement of its own, whose
+            # snapshot sees whatever the previous holder of the lock committed.
+            if one(tx.conn, "SELECT 1 FROM oncewire_runs WHERE run_id = %s FOR UPDATE", (run_id,)):
+                row = one(tx.conn, _CONTEXT, (key, run_id))
+            else:
+                row = None
+        if row is None:
+            return None
+        head, prior, barrier = row[20:33], row[33:46], row[46:52]
+        return CommandContext(
+            run=run_row(row[:20]),
+            head=None if head[0] is None else event_row(head),
+            prior=None if prior[0] is None else event_row(prior),
+            barrier=None if barrier[0] is None else BarrierRow(*barrier),
+        )
+
+    def active_run_on_branch_in_tx(self, tx: Any, scope: str, branch: str) -> RunRow | None:
+        with translate_errors("reading a branch's active run"):
+            row = one(
+                tx.conn,
+                f"SELECT {RUN} FROM oncewire_runs WHERE scope = %s AND branch = %s AND {ACTIVE}",
+                (scope, branch),
+            )
+        return None if row is None else run_row(row)
+
+    def event_by_key_in_tx(self, tx: Any, run_id: str, key: str) -> EventRow | None:
+        with translate_errors("reading a run event"):
+            row = one(
+                tx.conn,
+                f"SELECT {EVENT} FROM oncewire_run_events "
+                "WHERE run_id = %s AND idempotency_key = %s",
+                (run_id, key),
+            )
+        return None if row is None else event_row(row)
+
+    def event_at_in_tx(self, tx: Any, run_id: str, seq: int) -> EventRow | None:
+        with translate_errors("reading a run event"):
+            row = one(
+                tx.conn,
+                f"SELECT {EVENT} FROM oncewire_run_events WHERE run_id = %s AND seq = %s",
+                (run_id, seq),
+            )
+        return None if row is None else event_row(row)
+
+    def append_run_event_in_tx(self, tx: Any, change: RunAppend) -> EventRow:
+        conn = tx.conn
+        e, r = change.event, change.run
+        with translate_errors("appending a run event"):
+            if change.phases:
+                with conn.cursor() as cur:
+                    cur.executemany(_UPSERT_PHASE, [phase_values(p) for p in change.phases])
+            event_id = int(
+                conn.execute(
+                    _INSERT_EVENT,
+                    (
+                        e.run_id,
+                        e.scope,
+                        e.branch,
+                        e.seq,
+                        e.type,
+                        e.idempotency_key,
+                        e.request_digest,
+                        bool(e.terminal),
+                        e.payload_json,
+                        e.prev_hash,
+                        e.hash,
+                        e.at,
+                    ),
+                ).fetchone()[0]
+            )
+            conn.execute(
+                _UPDATE_RUN,
+                (
+                    r.status,
+                    r.terminal_reason,
+                    r.state_json,
+                    r.head_seq,
+                    r.head_hash,
+                    r.owner,
+                    r.fence,
+                    r.lease_expires_at,
+                    r.updated_at,
+                    r.finished_at,
+                    r.run_id,
+                ),
+            )
+            with conn.cursor() as cur:
+                if change.findings:
+                    cur.executemany(
+                        f"INSERT INTO oncewire_run_findings ({FINDING}) VALUES ({_marks(6)})",
+                        [
+                            (f.run_id, f.finding_id, f.phase_id, f.candidate_id, f.severity,
+                             f.body_json)
+                            for f in change.findings
+                        ],
+                    )  # fmt: skip
+                if change.actions:
+                    # A resolution only fills in how the proposed action ended.
+                    cur.executemany(_UPSERT_ACTION, [action_values(a) for a in change.actions])
+        return EventRow(
+            event_id, e.run_id, e.scope, e.branch, e.seq, e.type, e.idempotency_key,
+            e.request_digest, e.terminal, e.payload_json, e.prev_hash, e.hash, e.at,
+        )  # fmt: skip
+
+    def update_run_lease_in_tx(
+        self,
+        tx: Any,
+        run_id: str,
+        *,
+        owner: str | None,
+        fence: int,
+        lease_expires_at: float | None,
+        now: float,
+    ) -> None:
+        with translate_errors("updating a run's lease"):
+            tx.conn.execute(
+                "UPDATE oncewire_runs SET owner = %s, fence = %s, lease_expires_at = %s, "
+                "updated_at = %s WHERE run_id = %s",
+                (owner, fence, lease_expires_at, now, run_id),
+            )
+
+    def abandon_run_in_tx(self, tx: Any, run_id: str, *, reason: str, now: float) -> bool:
+        with translate_errors("abandoning a run"):
+            return bool(
+                tx.conn.execute(
+                    "UPDATE oncewire_runs SET abandoned_at = %s, abandon_reason = %s, "
+                    "lease_expires_at = NULL, updated_at = %s "
+                    f"WHERE run_id = %s AND {ACTIVE}",
+                    (now, reason, now, run_id),
+                ).rowcount
+            )
+
+    def set_runs_hidden_in_tx(self, tx: Any, hidden: dict[str, bool]) -> None:
+        if not hidden:
+            return
+        with translate_errors("marking hidden runs"):
+            tx.conn.execute(
+                "UPDATE oncewire_runs AS r SET hidden = v.hidden "
+                "FROM unnest(%s::text[], %s::boolean[]) AS v(run_id, hidden) "
+                "WHERE r.run_id = v.run_id",
+                (list(hidden), [bool(flag) for flag in hidden.values()]),
+            )
+
+    def held_barrier_in_tx(self, tx: Any, scope: str) -> BarrierRow | None:
+        with translate_errors("reading barriers"):
+            row = one(
+                tx.conn,
+                f"SELECT {BARRIER} FROM oncewire_run_barriers "
+                "WHERE scope = %s AND state <> 'resolved'",
+                (scope,),
+            )
+        return None if row is None else BarrierRow(*row)
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        rows = self._read(f"SELECT {RUN} FROM oncewire_runs WHERE run_id = %s", (run_id,))
+        return run_row(rows[0]) if rows else None
+
+    def list_runs(
+        self,
+        *,
+        scope: str | None = None,
+        statuses: Sequence[str] = (),
+        limit: int = 100,
+        after_run_id: str = "",
+    ) -> list[RunRow]:
+        where, params = ["run_id > %s"], [after_run_id]
+        if scope is not None:
+            where.append("scope = %s")
+            params.append(scope)
+        if statuses:
+            where.append("status = ANY(%s)")
+            params.append(list(statuses))  # type: ignore[arg-type]
+        rows = self._read(
+            f"SELECT {RUN} FROM oncewire_runs WHERE {' AND '.join(where)} ORDER BY run_id LIMIT %s",
+            (*params, limit),
+        )
+        return [run_row(row) for row in rows]
+
+    def run_events(self, run_id: str) -> list[EventRow]:
+        rows = self._read(
+            f"SELECT {EVENT} FROM oncewire_run_events WHERE run_id = %s ORDER BY seq, id",
+            (run_id,),
+        )
+        return [event_row(row) for row in rows]
+
+    def run_chain(
+        self, run_id: str, *, after_seq: int = 0
+    ) -> list[tuple[int, int, str, str, str, str]]:
+        return self._read(
+            "SELECT id, seq, type, prev_hash, hash, payload FROM oncewire_run_events "
+            "WHERE run_id = %s AND seq > %s ORDER BY seq, id",
+            (run_id, after_seq),
+        )
+
+    def orphan_event_runs(self) -> list[tuple[str, int]]:
+        rows = self._read(
+            "SELECT e.run_id, COUNT(*) FROM oncewire_run_events e WHERE NOT EXISTS "
+            "(SELECT 1 FROM oncewire_runs r WHERE r.run_id = e.run_id) "
+            "GROUP BY e.run_id ORDER BY e.run_id"
+        )
+        return [(str(run_id), int(n)) for run_id, n in rows]
+
+    def run_projections(
+        self, run_id: str
+    ) -> tuple[list[PhaseRow], list[FindingRow], list[ActionRow]]:
+        statements = (
+            f"SELECT {PHASE} FROM oncewire_run_phases WHERE run_id = %s ORDER BY opened_seq",
+            f"SELECT {FINDING} FROM oncewire_run_findings WHERE run_id = %s ORDER BY finding_id",
+            f"SELECT {ACTION} FROM oncewire_run_actions WHERE run_id = %s ORDER BY proposed_seq",
+        )
+        conn = self._conn()
+        try:
+            with translate_errors("reading a run's projections"):
+                if conn.info.transaction_status == 0:  # idle: one snapshot for the three reads
+                    with conn.transaction():
+                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                        phases, findings, actions = (
+                            conn.execute(sql, (run_id,)).fetchall() for sql in statements
+                        )
+                else:
+                    phases, findings, actions = (
+                        conn.execute(sql, (run_id,)).fetchall() for sql in statements
+                    )
+        finally:
+            if conn.broken:
+                self._forget(conn)
+        return (
+            [phase_row(r) for r in phases],
+            [FindingRow(*r) for r in findings],
+            [ActionRow(*r) for r in actions],
+        )
+
+    def expired_runs(
+        self, *, now: float, limit: int, dead_owners: Sequence[str] = ()
+    ) -> list[RunRow]:
+        rows = self._read(
+            f"SELECT {RUN} FROM oncewire_runs WHERE {ACTIVE} "
+            "AND (lease_expires_at IS NULL OR lease_expires_at < %s OR owner = ANY(%s)) "
+            "ORDER BY created_at, run_id LIMIT %s",
+            (now, list(dead_owners), limit),
+        )
+        return [run_row(row) for row in rows]
+
+    def active_run_owners(self) -> list[str]:
+        rows = self._read(
+            f"SELECT DISTINCT owner FROM oncewire_runs WHERE {ACTIVE} AND owner IS NOT NULL"
+        )
+        return [str(row[0]) for row in rows]
+
+    def branch_runs_in_tx(self, tx: Any, scope: str, branch: str) -> list[RunRow]:
+        # Locked, in one order: a revert decides which of them it abandons and hides.
+        with translate_errors("reading a branch's runs"):
+            rows = tx.conn.execute(
+                f"SELECT {RUN} FROM oncewire_runs WHERE scope = %s AND branch = %s "
+                "ORDER BY run_id FOR UPDATE",
+                (scope, branch),
+            ).fetchall()
+        return [run_row(row) for row in rows]
