@@ -1,4 +1,4 @@
-"""The run ledger's required scenarios, on real SQLite files.
+"""The run ledger's required scenarios, on a real SQLite file and a real PostgreSQL schema.
 
 Each test is one scenario the run ledger must keep: tampered histories fail closed, branches and
 reverts never let a hidden tail authorise anything, a revert barrier holds new work, boot
@@ -27,6 +27,7 @@ from oncewire.core.errors import (
     RunError,
 )
 from oncewire.runs import artifact_manifest
+from tests.runs_db import BACKENDS, Row, RunsDatabase, runs_database
 
 SCOPE = "session-1"
 LEASE = 30.0
@@ -57,39 +58,19 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "runs.db"
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
+    with runs_database(request.param, tmp_path) as opened:
+        yield opened
 
 
 @pytest.fixture
-def ledger(path: Path, clock: ManualClock) -> Iterator[Ledger]:
-    opened = Ledger(str(path), clock=clock)
+def ledger(db: RunsDatabase, clock: ManualClock) -> Iterator[Ledger]:
+    opened = Ledger(db.url, clock=clock)
     try:
         yield opened
     finally:
         opened.close()
-
-
-def query(path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
-
-
-def tamper(path: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
-    """Edit the file directly, as someone with database access would (triggers dropped)."""
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("DROP TRIGGER IF EXISTS oncewire_run_events_no_update")
-        for sql, params in statements:
-            conn.execute(sql, params)
-        conn.commit()
-    finally:
-        conn.close()
 
 
 def rehash(run_id: str, seq: int, type_: str, prev_hash: str, payload_json: str) -> str:
@@ -205,12 +186,11 @@ def event_types(ledger: Ledger, run_id: str = "run-1") -> list[str]:
 # -- tampered histories --------------------------------------------------------------------------
 @pytest.mark.parametrize("replay", ["start", "candidate", "terminal"])
 def test_exact_replays_fail_closed_after_the_review_proof_is_edited(
-    ledger: Ledger, path: Path, replay: str
+    ledger: Ledger, db: RunsDatabase, replay: str
 ) -> None:
     build_verified(ledger)
     assert terminate_verified(ledger).replayed  # before the edit, a replay is a replay
-    tamper(
-        path,
+    db.tamper(
         (
             "UPDATE oncewire_run_phases SET result = '{}' WHERE phase_id = 'review-1'",
             (),
@@ -225,15 +205,14 @@ def test_exact_replays_fail_closed_after_the_review_proof_is_edited(
             terminate_verified(ledger)
     assert_safety_boundary(ledger)
     # The evidence is kept, not repaired.
-    assert query(path, "SELECT result FROM oncewire_run_phases")[0]["result"] == "{}"
+    assert db.query("SELECT result FROM oncewire_run_phases")[0]["result"] == "{}"
 
 
 def test_a_finding_rebound_to_another_candidate_fails_verification(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     build_verified(ledger, findings=[MINOR])
-    tamper(
-        path,
+    db.tamper(
         (
             "UPDATE oncewire_run_findings SET candidate_id = 'candidate-other' "
             "WHERE finding_id = 'finding-1'",
@@ -245,17 +224,16 @@ def test_a_finding_rebound_to_another_candidate_fails_verification(
 
 @pytest.mark.parametrize("ordinal", ["seq", "id"])
 def test_swapping_the_review_events_fails_verification(
-    ledger: Ledger, path: Path, ordinal: str
+    ledger: Ledger, db: RunsDatabase, ordinal: str
 ) -> None:
     build_verified(ledger)
     rows = {
         row["type"]: row[ordinal]
-        for row in query(path, f"SELECT type, {ordinal} FROM oncewire_run_events")
+        for row in db.query(f"SELECT type, {ordinal} FROM oncewire_run_events")
     }
     first, second = rows["review_started"], rows["review_completed"]
     table = "oncewire_run_events"
-    tamper(
-        path,
+    db.tamper(
         (f"UPDATE {table} SET {ordinal} = 9999 WHERE type = 'review_started'", ()),
         (f"UPDATE {table} SET {ordinal} = ? WHERE type = 'review_completed'", (first,)),
         (f"UPDATE {table} SET {ordinal} = ? WHERE type = 'review_started'", (second,)),
@@ -265,11 +243,10 @@ def test_swapping_the_review_events_fails_verification(
 
 @pytest.mark.parametrize("edit", ["rehashed_downgrade", "event_type"])
 def test_an_edited_terminal_cannot_hide_the_integrity_failure(
-    ledger: Ledger, path: Path, edit: str
+    ledger: Ledger, db: RunsDatabase, edit: str
 ) -> None:
     build_verified(ledger)
-    row = query(
-        path,
+    row = db.query(
         "SELECT id, run_id, seq, type, prev_hash, payload FROM oncewire_run_events "
         "WHERE type = 'run_terminated'",
     )[0]
@@ -279,16 +256,14 @@ def test_an_edited_terminal_cannot_hide_the_integrity_failure(
         payload["request"]["reason"] = "timeout"
         text = canonical(payload)
         new_hash = rehash(row["run_id"], row["seq"], row["type"], row["prev_hash"], text)
-        tamper(
-            path,
+        db.tamper(
             (
                 "UPDATE oncewire_run_events SET payload = ?, hash = ? WHERE id = ?",
                 (text, new_hash, row["id"]),
             ),
         )
     else:
-        tamper(
-            path,
+        db.tamper(
             ("UPDATE oncewire_run_events SET type = 'repair_completed' WHERE id = ?", (row["id"],)),
         )
     assert_safety_boundary(ledger)
@@ -324,7 +299,7 @@ def test_a_fork_of_an_active_run_can_start_an_independent_child_run(ledger: Ledg
 
 
 def test_reverting_before_a_terminal_lets_a_new_continuation_start(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     start(ledger)
     candidate(ledger)
@@ -338,13 +313,13 @@ def test_reverting_before_a_terminal_lets_a_new_continuation_start(
 
     start(ledger, "continuation-run", turn="turn-2")
     assert ledger.runs.project(SCOPE).run.run_id == "continuation-run"  # type: ignore[union-attr]
-    old = query(path, "SELECT status, abandoned_at FROM oncewire_runs WHERE run_id = 'run-1'")[0]
+    old = db.query("SELECT status, abandoned_at FROM oncewire_runs WHERE run_id = 'run-1'")[0]
     assert old["status"] == "verified"  # a real terminal stays what it was
     assert old["abandoned_at"] is None
 
 
 def test_a_revert_hiding_a_started_review_abandons_the_old_active_run(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     start(ledger)
     candidate(ledger)
@@ -353,7 +328,7 @@ def test_a_revert_hiding_a_started_review_abandons_the_old_active_run(
     ledger.runs.revert(scope=SCOPE, checkpoint_id=checkpoint.checkpoint_id)
     start(ledger, "continuation-run", turn="turn-2")
 
-    old = query(path, "SELECT status, abandoned_at FROM oncewire_runs WHERE run_id = 'run-1'")[0]
+    old = db.query("SELECT status, abandoned_at FROM oncewire_runs WHERE run_id = 'run-1'")[0]
     assert old["status"] == "reviewing"  # what it was doing, not an invented terminal
     assert old["abandoned_at"] is not None
     assert ledger.runs.project(SCOPE).run.run_id == "continuation-run"  # type: ignore[union-attr]
@@ -386,7 +361,7 @@ def test_a_reverted_candidate_and_review_cannot_authorise_a_transition(ledger: L
 
 
 def test_a_newer_failed_review_cannot_be_rehashed_away_to_resurrect_an_old_pass(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     start(ledger)
     candidate(ledger)
@@ -394,8 +369,7 @@ def test_a_newer_failed_review_cannot_be_rehashed_away_to_resurrect_an_old_pass(
     complete_review(ledger)
     start_review(ledger, review_id="review-2", attempt=2)
     complete_review(ledger, review_id="review-2", verdict="failed")
-    row = query(
-        path,
+    row = db.query(
         "SELECT id, run_id, seq, type, prev_hash, payload FROM oncewire_run_events "
         "WHERE idempotency_key = 'review-2:complete'",
     )[0]
@@ -403,8 +377,7 @@ def test_a_newer_failed_review_cannot_be_rehashed_away_to_resurrect_an_old_pass(
     payload["request"]["review_id"] = "review-other"
     payload["request"]["verdict"] = "pass"
     text = canonical(payload)
-    tamper(
-        path,
+    db.tamper(
         (
             "UPDATE oncewire_run_events SET payload = ?, hash = ? WHERE id = ?",
             (
@@ -418,24 +391,22 @@ def test_a_newer_failed_review_cannot_be_rehashed_away_to_resurrect_an_old_pass(
         ledger.runs.terminate(
             "run-1", key="terminal:no-fallback", status="verified", reason="must_not_fallback"
         )
-    assert query(path, "SELECT COUNT(*) FROM oncewire_run_events WHERE terminal = 1")[0][0] == 0
+    assert db.query("SELECT COUNT(*) FROM oncewire_run_events WHERE terminal")[0][0] == 0
 
 
 def test_an_edited_current_candidate_fails_both_the_read_and_the_replay(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     start(ledger)
     candidate(ledger)
-    row = query(
-        path,
+    row = db.query(
         "SELECT id, run_id, seq, type, prev_hash, payload FROM oncewire_run_events "
         "WHERE type = 'candidate_recorded'",
     )[0]
     payload = json.loads(row["payload"])
     payload["request"]["candidate"]["candidate_id"] = "candidate-tampered"
     text = canonical(payload)
-    tamper(
-        path,
+    db.tamper(
         (
             "UPDATE oncewire_run_events SET payload = ?, hash = ? WHERE id = ?",
             (
@@ -451,7 +422,7 @@ def test_an_edited_current_candidate_fails_both_the_read_and_the_replay(
 
 
 def test_an_unresolved_revert_barrier_denies_new_work_but_keeps_late_evidence(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     start(ledger)
     ledger.runs.propose_action(
@@ -485,7 +456,7 @@ def test_an_unresolved_revert_barrier_denies_new_work_but_keeps_late_evidence(
         result={"error": "late terminal evidence"},
     )
     assert late.event.type == "action_resolved"
-    stored = query(path, "SELECT action_id, status FROM oncewire_run_actions")
+    stored = db.query("SELECT action_id, status FROM oncewire_run_actions")
     assert [(r["action_id"], r["status"]) for r in stored] == [("admitted-before-revert", "failed")]
 
 
@@ -521,13 +492,12 @@ def test_reconciliation_moves_a_crashed_run_to_review_unavailable(
 
 
 def test_reconciliation_closes_the_stranded_review_without_inventing_a_verdict(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     crash_mid_review(ledger, clock)
     now = clock.now()
     ledger.runs.reconcile(owner="daemon-NEW")
-    review = query(
-        path,
+    review = db.query(
         "SELECT status, verdict, closed_at, result FROM oncewire_run_phases "
         "WHERE phase_id = 'review-1'",
     )[0]
@@ -536,21 +506,21 @@ def test_reconciliation_closes_the_stranded_review_without_inventing_a_verdict(
         "review_unavailable",
         now,
     )
-    assert query(path, "SELECT COUNT(*) FROM oncewire_run_findings")[0][0] == 0
+    assert db.query("SELECT COUNT(*) FROM oncewire_run_findings")[0][0] == 0
     phases = ledger.runs.phases("run-1")
     assert [(p["status"], p["verdict"]) for p in phases] == [("unavailable", "review_unavailable")]
     assert "exited before" in phases[0]["result"]["assessment"]["summary"]
 
 
 def test_reconciliation_preserves_every_committed_fact(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     crash_mid_review(ledger, clock)
-    before = query(path, "SELECT id, seq, type, payload, hash FROM oncewire_run_events")
+    before = db.query("SELECT id, seq, type, payload, hash FROM oncewire_run_events")
     candidate_before = ledger.runs.get("run-1").candidate
     assert event_types(ledger) == ["run_started", "candidate_recorded", "review_started"]
     ledger.runs.reconcile(owner="daemon-NEW")
-    after = query(path, "SELECT id, seq, type, payload, hash FROM oncewire_run_events")
+    after = db.query("SELECT id, seq, type, payload, hash FROM oncewire_run_events")
     assert [tuple(r) for r in after[: len(before)]] == [tuple(r) for r in before]
     assert event_types(ledger) == [
         "run_started",
@@ -575,7 +545,7 @@ def test_reconciliation_never_touches_a_live_run(ledger: Ledger, clock: ManualCl
 
 
 def test_reconciliation_is_idempotent_across_repeated_restarts(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     crash_mid_review(ledger, clock)
     finished = clock.now()
@@ -583,7 +553,7 @@ def test_reconciliation_is_idempotent_across_repeated_restarts(
     for _ in range(2):
         clock.advance(100)
         assert ledger.runs.reconcile(owner="daemon-NEWER") == []
-    assert query(path, "SELECT COUNT(*) FROM oncewire_run_events WHERE terminal = 1")[0][0] == 1
+    assert db.query("SELECT COUNT(*) FROM oncewire_run_events WHERE terminal")[0][0] == 1
     assert ledger.runs.project(SCOPE).run.finished_at == finished  # type: ignore[union-attr]
 
 
@@ -598,7 +568,7 @@ def test_reconciliation_leaves_an_already_terminal_run_alone(
 
 
 def test_reconciliation_defers_to_an_unresolved_revert_barrier(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     crash_mid_review(ledger, clock)
     ledger.runs.hold(scope=SCOPE, operation_id="op-1", state="reverting")
@@ -606,18 +576,18 @@ def test_reconciliation_defers_to_an_unresolved_revert_barrier(
     assert [(r.run_id, r.outcome, r.reason) for r in reports] == [
         ("run-1", "deferred", "revert_barrier")
     ]
-    row = query(
-        path, "SELECT status, finished_at, abandoned_at FROM oncewire_runs WHERE run_id = 'run-1'"
+    row = db.query(
+        "SELECT status, finished_at, abandoned_at FROM oncewire_runs WHERE run_id = 'run-1'"
     )[0]
     assert (row["status"], row["finished_at"], row["abandoned_at"]) == ("reviewing", None, None)
-    assert query(path, "SELECT outcome FROM oncewire_run_reports")[0]["outcome"] == "deferred"
+    assert db.query("SELECT outcome FROM oncewire_run_reports")[0]["outcome"] == "deferred"
 
 
 def test_opening_the_ledger_can_reconcile_at_boot(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     crash_mid_review(ledger, clock)
-    with Ledger(str(path), clock=clock, reconcile_runs_as="daemon-NEW") as booted:
+    with Ledger(db.url, clock=clock, reconcile_runs_as="daemon-NEW") as booted:
         assert [r.run_id for r in booted.runs.last_reconciliation] == ["run-1"]
         assert booted.runs.project(SCOPE).run.status == "review_unavailable"  # type: ignore[union-attr]
         assert next_turn(booted) == "running"
@@ -646,22 +616,22 @@ def commit_candidate_delivery(
     )
 
 
-def delivery_row(path: Path, delivery_id: str) -> sqlite3.Row:
-    return query(
-        path, "SELECT * FROM oncewire_run_deliveries WHERE delivery_id = ?", (delivery_id,)
-    )[0]
+def delivery_row(db: RunsDatabase, delivery_id: str) -> Row:
+    return db.query("SELECT * FROM oncewire_run_deliveries WHERE delivery_id = ?", (delivery_id,))[
+        0
+    ]
 
 
 def test_reopening_settles_a_candidate_delivery_once_without_changing_its_bytes(
-    path: Path, clock: ManualClock
+    db: RunsDatabase, clock: ManualClock
 ) -> None:
-    with Ledger(str(path), clock=clock) as before_crash:
+    with Ledger(db.url, clock=clock) as before_crash:
         committed = commit_candidate_delivery(before_crash, turn="turn-before-run")
-    original = delivery_row(path, committed.delivery_id)
+    original = delivery_row(db, committed.delivery_id)
     clock.advance(LEASE * 2)
     recovered_at = clock.now()
 
-    with Ledger(str(path), clock=clock, reconcile_runs_as="daemon-after-crash") as reopened:
+    with Ledger(db.url, clock=clock, reconcile_runs_as="daemon-after-crash") as reopened:
         reports = reopened.runs.last_reconciliation
         assert [(r.subject, r.subject_id, r.outcome, r.status, r.reason) for r in reports] == [
             (
@@ -673,7 +643,7 @@ def test_reopening_settles_a_candidate_delivery_once_without_changing_its_bytes(
             )
         ]
         settled = reopened.runs.deliveries.get(committed.delivery_id)
-    assert query(path, "SELECT COUNT(*) FROM oncewire_runs")[0][0] == 0  # no invented run
+    assert db.query("SELECT COUNT(*) FROM oncewire_runs")[0][0] == 0  # no invented run
     assert settled.status == "published" and settled.published_at == recovered_at
     assert settled.review_status == "review_unavailable"
     assert settled.recovery == {
@@ -681,25 +651,25 @@ def test_reopening_settles_a_candidate_delivery_once_without_changing_its_bytes(
         "reason": "restart_before_run",
         "reconciled_at": recovered_at,
     }
-    first = delivery_row(path, committed.delivery_id)
+    first = delivery_row(db, committed.delivery_id)
     for column in ("content", "content_sha256", "manifest", "manifest_sha256", "created_at"):
         assert first[column] == original[column]
 
     clock.advance(10)
-    with Ledger(str(path), clock=clock, reconcile_runs_as="daemon-after-second") as again:
+    with Ledger(db.url, clock=clock, reconcile_runs_as="daemon-after-second") as again:
         assert again.runs.last_reconciliation == []
-    assert tuple(delivery_row(path, committed.delivery_id)) == tuple(first)
+    assert tuple(delivery_row(db, committed.delivery_id)) == tuple(first)
 
 
 def test_reopening_settles_a_delivery_owned_by_a_prestarted_run_without_a_second_run(
-    path: Path, clock: ManualClock
+    db: RunsDatabase, clock: ManualClock
 ) -> None:
-    with Ledger(str(path), clock=clock) as before_crash:
+    with Ledger(db.url, clock=clock) as before_crash:
         start(before_crash, "run-pre", turn="turn-pre", owner="daemon-before-crash")
         committed = commit_candidate_delivery(before_crash, turn="turn-pre")
     clock.advance(LEASE * 2)
     recovered_at = clock.now()
-    with Ledger(str(path), clock=clock, reconcile_runs_as="daemon-after-crash") as reopened:
+    with Ledger(db.url, clock=clock, reconcile_runs_as="daemon-after-crash") as reopened:
         reports = reopened.runs.last_reconciliation
         assert [(r.subject, r.run_id, r.status, r.reason) for r in reports] == [
             ("run", "run-pre", "review_unavailable", "lease_expired"),
@@ -708,7 +678,7 @@ def test_reopening_settles_a_delivery_owned_by_a_prestarted_run_without_a_second
         run = reopened.runs.project(SCOPE).run
         assert run is not None and (run.run_id, run.status) == ("run-pre", "review_unavailable")
         settled = reopened.runs.deliveries.get(committed.delivery_id)
-    assert query(path, "SELECT COUNT(*) FROM oncewire_runs")[0][0] == 1
+    assert db.query("SELECT COUNT(*) FROM oncewire_runs")[0][0] == 1
     assert settled.status == "published" and settled.published_at == recovered_at
     assert settled.content == committed.content
     assert settled.recovery == {
@@ -720,7 +690,7 @@ def test_reopening_settles_a_delivery_owned_by_a_prestarted_run_without_a_second
 
 
 def test_delivery_recovery_matches_a_run_in_the_exact_scope_and_branch(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     protected = commit_candidate_delivery(ledger, turn="turn-shared")
     sibling = commit_candidate_delivery(ledger, turn="turn-shared", branch="branch-child")
@@ -731,7 +701,7 @@ def test_delivery_recovery_matches_a_run_in_the_exact_scope_and_branch(
     assert {r.subject_id for r in reports} == {sibling.delivery_id, other_scope.delivery_id}
 
     def review_status(delivery_id: str) -> str:
-        return str(delivery_row(path, delivery_id)["review_status"])
+        return str(delivery_row(db, delivery_id)["review_status"])
 
     assert review_status(protected.delivery_id) == "candidate"
     assert review_status(sibling.delivery_id) == "review_unavailable"
@@ -739,34 +709,49 @@ def test_delivery_recovery_matches_a_run_in_the_exact_scope_and_branch(
 
 
 def test_a_failed_delivery_settlement_rolls_back_and_succeeds_later(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     committed = commit_candidate_delivery(ledger, turn="turn-atomic")
     clock.advance(LEASE * 2)
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "CREATE TRIGGER fail_settlement BEFORE UPDATE OF status ON oncewire_run_deliveries "
-        "BEGIN SELECT RAISE(ABORT, 'injected settlement failure'); END"
-    )
-    conn.commit()
+    if db.dialect == "sqlite":
+        db.execute(
+            (
+                "CREATE TRIGGER fail_settlement BEFORE UPDATE OF status ON "
+                "oncewire_run_deliveries BEGIN SELECT RAISE(ABORT, 'injected settlement failure'); "
+                "END",
+                (),
+            )
+        )
+    else:
+        db.execute(
+            (
+                "CREATE FUNCTION fail_settlement() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'injected settlement failure'; END; $$",
+                (),
+            ),
+            (
+                "CREATE TRIGGER fail_settlement BEFORE UPDATE OF status ON "
+                "oncewire_run_deliveries FOR EACH ROW EXECUTE FUNCTION fail_settlement()",
+                (),
+            ),
+        )
     failed = ledger.runs.reconcile(owner="daemon-NEW")
     assert [(r.subject_id, r.outcome) for r in failed] == [(committed.delivery_id, "failed")]
     assert failed[0].error and "injected settlement failure" in failed[0].error
-    still = delivery_row(path, committed.delivery_id)
+    still = delivery_row(db, committed.delivery_id)
     assert (still["status"], still["review_status"], still["recovery"]) == (
         "committed",
         "candidate",
         None,
     )
-    stored = query(path, "SELECT outcome, error FROM oncewire_run_reports")
+    stored = db.query("SELECT outcome, error FROM oncewire_run_reports")
     assert stored[0]["outcome"] == "failed" and "injected" in stored[0]["error"]
 
-    conn.execute("DROP TRIGGER fail_settlement")
-    conn.commit()
-    conn.close()
+    on = " ON oncewire_run_deliveries" if db.dialect == "postgresql" else ""
+    db.execute((f"DROP TRIGGER fail_settlement{on}", ()))
     recovered = ledger.runs.reconcile(owner="daemon-NEW")
     assert [(r.outcome, r.status) for r in recovered] == [("settled", "review_unavailable")]
-    settled = delivery_row(path, committed.delivery_id)
+    settled = delivery_row(db, committed.delivery_id)
     assert (settled["status"], settled["review_status"]) == ("published", "review_unavailable")
 
 
@@ -805,7 +790,7 @@ def crash_mid_repair(ledger: Ledger, clock: ManualClock, *, bind_ledger: bool) -
 
 
 def test_reconciliation_seals_an_interrupted_repair_as_outcome_unknown(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     crash_mid_repair(ledger, clock, bind_ledger=True)
     assert ledger.runs.project(SCOPE).run.status == "repairing"  # type: ignore[union-attr]
@@ -813,18 +798,18 @@ def test_reconciliation_seals_an_interrupted_repair_as_outcome_unknown(
     assert [(r.run_id, r.status, r.reason) for r in reports] == [
         ("run-1", "outcome_unknown", "lease_expired")
     ]
-    repair = query(
-        path, "SELECT status, result FROM oncewire_run_phases WHERE phase_id = 'repair-1'"
-    )[0]
+    repair = db.query("SELECT status, result FROM oncewire_run_phases WHERE phase_id = 'repair-1'")[
+        0
+    ]
     assert repair["status"] == "outcome_unknown"
     assert json.loads(repair["result"])["after_version_ids"] == []
-    action = query(path, "SELECT status FROM oncewire_run_actions")[0]
+    action = db.query("SELECT status FROM oncewire_run_actions")[0]
     assert action["status"] == "proposed"  # unknown stays unknown: no invented resolution
     assert next_turn(ledger) == "running"
 
 
 def test_reconciliation_releases_a_repair_that_kept_no_action_ledger(
-    ledger: Ledger, clock: ManualClock, path: Path
+    ledger: Ledger, clock: ManualClock, db: RunsDatabase
 ) -> None:
     crash_mid_repair(ledger, clock, bind_ledger=False)
     now = clock.now()
@@ -832,14 +817,13 @@ def test_reconciliation_releases_a_repair_that_kept_no_action_ledger(
     assert [(r.run_id, r.outcome, r.reason) for r in reports] == [
         ("run-1", "abandoned", "repair_untracked")
     ]
-    row = query(
-        path,
+    row = db.query(
         "SELECT status, finished_at, abandoned_at, terminal_reason FROM oncewire_runs "
         "WHERE run_id = 'run-1'",
     )[0]
     assert (row["status"], row["finished_at"], row["terminal_reason"]) == ("repairing", None, None)
     assert row["abandoned_at"] == now
-    assert query(path, "SELECT COUNT(*) FROM oncewire_run_events WHERE terminal = 1")[0][0] == 0
+    assert db.query("SELECT COUNT(*) FROM oncewire_run_events WHERE terminal")[0][0] == 0
     assert event_types(ledger)[-1] == "run_abandoned" and ledger.runs.verify("run-1")[0].ok
     assert next_turn(ledger) == "running"
 
@@ -864,7 +848,7 @@ def test_one_sweep_reconciles_every_dead_scope_and_spares_the_live_one(
 
 
 def test_one_unreconcilable_run_does_not_deny_the_others_their_recovery(
-    ledger: Ledger, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, path: Path
+    ledger: Ledger, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, db: RunsDatabase
 ) -> None:
     from oncewire.runs import recovery
 
@@ -883,9 +867,7 @@ def test_one_unreconcilable_run_does_not_deny_the_others_their_recovery(
     assert reports["run-root-1"].outcome == "failed"
     assert "database is locked" in (reports["run-root-1"].error or "")
     assert reports["run-root-2"].status == "review_unavailable"
-    stored = {
-        r["subject_id"]: r["outcome"] for r in query(path, "SELECT * FROM oncewire_run_reports")
-    }
+    stored = {r["subject_id"]: r["outcome"] for r in db.query("SELECT * FROM oncewire_run_reports")}
     assert stored == {"run-root-1": "failed", "run-root-2": "terminal"}
 
     monkeypatch.setattr(recovery, "reconcile_run", original)

@@ -153,15 +153,7 @@ class RunsView(ReviewCommands):
         with self.store.transaction() as tx:
             existing = self.store.get_run_in_tx(tx, run_id)
             if existing is not None:
-                prior = self.store.event_by_key_in_tx(tx, run_id, key)
-                if prior is None or prior.seq != 1:
-                    self._refuse_released(existing)
-                    raise RunConflict(
-                        f"run {run_id!r} was already started under another key",
-                        run_id=run_id,
-                        key=key,
-                    )
-                return self._replay(existing, prior, request_digest)
+                return self._restart(tx, existing, key, request_digest)
             self._refuse_barrier(tx, scope, "start a run")
             try:
                 flow = workflow(workflow_name)
@@ -191,6 +183,9 @@ class RunsView(ReviewCommands):
                 hidden=False,
             )
             if not self.store.insert_run_in_tx(tx, row):
+                existing = self.store.get_run_in_tx(tx, run_id)
+                if existing is not None:  # a concurrent start of this run committed first
+                    return self._restart(tx, existing, key, request_digest)
                 busy = self.store.active_run_on_branch_in_tx(tx, scope, branch)
                 if busy is None:
                     raise RunConflict(f"run {run_id!r} already exists", run_id=run_id)
@@ -218,6 +213,18 @@ class RunsView(ReviewCommands):
             COMMAND_BEFORE_COMMIT.hit()
         COMMAND_AFTER_COMMIT.hit()
         return Outcome(run_view(new_row, state), _event(stored), False)
+
+    def _restart(self, tx: Any, existing: RunRow, key: str, request_digest: str) -> Outcome:
+        """A start of a run that exists: a replay under its start key, a conflict otherwise."""
+        prior = self.store.event_by_key_in_tx(tx, existing.run_id, key)
+        if prior is None or prior.seq != 1:
+            self._refuse_released(existing)
+            raise RunConflict(
+                f"run {existing.run_id!r} was already started under another key",
+                run_id=existing.run_id,
+                key=key,
+            )
+        return self._replay(existing, prior, request_digest)
 
     def execute(
         self,

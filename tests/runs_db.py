@@ -1,0 +1,96 @@
+"""A run-ledger database on either backend, read and edited around oncewire.
+
+``RunsDatabase`` is what the run ledger's integration tests hold: the URL a ``Ledger`` opens,
+and the plain driver (sqlite3 or psycopg) to read the tables and to edit them as someone with
+database access would. SQL is written with ``?`` placeholders; PostgreSQL's get translated.
+Rows answer both ``row["column"]`` and ``row[0]``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.pg import fresh_schema, server_url
+
+__all__ = ["BACKENDS", "Row", "RunsDatabase", "runs_database"]
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+class Row(tuple[Any, ...]):
+    """A result row, by position or by column name."""
+
+    names: tuple[str, ...]
+
+    def __new__(cls, names: tuple[str, ...], values: Sequence[Any]) -> Row:
+        row = super().__new__(cls, values)
+        row.names = names
+        return row
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self.names.index(key))
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> tuple[str, ...]:
+        return self.names
+
+
+class RunsDatabase:
+    def __init__(self, dialect: str, url: str) -> None:
+        self.dialect = dialect
+        self.url = url
+
+    def _run(self, conn: Any, sql: str, params: Sequence[Any]) -> Any:
+        if self.dialect == "postgresql":
+            return conn.execute(sql.replace("?", "%s"), tuple(params) or None)
+        return conn.execute(sql, tuple(params))
+
+    def _connect(self) -> Any:
+        if self.dialect == "sqlite":
+            return sqlite3.connect(self.url, isolation_level=None)
+        import psycopg
+
+        return psycopg.connect(self.url, autocommit=True)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        conn = self._connect()
+        try:
+            cursor = self._run(conn, sql, params)
+            names = tuple(d[0] for d in cursor.description)
+            return [Row(names, values) for values in cursor.fetchall()]
+        finally:
+            conn.close()
+
+    def execute(self, *statements: tuple[str, Sequence[Any]]) -> None:
+        """Run ``statements`` in one transaction, going around oncewire (triggers kept)."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN")
+            for sql, params in statements:
+                self._run(conn, sql, params)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def tamper(self, *statements: tuple[str, Sequence[Any]]) -> None:
+        """Edit the history directly, as someone with database access would: the trigger that
+        keeps events append-only is dropped first."""
+        drop = "DROP TRIGGER IF EXISTS oncewire_run_events_no_update"
+        if self.dialect == "postgresql":
+            drop += " ON oncewire_run_events"
+        self.execute((drop, ()), *statements)
+
+
+@contextmanager
+def runs_database(dialect: str, tmp_path: Path) -> Iterator[RunsDatabase]:
+    """A fresh database: a file on SQLite, a new schema on PostgreSQL (skipped without one)."""
+    if dialect == "sqlite":
+        yield RunsDatabase("sqlite", str(tmp_path / "runs.db"))
+        return
+    with fresh_schema(server_url(), "runs") as url:
+        yield RunsDatabase("postgresql", url)
