@@ -1,8 +1,8 @@
-"""Bad input to the run ledger gets a typed error and leaves the store untouched."""
+"""Bad input to the run ledger gets a typed error and leaves the store untouched (on both
+backends)."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,16 +18,18 @@ from oncewire.core.errors import (
     RunNotFound,
     TransitionRefused,
 )
+from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
+    with runs_database(request.param, tmp_path) as opened:
+        yield opened
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "inputs.db"
-
-
-@pytest.fixture
-def ledger(path: Path) -> Iterator[Ledger]:
-    opened = Ledger(str(path), clock=ManualClock())
+def ledger(db: RunsDatabase) -> Iterator[Ledger]:
+    opened = Ledger(db.url, clock=ManualClock())
     try:
         opened.runs.start("r", key="start", scope="s", owner="w")
         yield opened
@@ -35,25 +37,25 @@ def ledger(path: Path) -> Iterator[Ledger]:
         opened.close()
 
 
-def snapshot(path: Path) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        tables = [
-            "oncewire_runs",
-            "oncewire_run_events",
-            "oncewire_run_actions",
-            "oncewire_run_branches",
-            "oncewire_run_checkpoints",
-            "oncewire_run_barriers",
-        ]
-        return [row for table in tables for row in conn.execute(f"SELECT * FROM {table}")]
-    finally:
-        conn.close()
+def snapshot(db: RunsDatabase) -> list[tuple[object, ...]]:
+    tables = [
+        "oncewire_runs",
+        "oncewire_run_events",
+        "oncewire_run_actions",
+        "oncewire_run_branches",
+        "oncewire_run_checkpoints",
+        "oncewire_run_barriers",
+    ]
+    return [
+        tuple(row)
+        for table in tables
+        for row in sorted(db.query(f"SELECT * FROM {table}"), key=repr)
+    ]
 
 
-def test_bad_requests_are_typed_errors_that_write_nothing(ledger: Ledger, path: Path) -> None:
+def test_bad_requests_are_typed_errors_that_write_nothing(ledger: Ledger, db: RunsDatabase) -> None:
     runs = ledger.runs
-    before = snapshot(path)
+    before = snapshot(db)
     with pytest.raises(InvalidPayload):
         runs.propose_action(
             "r",
@@ -87,7 +89,7 @@ def test_bad_requests_are_typed_errors_that_write_nothing(ledger: Ledger, path: 
         runs.revert(scope="s", checkpoint_id="missing")
     with pytest.raises(ConfigurationError):
         runs.hold(scope="s", operation_id="op", state="paused")
-    assert snapshot(path) == before
+    assert snapshot(db) == before
 
 
 def test_checkpoints_forks_and_holds_are_idempotent_and_exclusive(ledger: Ledger) -> None:

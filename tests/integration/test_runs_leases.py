@@ -1,9 +1,9 @@
-"""Idempotent commands, leases with fences, and actions linked to the outbox."""
+"""Idempotent commands, leases with fences, and actions linked to the outbox (on both
+backends)."""
 
 from __future__ import annotations
 
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +15,7 @@ import pytest
 from oncewire import Dispatcher, Done, Ledger, ManualClock
 from oncewire.core.errors import PayloadConflict, RunConflict, StaleFence, TransitionRefused
 from oncewire.core.ids import process_start_ticks, this_process_owner
+from tests.runs_db import BACKENDS, RunsDatabase, runs_database
 
 CANDIDATE = {
     "candidate_id": "c-1",
@@ -29,36 +30,33 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "leases.db"
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
+    with runs_database(request.param, tmp_path) as opened:
+        yield opened
 
 
 @pytest.fixture
-def ledger(path: Path, clock: ManualClock) -> Iterator[Ledger]:
-    opened = Ledger(str(path), clock=clock)
+def ledger(db: RunsDatabase, clock: ManualClock) -> Iterator[Ledger]:
+    opened = Ledger(db.url, clock=clock)
     try:
         yield opened
     finally:
         opened.close()
 
 
-def count(path: Path, table: str) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-    finally:
-        conn.close()
+def count(db: RunsDatabase, table: str) -> int:
+    return int(db.query(f"SELECT COUNT(*) FROM {table}")[0][0])
 
 
 def test_a_replay_returns_the_original_outcome_and_another_request_conflicts(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     runs = ledger.runs
     runs.start("r", key="start", scope="s", owner="w")
     first = runs.record_candidate("r", key="cand", **CANDIDATE)
     runs.start_review("r", key="rev", review_id="v", candidate_id="c-1", evidence_sha256="e" * 64)
-    events = count(path, "oncewire_run_events")
+    events = count(db, "oncewire_run_events")
     again = runs.record_candidate("r", key="cand", **CANDIDATE)
     assert again.replayed and again.event == first.event
     assert again.run.status == "candidate"  # as it stood after that event, not "reviewing"
@@ -66,15 +64,15 @@ def test_a_replay_returns_the_original_outcome_and_another_request_conflicts(
         runs.record_candidate("r", key="cand", **{**CANDIDATE, "candidate_id": "c-2"})
     with pytest.raises(RunConflict):
         runs.start("r", key="another-start", scope="s", owner="w")
-    assert count(path, "oncewire_run_events") == events
+    assert count(db, "oncewire_run_events") == events
 
 
-def test_a_refused_command_writes_nothing(ledger: Ledger, path: Path) -> None:
+def test_a_refused_command_writes_nothing(ledger: Ledger, db: RunsDatabase) -> None:
     runs = ledger.runs
     runs.start("r", key="start", scope="s", owner="w")
     with pytest.raises(TransitionRefused):
         runs.terminate("r", key="t", status="verified", reason="nothing reviewed")
-    assert count(path, "oncewire_run_events") == 1
+    assert count(db, "oncewire_run_events") == 1
     # The key was not consumed: the same key may carry a legal command later.
     runs.terminate("r", key="t", status="cancelled", reason="withdrawn")
 
@@ -135,7 +133,7 @@ def test_an_action_linked_to_a_cancelled_effect_is_resolved_from_the_outbox(
 
 
 def test_a_proposal_and_its_effect_commit_together_or_not_at_all(
-    ledger: Ledger, path: Path
+    ledger: Ledger, db: RunsDatabase
 ) -> None:
     runs = ledger.runs
     runs.start("r", key="start", scope="s", owner="w")
@@ -153,7 +151,7 @@ def test_a_proposal_and_its_effect_commit_together_or_not_at_all(
         "r", key="act", dispatch=("create_ticket", {"title": "fix it"}), **proposal
     )
     assert again.replayed
-    events = count(path, "oncewire_run_events")
+    events = count(db, "oncewire_run_events")
     with pytest.raises(PayloadConflict):  # the outbox refuses: the proposal rolls back with it
         runs.propose_action(
             "r",
@@ -161,15 +159,15 @@ def test_a_proposal_and_its_effect_commit_together_or_not_at_all(
             dispatch=("create_ticket", {"title": "something else"}),
             **{**proposal, "action_id": "b"},
         )
-    assert count(path, "oncewire_run_events") == events
-    assert count(path, "oncewire_run_actions") == 1
+    assert count(db, "oncewire_run_events") == events
+    assert count(db, "oncewire_run_actions") == 1
 
 
 def test_an_action_whose_effect_was_delivered_is_resolved_from_the_outbox(
-    path: Path,
+    db: RunsDatabase,
 ) -> None:
     clock = ManualClock(start=time.time())
-    with Ledger(str(path), clock=clock) as ledger:
+    with Ledger(db.url, clock=clock) as ledger:
         runs = ledger.runs
         runs.start("r", key="start", scope="s", owner="dead", lease_seconds=10)
         runs.propose_action(
