@@ -97,3 +97,46 @@ def test_two_processes_booting_at_once_close_each_orphan_exactly_once(tmp_path: 
     assert sorted(r["run_id"] for r in reports) == sorted(f"orphan-{i}" for i in range(40))
     assert _rows(db, "SELECT COUNT(*) FROM oncewire_run_events WHERE terminal = 1") == [(40,)]
     assert _rows(db, "SELECT COUNT(*) FROM oncewire_run_reports") == [(40,)]
+
+
+def test_the_runs_suite_passes_on_postgresql(tmp_path: Path) -> None:
+    from oncewire.lab.stores import Backend
+    from tests.pg import server_url
+
+    evidence = run_lab(["runs"], backend=Backend("postgresql", server_url()))
+    suite = evidence["suites"]["runs"]
+    assert evidence["passed"] and evidence["backend"] == "postgresql", json.dumps(suite)[:4000]
+    assert {name: s["skipped"] for name, s in suite["scenarios"].items()} == {
+        "mid_review": None,
+        "mid_repair": None,
+        "candidate_before_delivery": None,
+        "delivery_before_publish": None,
+    }
+
+
+def test_two_processes_booting_at_once_on_postgresql_close_each_orphan_once() -> None:
+    import psycopg
+
+    from oncewire import Ledger
+    from tests.pg import fresh_schema, server_url
+
+    with fresh_schema(server_url(), "boot") as url:
+        with Ledger(url) as ledger:
+            for i in range(40):
+                ledger.runs.start(f"orphan-{i}", key="start", scope=f"s-{i}", lease_seconds=0.05)
+        time.sleep(0.1)
+        command = [*WORKER, "reconcile", "--db", url, "--owner"]
+        children = [
+            subprocess.Popen([*command, owner], env=_env(), stdout=subprocess.PIPE, text=True)
+            for owner in ("boot-a", "boot-b")
+        ]
+        outputs = [p.communicate(timeout=60)[0] for p in children]
+        assert [p.returncode for p in children] == [0, 0]
+        reports = [r for out in outputs for r in json.loads(out)["reports"]]
+        assert sorted(r["run_id"] for r in reports) == sorted(f"orphan-{i}" for i in range(40))
+        with psycopg.connect(url) as conn:
+            counts = conn.execute(
+                "SELECT (SELECT COUNT(*) FROM oncewire_run_events WHERE terminal), "
+                "(SELECT COUNT(*) FROM oncewire_run_reports)"
+            ).fetchone()
+        assert counts == (40, 40)

@@ -1,14 +1,15 @@
 """Suite ``runs``: a run-ledger process killed with SIGKILL mid-review, mid-repair and between
 its candidate and its completion delivery, then reconciled by restarted processes.
 
-Each scenario runs :mod:`oncewire.lab.runs_worker` on a fresh SQLite file with a crash point
-armed, observes exit -9, and then:
+Each scenario runs :mod:`oncewire.lab.runs_worker` on a fresh store of the lab's backend (a
+SQLite file, or a schema of its PostgreSQL database) with a crash point armed, observes exit
+-9, and then:
 
 * reconciles at once, while the dead owner's lease is still running: nothing may be touched;
 * waits for the lease to run out and reconciles in a new process;
 * reconciles once more in another process: nothing may change (no second terminal).
 
-The invariants are read from the database file with plain sqlite3: the run's status, exactly
+The invariants are read with the plain driver (sqlite3 or psycopg): the run's status, exactly
 one terminal event, how the open phase was closed, that no verdict, finding, resolution or
 delivery was invented, that a committed delivery was published once with its bytes unchanged,
 and that the whole history still verifies.
@@ -18,41 +19,49 @@ from __future__ import annotations
 
 import hashlib
 import signal
-import sqlite3
 import time
 from collections.abc import Callable
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from oncewire.effects import Ledger
 from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, suite
 from oncewire.lab.runs_worker import CONTENT, RUN_ID
+from oncewire.lab.stores import _rows
 
 __all__ = ["MODULE", "run_runs", "snapshot"]
 
 MODULE = "oncewire.lab.runs_worker"
 KILLED = -signal.SIGKILL
 LEASE_SECONDS = 2.5
-TABLES = (
-    "oncewire_runs",
-    "oncewire_run_events",
-    "oncewire_run_phases",
-    "oncewire_run_findings",
-    "oncewire_run_actions",
-    "oncewire_run_deliveries",
-    "oncewire_run_reports",
-)
+# Every run-ledger table, in the order its rows were written.
+TABLES = {
+    "oncewire_runs": "created_at, run_id",
+    "oncewire_run_events": "id",
+    "oncewire_run_phases": "run_id, opened_seq",
+    "oncewire_run_findings": "run_id, finding_id",
+    "oncewire_run_actions": "run_id, proposed_seq",
+    "oncewire_run_deliveries": "created_at, delivery_id",
+    "oncewire_run_reports": "id",
+}
 
 
-def snapshot(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every run-ledger table, read straight from the file."""
-    with closing(sqlite3.connect(path)) as conn:
-        conn.row_factory = sqlite3.Row
-        return {
-            table: [dict(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
-            for table in TABLES
-        }
+def snapshot(db: str) -> dict[str, list[dict[str, Any]]]:
+    """Every run-ledger table, read around oncewire (``db`` is a file or a PostgreSQL URL)."""
+    dialect = "postgresql" if db.startswith(("postgresql://", "postgres://")) else "sqlite"
+    return {
+        table: _rows(dialect, db, f"SELECT * FROM {table} ORDER BY {order}")
+        for table, order in TABLES.items()
+    }
+
+
+def _store(ctx: LabContext, folder: Path, key: str) -> str:
+    """One scenario's store on the lab's backend: a file in ``folder``, or a fresh schema."""
+    if ctx.backend.name == "sqlite":
+        return str(folder / "runs.db")
+    pair = ctx.backend.pair(folder)
+    ctx.pairs[key] = pair
+    return pair.caller
 
 
 Check = Callable[[ScenarioResult, dict[str, list[dict[str, Any]]]], None]
@@ -63,8 +72,8 @@ def _scenario(
 ) -> ScenarioResult:
     result = ScenarioResult(name)
     folder = ctx.scenario_dir("runs", name)
-    db = folder / "runs.db"
-    args = ["--db", str(db), "--lease-seconds", str(LEASE_SECONDS)]
+    db = _store(ctx, folder, f"runs/{name}")
+    args = ["--db", db, "--lease-seconds", str(LEASE_SECONDS)]
 
     spawned = time.monotonic()  # the dead owner's lease began after this instant
     killed = ctx.child(role, args, arm=arm, module=MODULE)
@@ -75,7 +84,7 @@ def _scenario(
     result.before = before
 
     def reconcile(owner: str) -> ProcessRecord:
-        record = ctx.child("reconcile", ["--db", str(db), "--owner", owner], module=MODULE)
+        record = ctx.child("reconcile", ["--db", db, "--owner", owner], module=MODULE)
         result.processes.append(record)
         result.require(record.exit_code == 0, f"reconcile failed: {record.stderr[-400:]}")
         return record
@@ -100,11 +109,11 @@ def _scenario(
     run = runs[0] if runs else {}
     result.require(len(runs) == 1, f"expected one run, found {len(runs)} (none invented)")
     result.require(run.get("status") == expect_status, f"run status is {run.get('status')}")
-    terminals = [e for e in after["oncewire_run_events"] if e["terminal"] == 1]
+    terminals = [e for e in after["oncewire_run_events"] if e["terminal"]]
     result.require(len(terminals) == 1, f"expected one terminal event, found {len(terminals)}")
     prefix = after["oncewire_run_events"][: len(before["oncewire_run_events"])]
     result.require(prefix == before["oncewire_run_events"], "a pre-crash event was rewritten")
-    with Ledger(str(db), create=False) as ledger:
+    with Ledger(db, create=False) as ledger:
         verification = ledger.runs.verify(RUN_ID)[0]
     result.require(verification.ok, f"the history does not verify: {verification.reason}")
     check(result, after)
@@ -187,13 +196,6 @@ def run_runs(ctx: LabContext) -> list[ScenarioResult]:
         ),
     ]
     results = []
-    if ctx.backend.name != "sqlite":
-        # The run ledger exists on SQLite only so far: say so rather than pass on SQLite.
-        for name, *_ in cells:
-            skipped = ScenarioResult(name)
-            skipped.skipped = f"the run ledger is not yet ported to {ctx.backend.name}"
-            results.append(skipped)
-        return results
     for name, role, arm, status, check in cells:
         ctx.progress.update(f"runs: {name}")
         results.append(_scenario(ctx, name, role, arm, status, check))

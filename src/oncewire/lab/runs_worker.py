@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from oncewire.core import crash
@@ -113,15 +112,15 @@ def deliver(ledger: Ledger, lease: float) -> dict[str, Any]:
     return {"status": outcome.run.status, "delivery_id": delivery.delivery_id}
 
 
-def reconcile(path: Path, owner: str) -> dict[str, Any]:
-    with Ledger(str(path), create=False, reconcile_runs_as=owner) as ledger:
+def reconcile(db: str, owner: str) -> dict[str, Any]:
+    with Ledger(db, create=False, reconcile_runs_as=owner) as ledger:
         return {"reports": [r.as_dict() for r in ledger.runs.last_reconciliation]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oncewire.lab.runs_worker", description=__doc__)
     parser.add_argument("role", choices=["review", "repair", "deliver", "reconcile"])
-    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--db", required=True, help="a SQLite file or a postgresql:// URL")
     parser.add_argument("--lease-seconds", type=float, default=1.0)
     parser.add_argument("--owner", default=f"lab-reconciler:{os.getpid()}")
     args = parser.parse_args(argv)
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "reconcile":
         result = reconcile(args.db, args.owner)
     else:
-        with Ledger(str(args.db)) as ledger:
+        with Ledger(args.db) as ledger:
             role = {"review": review, "repair": repair, "deliver": deliver}[args.role]
             result = role(ledger, args.lease_seconds)
     print(json.dumps(result, sort_keys=True))
