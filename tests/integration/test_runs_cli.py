@@ -1,25 +1,32 @@
-"""``oncewire runs list|show|verify|reconcile`` against a real SQLite file."""
+"""``oncewire runs list|show|verify|reconcile`` against a real SQLite file and a real
+PostgreSQL schema."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from oncewire import Ledger, ManualClock
 from oncewire.cli import main
+from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+
+
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
+    with runs_database(request.param, tmp_path) as opened:
+        clock = ManualClock()
+        with Ledger(opened.url, clock=clock) as ledger:
+            ledger.runs.start("run-a", key="start", scope="scope-a", owner="w", lease_seconds=5)
+            ledger.runs.start("run-b", key="start", scope="scope-b", owner="w", lease_seconds=1e9)
+        yield opened
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> str:
-    path = tmp_path / "cli-runs.db"
-    clock = ManualClock()
-    with Ledger(str(path), clock=clock) as ledger:
-        ledger.runs.start("run-a", key="start", scope="scope-a", owner="w", lease_seconds=5)
-        ledger.runs.start("run-b", key="start", scope="scope-b", owner="w", lease_seconds=1e9)
-    return str(path)
+def db(database: RunsDatabase) -> str:
+    return database.url
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -41,14 +48,12 @@ def test_list_and_show_mirror_the_api(db: str, capsys: pytest.CaptureFixture[str
 
 
 def test_verify_exits_non_zero_and_names_the_first_bad_event(
-    db: str, capsys: pytest.CaptureFixture[str]
+    database: RunsDatabase, db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run(capsys, "runs", "verify", "--db", db)[0] == 0
-    conn = sqlite3.connect(db)
-    conn.execute("DROP TRIGGER oncewire_run_events_no_update")
-    conn.execute("UPDATE oncewire_run_events SET payload = replace(payload, '\"w\"', '\"x\"')")
-    conn.commit()
-    conn.close()
+    database.tamper(
+        ("UPDATE oncewire_run_events SET payload = replace(payload, '\"w\"', '\"x\"')", ())
+    )
     code, out, err = run(capsys, "runs", "verify", "--db", db)
     assert code == 1
     assert "run-a: FAILED at event 1" in out

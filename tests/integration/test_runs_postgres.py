@@ -325,3 +325,20 @@ def test_two_reconcilers_close_each_dead_run_once(url: str, clock: ManualClock) 
     finally:
         for opened in ledgers:
             opened.close()
+
+
+def test_two_barriers_taken_at_once_are_one_barrier_and_a_refusal(ledger: Ledger) -> None:
+    start(ledger)
+    gate = threading.Barrier(2)
+
+    def hold(operation_id: str) -> Any:
+        gate.wait(10)
+        return ledger.runs.hold(scope=SCOPE, operation_id=operation_id, state="reverting")
+
+    threads = [in_thread(lambda op=op: hold(op)) for op in ("op-a", "op-b")]
+    for thread, _ in threads:
+        thread.join(30)
+    outcomes = [o for _, outcome in threads for o in outcome]
+    refused = [o for o in outcomes if isinstance(o, RevertBarrierHeld)]
+    taken = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert len(refused) == 1 and len(taken) == 1, outcomes
