@@ -77,13 +77,32 @@ class RunsDatabase:
         finally:
             conn.close()
 
+    @property
+    def integrity_errors(self) -> tuple[type[BaseException], ...]:
+        """What the driver raises when the schema refuses a write."""
+        if self.dialect == "sqlite":
+            return (sqlite3.IntegrityError,)
+        import psycopg
+
+        return (psycopg.IntegrityError,)
+
     def tamper(self, *statements: tuple[str, Sequence[Any]]) -> None:
-        """Edit the history directly, as someone with database access would: the trigger that
-        keeps events append-only is dropped first."""
-        drop = "DROP TRIGGER IF EXISTS oncewire_run_events_no_update"
+        """Edit the history directly, as someone with database access would: the triggers that
+        keep events append-only are dropped first."""
+        on = " ON oncewire_run_events" if self.dialect == "postgresql" else ""
+        drops = [
+            (f"DROP TRIGGER IF EXISTS oncewire_run_events_{name}{on}", ())
+            for name in ("no_update", "no_delete")
+        ]
+        self.execute(*drops, *statements)
+
+    def drop_run_references(self) -> None:
+        """Let a run row be deleted under its events and projections (PostgreSQL enforces the
+        foreign keys that SQLite's plain connections do not)."""
         if self.dialect == "postgresql":
-            drop += " ON oncewire_run_events"
-        self.execute((drop, ()), *statements)
+            tables = ("events", "phases", "findings", "actions")
+            drop = "ALTER TABLE oncewire_run_{0} DROP CONSTRAINT oncewire_run_{0}_run_id_fkey"
+            self.execute(*((drop.format(t), ()) for t in tables))
 
 
 @contextmanager
