@@ -4,8 +4,10 @@ The same statements as the SQLite verbs, in PostgreSQL's dialect. SQLite's singl
 every check-then-write path serial; here transactions run concurrently at READ COMMITTED, so a
 verb that reads what its caller decides on locks it: a run's row (``FOR UPDATE``) before a
 command reads its context, a branch before it is created, forked or reverted, a scope before a
-barrier is taken or its cursor is read (advisory locks, see migration 0002). The invariants
-themselves are held by the schema's constraints and triggers, whatever the caller does.
+barrier is taken or its cursor is read (advisory locks, see migration 0002). A transaction
+takes them in one order, branch, then run rows, then scope, so that waits cannot form a cycle.
+The invariants themselves are held by the schema's constraints and triggers, whatever the caller
+does.
 """
 
 from __future__ import annotations

@@ -151,14 +151,17 @@ CREATE UNIQUE INDEX oncewire_reply_ops_one_send ON oncewire_reply_ops (reply_id,
 -- Locks the run ledger takes beyond row locks, as transaction-scoped advisory locks:
 -- a scope's lock is shared by every event appended in it and exclusive while a barrier is
 -- taken or a checkpoint reads the scope's cursor; a branch's lock orders its creation,
--- forks and reverts.
+-- forks and reverts. Advisory locks are database-wide: their keys include the schema, so that
+-- stores in different schemas of one database do not wait for each other.
 CREATE FUNCTION oncewire_run_scope_lock(lock_scope TEXT, exclusive BOOLEAN) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF exclusive THEN
-        PERFORM pg_advisory_xact_lock(1920298611, hashtext(lock_scope));
+        PERFORM pg_advisory_xact_lock(
+            1920298611, hashtext(current_schema() || chr(31) || lock_scope));
     ELSE
-        PERFORM pg_advisory_xact_lock_shared(1920298611, hashtext(lock_scope));
+        PERFORM pg_advisory_xact_lock_shared(
+            1920298611, hashtext(current_schema() || chr(31) || lock_scope));
     END IF;
 END;
 $$;
@@ -166,7 +169,8 @@ $$;
 CREATE FUNCTION oncewire_run_branch_lock(lock_scope TEXT, lock_branch TEXT) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(1651663214, hashtext(lock_scope || chr(31) || lock_branch));
+    PERFORM pg_advisory_xact_lock(
+        1651663214, hashtext(current_schema() || chr(31) || lock_scope || chr(31) || lock_branch));
 END;
 $$;
 
