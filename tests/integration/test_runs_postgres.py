@@ -342,3 +342,24 @@ def test_two_barriers_taken_at_once_are_one_barrier_and_a_refusal(ledger: Ledger
     refused = [o for o in outcomes if isinstance(o, RevertBarrierHeld)]
     taken = [o for o in outcomes if not isinstance(o, BaseException)]
     assert len(refused) == 1 and len(taken) == 1, outcomes
+
+
+def test_a_barrier_taken_while_a_command_decides_refuses_it_as_a_barrier(
+    ledger: Ledger, url: str
+) -> None:
+    start(ledger)
+    with raw(url) as conn, conn.transaction():
+        # The barrier's row is written (its scope lock held) but not yet committed: the
+        # command reads no barrier, decides, and its append waits for the barrier's fate.
+        conn.execute(
+            "INSERT INTO oncewire_run_barriers (scope, operation_id, branch, state, created_at, "
+            "updated_at) VALUES (%s, 'op-late', NULL, 'reverting', 0, 0)",
+            (SCOPE,),
+        )
+        command, outcome = in_thread(lambda: propose(ledger, 1))
+        time.sleep(0.5)
+        assert command.is_alive(), "the append did not wait for the barrier being taken"
+    command.join(30)
+    assert isinstance(outcome[0], RevertBarrierHeld), outcome
+    assert outcome[0].fields["scope"] == SCOPE
+    assert [e.type for e in ledger.runs.events("run-1")] == ["run_started"]

@@ -12,11 +12,12 @@ does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from oncewire.storage.postgres.connection import translate_errors
+from oncewire.core.errors import RevertBarrierHeld
+from oncewire.storage.postgres.connection import psycopg, translate_errors
 from oncewire.storage.postgres.run_scopes import PostgresRunScopeVerbs, one
 from oncewire.storage.run_rows import (
     ACTION,
@@ -88,6 +89,23 @@ _UPSERT_ACTION = (
     "ON CONFLICT (run_id, action_id) DO UPDATE SET status = excluded.status, "
     "result = excluded.result, resolved_seq = excluded.resolved_seq"
 )
+
+
+@contextmanager
+def _barrier_refusal(event: EventRow) -> Iterator[None]:
+    """A barrier taken after the command checked for one is refused by the append trigger:
+    the caller gets the same typed refusal as when the command saw it first."""
+    try:
+        yield
+    except psycopg.IntegrityError as exc:
+        if exc.diag.constraint_name != "oncewire_run_barriers_one_held":
+            raise
+        raise RevertBarrierHeld(
+            f"cannot append to run {event.run_id!r}: a revert barrier took scope "
+            f"{event.scope!r} while the command was being decided; it requires recovery first",
+            scope=event.scope,
+            run_id=event.run_id,
+        ) from None
 
 
 class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
@@ -166,7 +184,7 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
     def append_run_event_in_tx(self, tx: Any, change: RunAppend) -> EventRow:
         conn = tx.conn
         e, r = change.event, change.run
-        with translate_errors("appending a run event"):
+        with translate_errors("appending a run event"), _barrier_refusal(e):
             if change.phases:
                 with conn.cursor() as cur:
                     cur.executemany(_UPSERT_PHASE, [phase_values(p) for p in change.phases])

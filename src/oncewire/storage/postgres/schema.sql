@@ -381,7 +381,8 @@ BEGIN
             SELECT 1 FROM oncewire_run_barriers
             WHERE scope = NEW.scope AND state <> 'resolved') THEN
         RAISE EXCEPTION 'oncewire: a revert barrier holds this scope'
-            USING ERRCODE = 'integrity_constraint_violation';
+            USING ERRCODE = 'integrity_constraint_violation',
+                  CONSTRAINT = 'oncewire_run_barriers_one_held';
     END IF;
     NEW.id := nextval('oncewire_run_events_id_seq');
     RETURN NEW;
