@@ -2,6 +2,11 @@
 """Run-ledger benchmarks, each figure against a baseline measured in the same run.
 
     .venv/bin/python benchmarks/runs_bench.py [--quick] [--json FILE] [--dir DIR]
+    .venv/bin/python benchmarks/runs_bench.py --db postgresql://... [--quick] [--json FILE]
+
+With ``--db`` every figure is PostgreSQL's: each workload runs in a schema of its own (dropped
+afterwards), and the floor is raw psycopg, one INSERT + COMMIT per transaction, on the same
+server with its own settings (``synchronous_commit`` is reported).
 
 * commands/s: each command one transaction appending one hash-chained event, bracketed by the
   raw SQLite floor (one INSERT + COMMIT per transaction) measured just before and just after
@@ -84,15 +89,76 @@ def floor(path: Path, n: int) -> float:
         conn.close()
 
 
+class Target:
+    """Where each workload's store lives: a file in ``folder``, or a fresh PostgreSQL schema."""
+
+    def __init__(self, folder: Path, url: str | None) -> None:
+        self.folder, self.url = folder, url
+        self.schemas: list[str] = []
+        self.tag = f"{os.getpid()}_{int(time.time())}"
+
+    @property
+    def backend(self) -> str:
+        return "postgresql" if self.url else "sqlite"
+
+    def __call__(self, name: str) -> Path | str:
+        if self.url is None:
+            return self.folder / f"{name}.db"
+        from oncewire.lab.stores import with_search_path
+
+        schema = f"oncewire_runs_bench_{self.tag}_{name.replace('-', '_')}"
+        self._execute(f"CREATE SCHEMA {schema}")
+        self.schemas.append(schema)
+        return with_search_path(self.url, schema)
+
+    def _execute(self, *statements: str) -> None:
+        import psycopg
+
+        assert self.url is not None
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)  # type: ignore[arg-type]
+
+    def drop(self) -> None:
+        if self.schemas:
+            self._execute(*(f"DROP SCHEMA IF EXISTS {name} CASCADE" for name in self.schemas))
+
+
+def floor_postgres(url: str, n: int) -> float:
+    """Raw psycopg on the same server, one INSERT + COMMIT per transaction: commits/s."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE events (id BIGSERIAL PRIMARY KEY, run_id TEXT, seq INTEGER, "
+            "payload TEXT, hash TEXT)"
+        )
+        payload = json.dumps(ARGUMENTS)
+        started = time.perf_counter()
+        for i in range(n):
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO events (run_id, seq, payload, hash) VALUES (%s, %s, %s, %s)",
+                    ("floor", i, payload, "0" * 64),
+                )
+        return n / (time.perf_counter() - started)
+
+
+def measure_floor(where: Path | str, n: int) -> float:
+    return floor_postgres(where, n) if isinstance(where, str) else floor(where, n)
+
+
 def pragmas(ledger: Ledger) -> dict[str, Any]:
     with ledger.store.transaction() as tx:
+        if ledger.store.dialect == "postgresql":
+            return {"synchronous_commit": tx.execute("SHOW synchronous_commit").fetchone()[0]}
         return {
             "journal_mode": str(tx.execute("PRAGMA journal_mode").fetchone()[0]).lower(),
             "synchronous": int(tx.execute("PRAGMA synchronous").fetchone()[0]),
         }
 
 
-def commands(path: Path, n: int) -> tuple[float, dict[str, Any]]:
+def commands(path: Path | str, n: int) -> tuple[float, dict[str, Any]]:
     """Commands/s through the public API: propose then resolve actions on one run."""
     with Ledger(str(path)) as ledger:
         seen = pragmas(ledger)
@@ -113,7 +179,7 @@ def commands(path: Path, n: int) -> tuple[float, dict[str, Any]]:
     return rate, seen
 
 
-def candidates(path: Path, n: int) -> float:
+def candidates(path: Path | str, n: int) -> float:
     """Commands/s through the public API: a new candidate recorded on one run, n times (each
     command writes its event and the run row, and nothing else)."""
     with Ledger(str(path)) as ledger:
@@ -166,7 +232,7 @@ def build_history(ledger: Ledger, run_id: str, scope: str, events: int) -> None:
                 )
 
 
-def verification(path: Path, events: int) -> dict[str, float]:
+def verification(path: Path | str, events: int) -> dict[str, float]:
     with Ledger(str(path)) as ledger:
         progress(f"  building a {events:,}-event history")
         build_history(ledger, "long-run", "verify", events)
@@ -190,7 +256,7 @@ def verification(path: Path, events: int) -> dict[str, float]:
     }
 
 
-def reconciliation(path: Path, n: int) -> dict[str, float]:
+def reconciliation(path: Path | str, n: int) -> dict[str, float]:
     clock = ManualClock()
     with Ledger(str(path), clock=clock) as ledger:
         progress(f"  leaving {n:,} runs mid-review")
@@ -257,34 +323,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="Smaller counts (seconds).")
     parser.add_argument("--json", type=Path, help="Write the figures here.")
     parser.add_argument("--dir", type=Path, help="Where the database files go (kept).")
+    parser.add_argument("--db", help="postgresql://... a database to create schemas in")
     args = parser.parse_args(argv)
     n_commands = 1_000 if args.quick else 4_000
     n_events = 20_001 if args.quick else 100_001
     n_orphans = 1_000 if args.quick else 10_000
     folder = args.dir or Path(tempfile.mkdtemp(prefix="oncewire-runs-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
+    target = Target(folder, args.db)
     try:
         progress(f"floor: {n_commands:,} commits")
-        floor_before = floor(folder / "floor-1.db", n_commands)
+        floor_before = measure_floor(target("floor-1"), n_commands)
         progress(f"commands: {n_commands:,}")
-        command_rate, seen = commands(folder / "commands.db", n_commands)
-        floor_middle = floor(folder / "floor-2.db", n_commands)
-        candidate_rate = candidates(folder / "candidates.db", n_commands)
-        floor_after = floor(folder / "floor-3.db", n_commands)
+        command_rate, seen = commands(target("commands"), n_commands)
+        floor_middle = measure_floor(target("floor-2"), n_commands)
+        candidate_rate = candidates(target("candidates"), n_commands)
+        floor_after = measure_floor(target("floor-3"), n_commands)
         floor_rate = (floor_before + floor_middle) / 2
         candidate_floor = (floor_middle + floor_after) / 2
         progress("verification")
-        verify = verification(folder / "verify.db", n_events)
+        verify = verification(target("verify"), n_events)
         progress("reconciliation")
-        recon = reconciliation(folder / "reconcile.db", n_orphans)
+        recon = reconciliation(target("reconcile"), n_orphans)
     finally:
+        target.drop()
         if args.dir is None:
             shutil.rmtree(folder, ignore_errors=True)
+    floor_name = "PostgreSQL" if target.backend == "postgresql" else "SQLite"
     ratio = command_rate / floor_rate
     candidate_ratio = candidate_rate / candidate_floor
     scaled = recon["seconds"] * 10_000 / recon["runs"]
     rows = [
-        ("raw SQLite floor (INSERT + COMMIT)", f"{floor_rate:,.0f} commits/s", "", "baseline"),
+        (
+            f"raw {floor_name} floor (INSERT + COMMIT)",
+            f"{floor_rate:,.0f} commits/s",
+            "",
+            "baseline",
+        ),
         (
             "commands: action proposed/resolved",
             f"{command_rate:,.0f} commands/s",
@@ -334,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform(),
                     "cpus": os.cpu_count(),
                     "quick": args.quick,
+                    "backend": target.backend,
                     "pragmas": seen,
                     "floor_commits_per_second": [floor_before, floor_middle, floor_after],
                     "commands_per_second": command_rate,

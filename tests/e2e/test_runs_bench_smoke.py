@@ -26,3 +26,30 @@ def test_runs_bench_quick(tmp_path: Path) -> None:
     assert figures["verification"]["events"] == 20_001
     assert figures["reconciliation"]["runs"] == 1_000
     assert figures["commands_ratio_to_floor"] > 0
+
+
+def test_runs_bench_quick_on_postgresql(tmp_path: Path) -> None:
+    from tests.pg import server_url
+
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "runs_bench.py"),
+            "--quick",
+            "--db",
+            server_url(),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "raw PostgreSQL floor" in done.stdout and "commands/s" in done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["backend"] == "postgresql" and "synchronous_commit" in figures["pragmas"]
+    assert figures["verification"]["events"] == 20_001
+    assert figures["reconciliation"]["runs"] == 1_000

@@ -13,7 +13,7 @@ does.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core.errors import RevertBarrierHeld
@@ -91,6 +91,18 @@ _UPSERT_ACTION = (
 )
 
 
+def _head_current(row: Sequence[Any]) -> bool:
+    """Whether a context row's head event is the one its run row points at."""
+    head_seq, head_hash, event_seq, event_hash = row[9], row[10], row[24], row[31]
+    if row[20] is None:
+        return bool(head_seq == 0)
+    return bool(event_seq == head_seq and event_hash == head_hash)
+
+
+def _pipeline(conn: Any) -> AbstractContextManager[Any]:
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+
+
 @contextmanager
 def _barrier_refusal(event: EventRow) -> Iterator[None]:
     """A barrier taken after the command checked for one is refused by the append trigger:
@@ -137,12 +149,15 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
 
     def command_context_in_tx(self, tx: Any, run_id: str, key: str) -> CommandContext | None:
         with translate_errors("reading a run"):
-            # Lock the run first; the context is then read in a statement of its own, whose
-            # snapshot sees whatever the previous holder of the lock committed.
-            if one(tx.conn, "SELECT 1 FROM oncewire_runs WHERE run_id = %s FOR UPDATE", (run_id,)):
-                row = one(tx.conn, _CONTEXT, (key, run_id))
-            else:
-                row = None
+            # Read and lock in one statement. If the run changed while this waited for its
+            # lock, the joined rows are from before the change (READ COMMITTED rechecks only the
+            # locked row): lock it alone, then read the context in a statement of its own.
+            row = one(tx.conn, _CONTEXT + " FOR UPDATE OF r", (key, run_id))
+            if row is None or not _head_current(row):
+                locked = one(
+                    tx.conn, "SELECT 1 FROM oncewire_runs WHERE run_id = %s FOR UPDATE", (run_id,)
+                )
+                row = one(tx.conn, _CONTEXT, (key, run_id)) if locked else None
         if row is None:
             return None
         head, prior, barrier = row[20:33], row[33:46], row[46:52]
@@ -184,48 +199,35 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
     def append_run_event_in_tx(self, tx: Any, change: RunAppend) -> EventRow:
         conn = tx.conn
         e, r = change.event, change.run
-        with translate_errors("appending a run event"), _barrier_refusal(e):
-            if change.phases:
-                with conn.cursor() as cur:
-                    cur.executemany(_UPSERT_PHASE, [phase_values(p) for p in change.phases])
-            event_id = int(
-                conn.execute(
+        # Every write of the command in one round trip (a pipeline): an error, such as the
+        # append trigger's refusal, surfaces when it is synced and aborts the rest.
+        with (
+            translate_errors("appending a run event"),
+            _barrier_refusal(e),
+            conn.cursor() as writes,
+            conn.cursor() as event,
+        ):
+            with _pipeline(conn):
+                if change.phases:
+                    writes.executemany(_UPSERT_PHASE, [phase_values(p) for p in change.phases])
+                event.execute(
                     _INSERT_EVENT,
                     (
-                        e.run_id,
-                        e.scope,
-                        e.branch,
-                        e.seq,
-                        e.type,
-                        e.idempotency_key,
-                        e.request_digest,
-                        bool(e.terminal),
-                        e.payload_json,
-                        e.prev_hash,
-                        e.hash,
+                        e.run_id, e.scope, e.branch, e.seq, e.type, e.idempotency_key,
+                        e.request_digest, bool(e.terminal), e.payload_json, e.prev_hash, e.hash,
                         e.at,
                     ),
-                ).fetchone()[0]
-            )
-            conn.execute(
-                _UPDATE_RUN,
-                (
-                    r.status,
-                    r.terminal_reason,
-                    r.state_json,
-                    r.head_seq,
-                    r.head_hash,
-                    r.owner,
-                    r.fence,
-                    r.lease_expires_at,
-                    r.updated_at,
-                    r.finished_at,
-                    r.run_id,
-                ),
-            )
-            with conn.cursor() as cur:
+                )  # fmt: skip
+                writes.execute(
+                    _UPDATE_RUN,
+                    (
+                        r.status, r.terminal_reason, r.state_json, r.head_seq, r.head_hash,
+                        r.owner, r.fence, r.lease_expires_at, r.updated_at, r.finished_at,
+                        r.run_id,
+                    ),
+                )  # fmt: skip
                 if change.findings:
-                    cur.executemany(
+                    writes.executemany(
                         f"INSERT INTO oncewire_run_findings ({FINDING}) VALUES ({_marks(6)})",
                         [
                             (f.run_id, f.finding_id, f.phase_id, f.candidate_id, f.severity,
@@ -235,7 +237,8 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
                     )  # fmt: skip
                 if change.actions:
                     # A resolution only fills in how the proposed action ended.
-                    cur.executemany(_UPSERT_ACTION, [action_values(a) for a in change.actions])
+                    writes.executemany(_UPSERT_ACTION, [action_values(a) for a in change.actions])
+            event_id = int(event.fetchone()[0])
         return EventRow(
             event_id, e.run_id, e.scope, e.branch, e.seq, e.type, e.idempotency_key,
             e.request_digest, e.terminal, e.payload_json, e.prev_hash, e.hash, e.at,
