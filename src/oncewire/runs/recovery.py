@@ -236,17 +236,12 @@ def reconcile(
         o for o in runs.store.active_run_owners() if owner_is_dead_locally(o)
     )
     reports: list[ReconcileReport] = []
-    for row in runs.store.expired_runs(now=now, limit=limit, dead_owners=sorted(dead)):
-        try:
-            report = reconcile_run(
-                runs, row.run_id, owner=owner, now=now, pass_id=pass_id, dead_owners=dead
-            )
-        except Exception as exc:  # reported below, never swallowed; the sweep goes on
-            report = _failed(
-                runs, "run", row.run_id, row.run_id, exc, owner=owner, now=now, pass_id=pass_id
-            )
-        if report is not None:
-            reports.append(report)
+    # Each run is reconciled in its own transaction; the runs' sweep is flushed to disk once,
+    # before it returns. A power loss mid-sweep loses only reconciliations that the next boot
+    # redoes (each step is idempotent); a killed process loses none of them. Deliveries keep a
+    # flush per commit: settling one is what lets it be published.
+    with runs.store.group_commit():
+        reports += _sweep_runs(runs, owner=owner, now=now, pass_id=pass_id, limit=limit, dead=dead)
     for item in runs.store.committed_deliveries(now=now, limit=limit):
         try:
             report = reconcile_delivery(
@@ -262,6 +257,30 @@ def reconcile(
                 owner=owner,
                 now=now,
                 pass_id=pass_id,
+            )
+        if report is not None:
+            reports.append(report)
+    return reports
+
+
+def _sweep_runs(
+    runs: RunsView,
+    *,
+    owner: str,
+    now: float,
+    pass_id: str,
+    limit: int,
+    dead: frozenset[str],
+) -> list[ReconcileReport]:
+    reports: list[ReconcileReport] = []
+    for row in runs.store.expired_runs(now=now, limit=limit, dead_owners=sorted(dead)):
+        try:
+            report = reconcile_run(
+                runs, row.run_id, owner=owner, now=now, pass_id=pass_id, dead_owners=dead
+            )
+        except Exception as exc:  # reported below, never swallowed; the sweep goes on
+            report = _failed(
+                runs, "run", row.run_id, row.run_id, exc, owner=owner, now=now, pass_id=pass_id
             )
         if report is not None:
             reports.append(report)

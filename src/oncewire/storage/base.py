@@ -12,6 +12,7 @@ Each backend keeps its schema as numbered SQL files and translates its driver's 
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -186,6 +187,16 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
     def health(self) -> dict[str, Any]:
         """Facts an operator checks: backend, versions, durability settings, server time."""
         return {"backend": self.dialect, "schema_version": self.schema_version()}
+
+    def group_commit(self) -> AbstractContextManager[None]:
+        """Make the transactions of this thread inside the block durable together at its end.
+
+        Each transaction still commits atomically on its own (a crash of the process loses
+        none of them); what changes is that they reach the disk with one flush when the block
+        ends instead of one per commit. Only for idempotent batches that are safe to redo after
+        a power loss, such as a reconciliation sweep. The default keeps every commit durable.
+        """
+        return contextlib.nullcontext()
 
     def savepoint_in_tx(self, tx: Transaction, name: str) -> AbstractContextManager[None]:
         """A nested scope inside ``tx``: an exception rolls back only what the scope wrote.

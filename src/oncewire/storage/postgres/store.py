@@ -136,6 +136,23 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
         }
 
     @contextmanager
+    def group_commit(self) -> Iterator[None]:
+        # Commits inside skip waiting for their WAL flush; the synchronous commit at the end
+        # (a transaction that takes an xid, so its commit record must reach the disk) flushes
+        # the WAL up to and including every one of them.
+        conn = self._conn()
+        with translate_errors("relaxing the flush for a group of commits"):
+            conn.execute("SET synchronous_commit = off")
+        try:
+            yield
+        finally:
+            conn = self._conn()
+            with translate_errors("flushing a group of commits"):
+                conn.execute("SET synchronous_commit = on")
+                with conn.transaction():
+                    conn.execute("SELECT pg_current_xact_id()")
+
+    @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
         conn = self._conn()
         if conn.info.transaction_status != 0:  # 0 = idle
