@@ -18,6 +18,20 @@ from oncewire.core.errors import InvalidPayload
 __all__ = ["canonical_json", "digest", "digest_json", "loads"]
 
 
+def _clean(value: Any) -> bool:
+    """True when ``value`` has no NaN/Infinity and only string keys: the quick check that
+    builds no paths (on the hot path of every accept and command)."""
+    kind = type(value)
+    if kind is float:
+        return not (math.isnan(value) or math.isinf(value))
+    if kind is dict:
+        return all(type(key) is str and _clean(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return all(_clean(item) for item in value)
+    # A subclass of float, dict, list or tuple: the careful walk decides.
+    return not isinstance(value, float | dict | list | tuple)
+
+
 def _check_floats(value: Any, path: str) -> None:
     # json.dumps(allow_nan=False) refuses NaN too, but names no location; walking the value
     # first lets the error say where the bad number is.
@@ -38,7 +52,8 @@ def canonical_json(value: Any) -> str:
     """Encode ``value`` as canonical JSON text."""
     too_deep = "payload is nested too deeply (or contains itself)"
     try:
-        _check_floats(value, "")
+        if not _clean(value):
+            _check_floats(value, "")  # names the bad value's place, or accepts a subclass
     except RecursionError:
         raise InvalidPayload(too_deep) from None
     try:
