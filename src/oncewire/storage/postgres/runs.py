@@ -351,18 +351,24 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
             f"SELECT {ACTION} FROM oncewire_run_actions WHERE run_id = %s ORDER BY proposed_seq",
         )
         conn = self._conn()
+
+        def read() -> list[list[Any]]:
+            # The three reads in one round trip.
+            with conn.cursor() as c1, conn.cursor() as c2, conn.cursor() as c3:
+                cursors = (c1, c2, c3)
+                with _pipeline(conn):
+                    for cursor, sql in zip(cursors, statements, strict=True):
+                        cursor.execute(sql, (run_id,))
+                return [cursor.fetchall() for cursor in cursors]
+
         try:
             with translate_errors("reading a run's projections"):
                 if conn.info.transaction_status == 0:  # idle: one snapshot for the three reads
                     with conn.transaction():
                         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                        phases, findings, actions = (
-                            conn.execute(sql, (run_id,)).fetchall() for sql in statements
-                        )
+                        phases, findings, actions = read()
                 else:
-                    phases, findings, actions = (
-                        conn.execute(sql, (run_id,)).fetchall() for sql in statements
-                    )
+                    phases, findings, actions = read()
         finally:
             if conn.broken:
                 self._forget(conn)
