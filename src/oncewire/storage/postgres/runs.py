@@ -13,7 +13,7 @@ does.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core.errors import RevertBarrierHeld
@@ -99,8 +99,25 @@ def _head_current(row: Sequence[Any]) -> bool:
     return bool(event_seq == head_seq and event_hash == head_hash)
 
 
-def _pipeline(conn: Any) -> AbstractContextManager[Any]:
-    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+@contextmanager
+def _pipeline(conn: Any) -> Iterator[None]:
+    """Statements sent together, their results read at the end. The first error is the one
+    raised (not the pipeline's own abort that follows it)."""
+    if not psycopg.Pipeline.is_supported():
+        yield
+        return
+    failed: BaseException | None = None
+    try:
+        with conn.pipeline():
+            try:
+                yield
+            except psycopg.Error as exc:
+                failed = exc
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
 
 
 @contextmanager
