@@ -22,12 +22,20 @@ def _clean(value: Any) -> bool:
     """True when ``value`` has no NaN/Infinity and only string keys: the quick check that
     builds no paths (on the hot path of every accept and command)."""
     kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
     if kind is float:
-        return not (math.isnan(value) or math.isinf(value))
+        return math.isfinite(value)
     if kind is dict:
-        return all(type(key) is str and _clean(item) for key, item in value.items())
+        for key, item in value.items():  # noqa: SIM110 - a loop costs half what all() does
+            if type(key) is not str or not _clean(item):
+                return False
+        return True
     if kind is list or kind is tuple:
-        return all(_clean(item) for item in value)
+        for item in value:  # noqa: SIM110 - a loop costs half what all() does
+            if not _clean(item):
+                return False
+        return True
     # A subclass of float, dict, list or tuple: the careful walk decides.
     return not isinstance(value, float | dict | list | tuple)
 
