@@ -46,8 +46,9 @@ from oncewire.runs.machine import (
     fast_digest,
     workflow,
 )
-from oncewire.runs.records import Outcome, Projection, ReconcileReport, Run, RunEvent, Verification
-from oncewire.runs.verify import Audit, audit
+from oncewire.runs.reads import RunReads
+from oncewire.runs.records import Outcome, Projection, ReconcileReport, Run
+from oncewire.runs.verify import Audit
 from oncewire.runs.views import event_view as _event
 from oncewire.runs.views import run_view
 from oncewire.storage.base import Store
@@ -95,7 +96,7 @@ def _check_key(key: str) -> None:
         raise ConfigurationError("an idempotency key must be a non-empty string of at most 512")
 
 
-class RunsView(ReviewCommands):
+class RunsView(ReviewCommands, RunReads):
     """The run ledger of a :class:`oncewire.Ledger`: ``ledger.runs``.
 
     ``key`` (bytes, held outside the database) makes the chain an HMAC-SHA256 chain; a ledger
@@ -332,70 +333,6 @@ class RunsView(ReviewCommands):
             )
         return self.get(run_id)
 
-    # -- reading -----------------------------------------------------------------------------
-    def get(self, run_id: str) -> Run:
-        """The run, verified in full (a failed history shows as failed / safety_boundary)."""
-        row = self.store.get_run(run_id)
-        if row is None:
-            raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-        result = self._audit(row)
-        return run_view(row, result.state, result.verification.reason)
-
-    def phases(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's reviews and repairs as stored (verify with :meth:`get` to rely on them)."""
-        phases, findings, _ = self.store.run_projections(run_id)
-        return [
-            {
-                "phase_id": p.phase_id,
-                "kind": p.kind,
-                "status": p.status,
-                "verdict": p.verdict,
-                "candidate_id": p.candidate_id,
-                "body": json.loads(p.body_json),
-                "result": None if p.result_json is None else json.loads(p.result_json),
-                "actions_bound": p.actions_bound,
-                "findings": [json.loads(f.body_json) for f in findings if f.phase_id == p.phase_id],
-                "opened_at": p.opened_at,
-                "closed_at": p.closed_at,
-            }
-            for p in phases
-        ]
-
-    def events(self, run_id: str) -> list[RunEvent]:
-        return [_event(row) for row in self.store.run_events(run_id)]
-
-    def list(
-        self,
-        *,
-        scope: str | None = None,
-        status: Sequence[str] = (),
-        limit: int = 100,
-        after_run_id: str = "",
-    ) -> builtins.list[RunRow]:
-        """Stored run rows (unverified: use :meth:`get` or :meth:`verify` to rely on one)."""
-        return self.store.list_runs(
-            scope=scope, statuses=list(status), limit=limit, after_run_id=after_run_id
-        )
-
-    def verify(self, run_id: str | None = None, *, page: int = 500) -> builtins.list[Verification]:
-        """Verify one run, or every run in the store."""
-        if run_id is not None:
-            row = self.store.get_run(run_id)
-            if row is None:
-                raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-            return [self._audit(row).verification]
-        results: builtins.list[Verification] = [
-            Verification(run_id, False, events, 1, "events of a run that has no run row")
-            for run_id, events in self.store.orphan_event_runs()
-        ]
-        after = ""
-        while True:
-            rows = self.store.list_runs(limit=page, after_run_id=after)
-            results.extend(self._audit(row).verification for row in rows)
-            if len(rows) < page:
-                return results
-            after = rows[-1].run_id
-
     def project(
         self, scope: str, branch: str | None = None, *, upto: int | None = None
     ) -> Projection:
@@ -461,12 +398,6 @@ class RunsView(ReviewCommands):
         return self.store.list_reports(limit=limit, subject_id=subject_id)
 
     # -- internals ---------------------------------------------------------------------------
-    def _audit(self, row: RunRow, *, snapshots: Sequence[int] = ()) -> Audit:
-        events = self.store.run_events(row.run_id)
-        return audit(
-            row, events, self.store.run_projections(row.run_id), self.key, snapshots=snapshots
-        )
-
     def _require_audit(self, row: RunRow, *, snapshots: Sequence[int] = ()) -> Audit:
         result = self._audit(row, snapshots=snapshots)
         if not result.ok:
