@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core.errors import InvalidState
+
 __all__ = [
     "EFFECT_COLUMNS",
     "RECEIPT_COLUMNS",
@@ -105,6 +107,26 @@ class Effect:
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def check_cancellable(self) -> None:
+        """Only a non-terminal effect can be cancelled (the rule every backend applies)."""
+        if self.terminal:
+            raise InvalidState(
+                f"effect {self.key!r} is already {self.state}; only a non-terminal effect can "
+                "be cancelled",
+                key=self.key,
+                state=str(self.state),
+            )
+
+    def check_retryable(self) -> None:
+        """Only a dead, rejected or cancelled effect can be retried."""
+        if self.state not in TERMINAL_STATES - {EffectState.DONE}:
+            raise InvalidState(
+                f"effect {self.key!r} is {self.state}; only a dead, rejected or cancelled "
+                "effect can be retried",
+                key=self.key,
+                state=str(self.state),
+            )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -142,6 +164,23 @@ class Claim:
     redelivery: bool
     deadline: float | None
     lease_expires_at: float
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], lease_expires_at: float) -> Claim:
+        """A row returned by a claim as ``id, key, kind, payload, attempts, max_attempts, fence,
+        maybe_sent, deadline``, on any backend."""
+        return cls(
+            id=row[0],
+            key=row[1],
+            kind=row[2],
+            payload_json=row[3],
+            attempt=row[4],
+            max_attempts=row[5],
+            fence=row[6],
+            redelivery=bool(row[7]),
+            deadline=row[8],
+            lease_expires_at=lease_expires_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)

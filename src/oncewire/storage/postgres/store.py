@@ -28,7 +28,6 @@ from oncewire.storage.postgres.runs import PostgresRunVerbs
 from oncewire.storage.records import (
     EFFECT_COLUMNS,
     RECEIPT_COLUMNS,
-    TERMINAL_STATES,
     Backlog,
     Claim,
     Effect,
@@ -333,21 +332,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
                 "  e.maybe_sent, e.deadline",
                 (now, now, *params, limit, owner, expires, now),
             ).fetchall()
-        claims = [
-            Claim(
-                id=row[0],
-                key=row[1],
-                kind=row[2],
-                payload_json=row[3],
-                attempt=row[4],
-                max_attempts=row[5],
-                fence=row[6],
-                redelivery=bool(row[7]),
-                deadline=row[8],
-                lease_expires_at=expires,
-            )
-            for row in rows
-        ]
+        claims = [Claim.from_row(row, expires) for row in rows]
         claims.sort(key=lambda claim: claim.id)
         return applied, claims
 
@@ -433,13 +418,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
     def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:
         with self._write("cancelling an effect") as conn:
             effect = self._locked_effect(conn, key)
-            if effect.terminal:
-                raise InvalidState(
-                    f"effect {key!r} is already {effect.state}; only a non-terminal effect can "
-                    "be cancelled",
-                    key=key,
-                    state=str(effect.state),
-                )
+            effect.check_cancellable()
             in_flight = effect.state is EffectState.CLAIMED
             if in_flight:
                 reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
@@ -455,13 +434,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
     def retry_effect(self, key: str, *, now: float) -> Effect:
         with self._write("retrying an effect") as conn:
             effect = self._locked_effect(conn, key)
-            if effect.state not in TERMINAL_STATES - {EffectState.DONE}:
-                raise InvalidState(
-                    f"effect {key!r} is {effect.state}; only a dead, rejected or cancelled "
-                    "effect can be retried",
-                    key=key,
-                    state=str(effect.state),
-                )
+            effect.check_retryable()
             row = conn.execute(
                 "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_before = %s, "
                 # A deadline that has passed would kill the retry at once: the operator's retry
