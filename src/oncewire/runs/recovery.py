@@ -23,7 +23,7 @@ from oncewire.core.canonical import canonical_json
 from oncewire.core.ids import new_id, owner_is_dead_locally
 from oncewire.runs.machine import fast_digest
 from oncewire.runs.records import ReconcileReport
-from oncewire.runs.review import recovery_plan
+from oncewire.runs.review_recovery import recovery_plan
 from oncewire.storage.runs import DeliveryRow, ReportRow
 
 if TYPE_CHECKING:
