@@ -13,6 +13,7 @@ __all__ = [
     "EFFECT_COLUMNS",
     "RECEIPT_COLUMNS",
     "TERMINAL_STATES",
+    "AttemptRecord",
     "Backlog",
     "Claim",
     "Effect",
@@ -197,6 +198,53 @@ class Settlement:
     last_error: str | None = None
     not_before: float | None = None
     maybe_sent: bool = False
+    # What the attempt history records about the attempt this settlement closes.
+    attempt: int = 0  # the attempt number being closed (0: not known to the caller)
+    redelivery: bool = False  # the attempt was flagged a redelivery
+    outcome: str = ""  # done, not_sent, maybe_sent, rejected, timeout, error, undecodable
+    started_at: float | None = None  # when the sink was called
+    finished_at: float | None = None  # when it returned (or was given up on)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One row of an effect's attempt history: one call of its sink, or one claim lost.
+
+    Written in the same transaction as the settlement (or the release of a claim whose owner
+    died or whose lease expired), so a recovered crash stays visible afterwards.
+    """
+
+    effect_id: int
+    attempt: int
+    fence: int
+    owner: str | None
+    redelivery: bool
+    outcome: str  # as Settlement.outcome, or lease_expired / owner_died for a released claim
+    state: EffectState  # the effect's state after this attempt was recorded
+    error: str | None
+    started_at: float | None
+    finished_at: float
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.started_at) * 1000.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "effect_id": self.effect_id,
+            "attempt": self.attempt,
+            "fence": self.fence,
+            "owner": self.owner,
+            "redelivery": self.redelivery,
+            "outcome": self.outcome,
+            "state": str(self.state),
+            "error": self.error,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_ms": self.duration_ms,
+        }
 
 
 @dataclass(frozen=True, slots=True)
