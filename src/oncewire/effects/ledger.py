@@ -145,6 +145,8 @@ class EffectsView:
         kind: str | None = None,
         limit: int = 100,
         after_id: int = 0,
+        newest_first: bool = False,
+        before_id: int | None = None,
     ) -> list[Effect]:
         if state is None:
             states: list[EffectState] = []
@@ -153,11 +155,16 @@ class EffectsView:
         else:
             states = [_state(s) for s in state]
         return self._ledger.store.list_effects(
-            states=states, kind=kind, limit=limit, after_id=after_id
+            states=states,
+            kind=kind,
+            limit=limit,
+            after_id=after_id,
+            newest_first=newest_first,
+            before_id=before_id,
         )
 
-    def counts(self) -> dict[EffectState, int]:
-        return self._ledger.store.count_effects()
+    def counts(self, *, kind: str | None = None) -> dict[EffectState, int]:
+        return self._ledger.store.count_effects(kind=kind)
 
     def cancel(self, key: str, reason: str = "cancelled by operator") -> Effect:
         return self._ledger.store.cancel_effect(key, now=self._ledger.clock.now(), reason=reason)

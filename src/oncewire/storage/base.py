@@ -97,10 +97,15 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
         kind: str | None = None,
         limit: int = 100,
         after_id: int = 0,
-    ) -> list[Effect]: ...
+        newest_first: bool = False,
+        before_id: int | None = None,
+    ) -> list[Effect]:
+        """Effects by id, oldest first (``newest_first``: the other way); ``after_id`` and
+        ``before_id`` bound the ids (exclusive), so either direction pages by the last id seen."""
 
     @abc.abstractmethod
-    def count_effects(self) -> dict[EffectState, int]: ...
+    def count_effects(self, *, kind: str | None = None) -> dict[EffectState, int]:
+        """How many effects are in each state (of ``kind`` only, when given)."""
 
     @abc.abstractmethod
     def settle_and_claim(

@@ -298,9 +298,14 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         kind: str | None = None,
         limit: int = 100,
         after_id: int = 0,
+        newest_first: bool = False,
+        before_id: int | None = None,
     ) -> list[Effect]:
         where: list[str] = ["id > ?"]
         params: list[Any] = [after_id]
+        if before_id is not None:
+            where.append("id < ?")
+            params.append(before_id)
         if states:
             where.append(f"state IN ({', '.join('?' * len(states))})")
             params.extend(str(s) for s in states)
@@ -309,15 +314,18 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
             params.append(kind)
         rows = self._read(
             f"SELECT {_EFFECT_COLUMNS} FROM oncewire_effects WHERE {' AND '.join(where)} "
-            f"ORDER BY id LIMIT ?",
+            f"ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?",
             (*params, limit),
         )
         return [_effect(row) for row in rows]
 
-    def count_effects(self) -> dict[EffectState, int]:
+    def count_effects(self, *, kind: str | None = None) -> dict[EffectState, int]:
         counts = dict.fromkeys(EffectState, 0)
         for state, count in self._read(
-            "SELECT state, COUNT(*) FROM oncewire_effects GROUP BY state"
+            "SELECT state, COUNT(*) FROM oncewire_effects "
+            + ("WHERE kind = ? " if kind is not None else "")
+            + "GROUP BY state",
+            (kind,) if kind is not None else (),
         ):
             counts[EffectState(state)] = count
         return counts
