@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import random
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -13,6 +17,7 @@ from hypothesis import strategies as st
 
 from oncewire.core.canonical import canonical_json, digest, digest_json, loads
 from oncewire.core.errors import InvalidPayload, OncewireError
+from oncewire.core.limits import MAX_DEPTH, MAX_INT_DIGITS
 
 json_values = st.recursive(
     st.none()
@@ -176,3 +181,129 @@ def test_canonical_form_round_trips_and_is_a_fixed_point(value: Any) -> None:
 @given(json_values, st.integers(min_value=0, max_value=2**32))
 def test_insertion_order_never_changes_the_digest(value: Any, seed: int) -> None:
     assert digest(_shuffled(value, random.Random(seed))) == digest(value)
+
+
+# -- fixed limits: what canonical_json writes, loads reads back in any process ------------------
+
+
+def _stack_depth() -> int:
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth
+
+
+@contextmanager
+def _recursion_limit(limit: int) -> Iterator[None]:
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _deep_dict(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"x": value}
+    return value
+
+
+def test_depth_limit_is_exact() -> None:
+    assert _nested(MAX_DEPTH - 1) == loads(canonical_json(_nested(MAX_DEPTH - 1)))  # 100 lists
+    assert loads(canonical_json(_deep_dict(MAX_DEPTH))) == _deep_dict(MAX_DEPTH)
+    with pytest.raises(InvalidPayload, match=f"more than {MAX_DEPTH} levels"):
+        canonical_json(_nested(MAX_DEPTH))  # 101 lists
+    with pytest.raises(InvalidPayload, match="nested too deeply"):
+        canonical_json(_deep_dict(MAX_DEPTH + 1))
+
+
+def test_a_payload_deep_enough_to_break_a_reader_is_refused_whatever_the_recursion_limit() -> None:
+    # Regression: a 990-deep payload was accepted (the check depended on the recursion limit)
+    # and then could not be read back by a dispatcher deeper in its stack.
+    with _recursion_limit(100_000), pytest.raises(InvalidPayload, match="nested too deeply"):
+        canonical_json(_nested(990))
+
+
+def test_a_payload_within_the_limits_is_written_and_read_under_a_lowered_recursion_limit() -> None:
+    allowed, refused = _deep_dict(MAX_DEPTH), _deep_dict(MAX_DEPTH + 1)
+    expected = json.dumps(allowed, sort_keys=True, separators=(",", ":"))
+    with _recursion_limit(_stack_depth() + 40):  # far less room than MAX_DEPTH levels need
+        text = canonical_json(allowed)
+        back = loads(text)
+        with pytest.raises(InvalidPayload, match="nested too deeply"):
+            canonical_json(refused)
+    assert text == expected
+    assert back == allowed
+
+
+def test_a_deep_payload_is_refused_without_recursing_into_it() -> None:
+    with _recursion_limit(1_000_000), pytest.raises(InvalidPayload, match="nested too deeply"):
+        canonical_json(_nested(200_000))  # a recursive walk this deep would crash the process
+
+
+def test_integer_digit_limit_is_exact_and_below_any_process_setting() -> None:
+    biggest = 10**MAX_INT_DIGITS - 1  # 640 nines
+    assert loads(canonical_json([biggest, -biggest])) == [biggest, -biggest]
+    for bad in (10**MAX_INT_DIGITS, -(10**MAX_INT_DIGITS), 10**5000):
+        with pytest.raises(InvalidPayload, match=r"^n is an integer of more than 640 digits"):
+            canonical_json({"n": bad})
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)  # the lowest a process may set
+    try:
+        assert loads(canonical_json(biggest)) == biggest
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_loads_refuses_integers_past_the_process_digit_limit_as_invalid_payload() -> None:
+    # Regression: a bare ValueError escaped (no code, a traceback in the CLI).
+    with pytest.raises(InvalidPayload, match="malformed JSON"):
+        loads("9" * 5000)
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ("\ud800", "payload has a string"),
+        ({"a": ["ok", "x\udfffy"]}, r"a\[1\] has a string"),
+        ({"a": {"\ud83d": 1}}, "a has a key"),
+    ],
+)
+def test_lone_surrogates_are_refused_with_their_place(value: Any, where: str) -> None:
+    # A lone surrogate cannot be UTF-8 encoded: the digest (and the database) would fail later.
+    with pytest.raises(InvalidPayload, match=f"^{where} with a lone surrogate U\\+D"):
+        canonical_json(value)
+
+
+def test_surrogate_pairs_written_as_escapes_are_ordinary_text() -> None:
+    assert canonical_json(loads('"\\ud83d\\ude80"')) == '"🚀"'
+
+
+def test_max_bytes_counts_canonical_utf8_bytes() -> None:
+    assert canonical_json("é" * 4, max_bytes=10) == '"éééé"'  # 8 bytes + 2 quotes
+    with pytest.raises(InvalidPayload, match="is 12 bytes of canonical JSON; the limit is 10"):
+        canonical_json({"a": "é" * 2}, max_bytes=10)  # {"a":"éé"}: 12 bytes, 10 characters
+
+
+class _Flag(enum.IntEnum):
+    ON = 1
+
+
+class _Ratio(float):
+    pass
+
+
+class _Lying(dict[str, Any]):
+    def items(self) -> Any:  # what a naive walk would see
+        return iter([("safe", 1)])
+
+
+def test_subclasses_are_written_as_the_data_that_was_checked() -> None:
+    assert canonical_json({"flag": _Flag.ON, "r": _Ratio(0.5)}) == '{"flag":1,"r":0.5}'
+    with pytest.raises(InvalidPayload, match="r is nan"):
+        canonical_json({"r": _Ratio("nan")})
+    lying = _Lying(real=[float("inf")])
+    with pytest.raises(InvalidPayload, match=r"real\[0\] is inf"):
+        canonical_json(lying)

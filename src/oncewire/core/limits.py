@@ -1,0 +1,108 @@
+"""The fixed limits on what oncewire accepts: keys, kinds, counts and payloads.
+
+Every entry point (effects, receipts, inbound messages) checks its arguments here, in Python,
+before any SQL: the same input is refused the same way on every backend, with a message that
+says what is wrong, and nothing is stored. The limits are constants, not properties of the
+process (its recursion limit, its int-to-str limit), so what one process accepts another can
+read back.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from oncewire.core.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MAX_ATTEMPTS_LIMIT",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "MAX_KEY_CHARS",
+    "MAX_KIND_CHARS",
+    "MAX_PAYLOAD_BYTES_LIMIT",
+    "check_count",
+    "check_max_payload_bytes",
+    "check_name",
+    "check_seconds",
+]
+
+# Payloads (checked by oncewire.core.canonical).
+MAX_DEPTH = 100  # lists/objects nested inside each other; `[]` is 1 deep
+# 640 is the lowest int<->str digit limit a process can set (sys.set_int_max_str_digits), so
+# no process setting can stop an accepted integer from being written or read back.
+MAX_INT_DIGITS = 640
+DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB of canonical UTF-8
+MAX_PAYLOAD_BYTES_LIMIT = 256 << 20  # well below either backend's largest text value (~1 GB)
+
+# Keys and kinds.
+MAX_KEY_CHARS = 512
+MAX_KIND_CHARS = 128
+
+MAX_ATTEMPTS_LIMIT = 1000
+
+# Control characters (C0, DEL, C1) and lone surrogates: the first make a key that prints as
+# another (or that PostgreSQL refuses while SQLite stores it), the second cannot be encoded.
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def check_name(what: str, value: object, max_chars: int, *, empty: bool = False) -> str:
+    """``value`` as a plain ``str`` if it is a usable key, kind or id; else ConfigurationError.
+
+    Refused: a non-string, the empty string (unless ``empty``), more than ``max_chars``
+    characters, control characters, lone surrogates, only whitespace, or leading or trailing
+    whitespace (``"a "`` and ``"a"`` would be two keys that print the same).
+    """
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{what} must be a string, not {type(value).__name__}")
+    if type(value) is not str:
+        value = str.__str__(value)  # the characters themselves, whatever the subclass does
+    if not value:
+        if empty:
+            return value
+        raise ConfigurationError(f"{what} must not be empty")
+    if len(value) > max_chars:
+        raise ConfigurationError(
+            f"{what} is {len(value)} characters long; the limit is {max_chars}"
+        )
+    if not value.isprintable():  # the quick test; the pattern says what is wrong
+        bad = _FORBIDDEN.search(value)
+        if bad is not None:
+            char = bad.group()
+            kind = "a lone surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
+            raise ConfigurationError(
+                f"{what} must not contain {kind}: U+{ord(char):04X} at index {bad.start()}"
+            )
+    stripped = value.strip()
+    if stripped != value:
+        if not stripped:
+            raise ConfigurationError(f"{what} must not be only whitespace")
+        raise ConfigurationError(f"{what} must not start or end with whitespace: {value!r}")
+    return value
+
+
+def check_count(name: str, value: object, low: int, high: int) -> int:
+    """An ``int`` (not a bool) within ``low..high``; else ConfigurationError."""
+    if type(value) is bool or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigurationError(f"{name} must be an integer from {low} to {high}, not {value!r}")
+    return int(value)
+
+
+def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
+    """A finite number of seconds (not a bool), >= 0 or > 0; else ConfigurationError."""
+    if (
+        type(value) is bool
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        wanted = "positive" if positive else ">= 0"
+        raise ConfigurationError(f"{name} must be a finite number {wanted}, not {value!r}")
+    return float(value)
+
+
+def check_max_payload_bytes(value: object) -> int:
+    """The ``max_payload_bytes`` option: 1 byte up to :data:`MAX_PAYLOAD_BYTES_LIMIT`."""
+    return check_count("max_payload_bytes", value, 1, MAX_PAYLOAD_BYTES_LIMIT)
