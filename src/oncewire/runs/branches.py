@@ -153,9 +153,22 @@ class Branches:
                 now,
             )
             if not self.store.insert_checkpoint_in_tx(tx, row):
+                # The same checkpoint asked for again (a retry that did not hear back) is a
+                # replay, even after its branch moved on; any other use of its id is refused.
                 stored = self.store.get_checkpoint_in_tx(tx, checkpoint_id)
-                if (stored.scope, stored.branch, stored.cursor) != (scope, branch, at):
-                    raise RunConflict(f"checkpoint {checkpoint_id!r} already exists elsewhere")
+                same = (stored.scope, stored.branch, stored.reason, stored.metadata_json) == (
+                    scope,
+                    branch,
+                    reason,
+                    row.metadata_json,
+                ) and (cursor is None or stored.cursor == cursor)
+                if not same:
+                    raise RunConflict(
+                        f"checkpoint id {checkpoint_id!r} already names another checkpoint "
+                        f"(scope {stored.scope!r}, branch {stored.branch!r}, cursor "
+                        f"{stored.cursor}); nothing was written",
+                        checkpoint_id=checkpoint_id,
+                    )
                 row = stored
         return _checkpoint(row)
 
@@ -177,7 +190,11 @@ class Branches:
             existing = self.store.get_branch_in_tx(tx, scope, branch)
             if existing is not None:
                 if existing.view_json != view:
-                    raise RunConflict(f"branch {branch!r} already exists with another history")
+                    raise RunConflict(
+                        f"branch {branch!r} already exists with another history; "
+                        "nothing was written",
+                        branch=branch,
+                    )
                 return existing  # type: ignore[no-any-return]
             row = BranchRow(scope, branch, cp.branch, view, now)
             self.store.put_branch_in_tx(tx, row)
@@ -271,6 +288,11 @@ class Branches:
         return Barrier(scope, operation_id, branch, state)
 
     def project(self, scope: str, branch: str, *, upto: int | None = None) -> Projection:
+        # One snapshot: the view, the latest event, the run and its audit from one moment.
+        with self.store.read_snapshot():
+            return self._project(scope, branch, upto)
+
+    def _project(self, scope: str, branch: str, upto: int | None) -> Projection:
         store = self.store
         view = store.get_branch(scope, branch)
         if view is None:

@@ -40,6 +40,7 @@ from oncewire.runs.commands import ReviewCommands
 from oncewire.runs.machine import (
     NEW,
     Refusal,
+    Rows,
     Step,
     apply_command,
     fast_canonical,
@@ -507,6 +508,29 @@ class RunsView(ReviewCommands, RunReads):
         result = self._require_audit(row, snapshots=(prior.seq,))
         return Outcome(run_view(row, result.states[prior.seq]), _event(prior), True)
 
+    def _refuse_used_ids(self, tx: Any, run_id: str, seq: int, rows: Rows) -> None:
+        """A review, repair, finding or action id names one thing for the whole run: a command
+        that would open one again (under another idempotency key) is refused here, before it
+        writes, so the history and the rows that project it never disagree."""
+        phases = [p.phase_id for p in rows.phases if p.status == "open" and p.opened_seq == seq]
+        actions = [a.action_id for a in rows.actions if a.proposed_seq == seq]
+        findings = [f.finding_id for f in rows.findings]
+        if not (phases or actions or findings):
+            return
+        used = self.store.used_ids_in_tx(
+            tx, run_id, phases=phases, findings=findings, actions=actions
+        )
+        if used:
+            kind, name, at = used[0]
+            raise RunConflict(
+                f"run {run_id!r}: {kind} id {name!r} is already used (by event {at}); "
+                "an id names one thing for the whole run; nothing was written",
+                run_id=run_id,
+                id=name,
+                kind=kind,
+                seq=at,
+            )
+
     def _append_in_tx(
         self,
         tx: Any,
@@ -538,6 +562,7 @@ class RunsView(ReviewCommands, RunReads):
                 status=row.status,
                 reason=exc.reason,
             ) from None
+        self._refuse_used_ids(tx, row.run_id, seq, rows)
         # The request passed the canonical check (digest) on its way in: encode it fast.
         state_json = fast_canonical(state)
         payload_json = fast_canonical(

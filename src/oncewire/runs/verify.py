@@ -123,6 +123,8 @@ def fold(
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise _Fault(seq, f"its request is malformed ({type(exc).__name__}: {exc})") from None
         for phase in rows.phases:
+            if phase.opened_seq == seq and phase.phase_id in phases:
+                raise _Fault(seq, f"phase id {phase.phase_id!r} is opened twice")
             phases[phase.phase_id] = phase
         for finding in rows.findings:
             if finding.finding_id in findings:
@@ -130,6 +132,8 @@ def fold(
             findings[finding.finding_id] = finding
         for action in rows.actions:
             old = actions.get(action.action_id)
+            if old is not None and action.proposed_seq == seq:
+                raise _Fault(seq, f"action id {action.action_id!r} is proposed twice")
             if old is not None:
                 # A resolution only fills in how the proposed action ended (as the store does).
                 action = replace(

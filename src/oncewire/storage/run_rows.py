@@ -29,6 +29,7 @@ __all__ = [
     "phase_values",
     "run_row",
     "run_values",
+    "used_ids_query",
 ]
 
 RUN = (
@@ -157,3 +158,41 @@ def delivery_values(d: DeliveryRow) -> tuple[Any, ...]:
         d.created_at,
         d.published_at,
     )
+
+
+def used_ids_query(
+    mark: str,
+    run_id: str,
+    phases: Sequence[str],
+    findings: Sequence[str],
+    actions: Sequence[str],
+) -> tuple[str, list[Any]]:
+    """One statement that finds which of these ids a run already uses (``kind, id, seq``);
+    ``mark`` is the dialect's placeholder. Empty when there is nothing to look up."""
+    parts: list[str] = []
+    params: list[Any] = []
+
+    def among(ids: Sequence[str]) -> str:
+        params.extend(ids)
+        return ", ".join([mark] * len(ids))
+
+    if phases:
+        params.append(run_id)
+        parts.append(
+            "SELECT kind, phase_id, opened_seq FROM oncewire_run_phases "
+            f"WHERE run_id = {mark} AND phase_id IN ({among(phases)})"
+        )
+    if findings:
+        params.append(run_id)
+        parts.append(
+            "SELECT 'finding', f.finding_id, p.closed_seq FROM oncewire_run_findings f "
+            "LEFT JOIN oncewire_run_phases p ON p.run_id = f.run_id AND p.phase_id = f.phase_id "
+            f"WHERE f.run_id = {mark} AND f.finding_id IN ({among(findings)})"
+        )
+    if actions:
+        params.append(run_id)
+        parts.append(
+            "SELECT 'action', action_id, proposed_seq FROM oncewire_run_actions "
+            f"WHERE run_id = {mark} AND action_id IN ({among(actions)})"
+        )
+    return " UNION ALL ".join(parts), params

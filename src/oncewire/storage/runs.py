@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,6 +246,20 @@ class RunVerbs(abc.ABC):
         finding and action rows. Returns the event with its cursor."""
 
     @abc.abstractmethod
+    def used_ids_in_tx(
+        self,
+        tx: Any,
+        run_id: str,
+        *,
+        phases: Sequence[str] = (),
+        findings: Sequence[str] = (),
+        actions: Sequence[str] = (),
+    ) -> list[tuple[str, str, int]]:
+        """Which of these phase, finding and action ids the run already uses: ``(kind, id,
+        seq)`` with kind ``review``/``repair``/``finding``/``action`` and the event that first
+        used it. A command that would open one again is refused before it writes anything."""
+
+    @abc.abstractmethod
     def update_run_lease_in_tx(
         self,
         tx: Any,
@@ -265,6 +280,13 @@ class RunVerbs(abc.ABC):
 
     @abc.abstractmethod
     def held_barrier_in_tx(self, tx: Any, scope: str) -> BarrierRow | None: ...
+
+    @abc.abstractmethod
+    def read_snapshot(self) -> AbstractContextManager[None]:
+        """Every read this thread makes inside the block sees one moment of the store (a read
+        transaction: deferred ``BEGIN`` on SQLite, ``REPEATABLE READ, READ ONLY`` on
+        PostgreSQL). Inside a transaction already open on this thread it adds nothing. A
+        verified read takes one, so that it never judges a run from two moments at once."""
 
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRow | None: ...

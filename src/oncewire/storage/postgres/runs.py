@@ -33,6 +33,7 @@ from oncewire.storage.run_rows import (
     phase_values,
     run_row,
     run_values,
+    used_ids_query,
 )
 from oncewire.storage.runs import (
     ActionRow,
@@ -77,16 +78,16 @@ _UPDATE_RUN = (
     "head_hash = %s, owner = %s, fence = %s, lease_expires_at = %s, updated_at = %s, "
     "finished_at = %s WHERE run_id = %s"
 )
+_INSERT_PHASE = f"INSERT INTO oncewire_run_phases ({PHASE}) VALUES ({_marks(13)})"
 _UPSERT_PHASE = (
-    f"INSERT INTO oncewire_run_phases ({PHASE}) VALUES ({_marks(13)}) "
-    "ON CONFLICT (run_id, phase_id) DO UPDATE SET status = excluded.status, "
+    f"{_INSERT_PHASE} ON CONFLICT (run_id, phase_id) DO UPDATE SET status = excluded.status, "
     "verdict = excluded.verdict, result = excluded.result, "
     "actions_bound = excluded.actions_bound, closed_seq = excluded.closed_seq, "
     "closed_at = excluded.closed_at"
 )
+_INSERT_ACTION = f"INSERT INTO oncewire_run_actions ({ACTION}) VALUES ({_marks(13)})"
 _UPSERT_ACTION = (
-    f"INSERT INTO oncewire_run_actions ({ACTION}) VALUES ({_marks(13)}) "
-    "ON CONFLICT (run_id, action_id) DO UPDATE SET status = excluded.status, "
+    f"{_INSERT_ACTION} ON CONFLICT (run_id, action_id) DO UPDATE SET status = excluded.status, "
     "result = excluded.result, resolved_seq = excluded.resolved_seq"
 )
 
@@ -143,6 +144,7 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
     if TYPE_CHECKING:
 
         def _conn(self) -> Any: ...
+        def _forget(self, conn: Any) -> None: ...
         def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
         def _write(self, what: str) -> AbstractContextManager[Any]: ...
 
@@ -225,8 +227,11 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
             conn.cursor() as event,
         ):
             with _pipeline(conn):
-                if change.phases:
-                    writes.executemany(_UPSERT_PHASE, [phase_values(p) for p in change.phases])
+                for phase in change.phases:
+                    # A phase this event opens is inserted (its id used twice fails loudly);
+                    # a later event only fills in how it went on.
+                    opens = phase.status == "open" and phase.opened_seq == e.seq
+                    writes.execute(_INSERT_PHASE if opens else _UPSERT_PHASE, phase_values(phase))
                 event.execute(
                     _INSERT_EVENT,
                     (
@@ -252,14 +257,33 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
                             for f in change.findings
                         ],
                     )  # fmt: skip
-                if change.actions:
-                    # A resolution only fills in how the proposed action ended.
-                    writes.executemany(_UPSERT_ACTION, [action_values(a) for a in change.actions])
+                for action in change.actions:
+                    # A proposal is inserted; a resolution only fills in how it ended.
+                    proposes = action.proposed_seq == e.seq
+                    writes.execute(
+                        _INSERT_ACTION if proposes else _UPSERT_ACTION, action_values(action)
+                    )
             event_id = int(event.fetchone()[0])
         return EventRow(
             event_id, e.run_id, e.scope, e.branch, e.seq, e.type, e.idempotency_key,
             e.request_digest, e.terminal, e.payload_json, e.prev_hash, e.hash, e.at,
         )  # fmt: skip
+
+    def used_ids_in_tx(
+        self,
+        tx: Any,
+        run_id: str,
+        *,
+        phases: Sequence[str] = (),
+        findings: Sequence[str] = (),
+        actions: Sequence[str] = (),
+    ) -> list[tuple[str, str, int]]:
+        sql, params = used_ids_query("%s", run_id, phases, findings, actions)
+        if not sql:
+            return []
+        with translate_errors("reading a run's ids"):
+            rows = tx.conn.execute(sql, params).fetchall()
+        return [(str(kind), str(name), int(seq or 0)) for kind, name, seq in rows]
 
     def update_run_lease_in_tx(
         self,
@@ -309,6 +333,21 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
                 (scope,),
             )
         return None if row is None else BarrierRow(*row)
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        conn = self._conn()
+        if conn.info.transaction_status != 0:  # not idle: the caller's transaction reads
+            yield
+            return
+        try:
+            with conn.transaction():
+                with translate_errors("beginning a read"):
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield
+        finally:
+            if conn.broken:
+                self._forget(conn)
 
     def get_run(self, run_id: str) -> RunRow | None:
         rows = self._read(f"SELECT {RUN} FROM oncewire_runs WHERE run_id = %s", (run_id,))

@@ -25,6 +25,7 @@ from oncewire.storage.run_rows import (
     phase_values,
     run_row,
     run_values,
+    used_ids_query,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "phase_values",
     "run_row",
     "run_values",
+    "used_ids_query",
 ]
 
 

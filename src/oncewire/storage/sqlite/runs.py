@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from oncewire.storage.runs import (
@@ -34,6 +34,7 @@ from oncewire.storage.sqlite.run_rows import (
     phase_values,
     run_row,
     run_values,
+    used_ids_query,
 )
 from oncewire.storage.sqlite.run_scopes import SQLiteRunScopeVerbs
 
@@ -53,6 +54,19 @@ _CONTEXT = (
     "LEFT JOIN oncewire_run_events p ON p.run_id = r.run_id AND p.idempotency_key = ? "
     "LEFT JOIN oncewire_run_barriers b ON b.scope = r.scope AND b.state != 'resolved' "
     "WHERE r.run_id = ?"
+)
+
+_INSERT_PHASE = f"INSERT INTO oncewire_run_phases ({PHASE}) VALUES ({marks(13)})"
+_UPSERT_PHASE = (
+    f"{_INSERT_PHASE} ON CONFLICT (run_id, phase_id) DO UPDATE SET status = excluded.status, "
+    "verdict = excluded.verdict, result = excluded.result, "
+    "actions_bound = excluded.actions_bound, closed_seq = excluded.closed_seq, "
+    "closed_at = excluded.closed_at"
+)
+_INSERT_ACTION = f"INSERT INTO oncewire_run_actions ({ACTION}) VALUES ({marks(13)})"
+_UPSERT_ACTION = (
+    f"{_INSERT_ACTION} ON CONFLICT (run_id, action_id) DO UPDATE SET status = excluded.status, "
+    "result = excluded.result, resolved_seq = excluded.resolved_seq"
 )
 
 
@@ -124,14 +138,10 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
         e, r = change.event, change.run
         with translate_errors("appending a run event"):
             for phase in change.phases:
-                conn.execute(
-                    f"INSERT INTO oncewire_run_phases ({PHASE}) VALUES ({marks(13)}) "
-                    "ON CONFLICT (run_id, phase_id) DO UPDATE SET status = excluded.status, "
-                    "verdict = excluded.verdict, result = excluded.result, "
-                    "actions_bound = excluded.actions_bound, closed_seq = excluded.closed_seq, "
-                    "closed_at = excluded.closed_at",
-                    phase_values(phase),
-                )
+                # A phase this event opens is inserted (its id used twice fails loudly); a
+                # later event only fills in how it went on.
+                opens = phase.status == "open" and phase.opened_seq == e.seq
+                conn.execute(_INSERT_PHASE if opens else _UPSERT_PHASE, phase_values(phase))
             cursor = conn.execute(
                 "INSERT INTO oncewire_run_events (run_id, scope, branch, seq, type, "
                 "idempotency_key, request_digest, terminal, payload, prev_hash, hash, at) "
@@ -186,13 +196,9 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
                     ],
                 )
             for action in change.actions:
-                # A resolution only fills in how the proposed action ended.
-                conn.execute(
-                    f"INSERT INTO oncewire_run_actions ({ACTION}) VALUES ({marks(13)}) "
-                    "ON CONFLICT (run_id, action_id) DO UPDATE SET status = excluded.status, "
-                    "result = excluded.result, resolved_seq = excluded.resolved_seq",
-                    action_values(action),
-                )
+                # A proposal is inserted; a resolution only fills in how it ended.
+                proposes = action.proposed_seq == e.seq
+                conn.execute(_INSERT_ACTION if proposes else _UPSERT_ACTION, action_values(action))
         return EventRow(
             event_id,
             e.run_id,
@@ -208,6 +214,22 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
             e.hash,
             e.at,
         )
+
+    def used_ids_in_tx(
+        self,
+        tx: Any,
+        run_id: str,
+        *,
+        phases: Sequence[str] = (),
+        findings: Sequence[str] = (),
+        actions: Sequence[str] = (),
+    ) -> list[tuple[str, str, int]]:
+        sql, params = used_ids_query("?", run_id, phases, findings, actions)
+        if not sql:
+            return []
+        with translate_errors("reading a run's ids"):
+            rows = tx.conn.execute(sql, params).fetchall()
+        return [(str(kind), str(name), int(seq or 0)) for kind, name, seq in rows]
 
     def update_run_lease_in_tx(
         self,
@@ -253,6 +275,23 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
                 (scope,),
             )
         return None if row is None else BarrierRow(*row)
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        conn = self._conn()
+        if conn.in_transaction:
+            yield  # the caller's transaction is the snapshot
+            return
+        with translate_errors("beginning a read"):
+            # Deferred: in WAL mode the first read fixes the snapshot; no lock is taken
+            # against writers.
+            conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if conn.in_transaction:
+                with translate_errors("ending a read"):
+                    conn.execute("ROLLBACK")
 
     def get_run(self, run_id: str) -> RunRow | None:
         rows = self._read(f"SELECT {RUN} FROM oncewire_runs WHERE run_id = ?", (run_id,))
