@@ -98,7 +98,7 @@ def list_runs(
 @key_option
 def show(db: str, run_id: str, as_json: bool, key_env: str) -> None:
     """Show one run, verified, with its events."""
-    with _open(db, key_env) as ledger:
+    with _open(db, key_env) as ledger, ledger.runs.snapshot():  # one moment of the store
         run = ledger.runs.get(run_id)
         events = ledger.runs.events(run_id)
         verification = ledger.runs.verify(run_id)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from oncewire.core.errors import RunNotFound
@@ -27,12 +28,14 @@ class RunReads:
     def store(self) -> Store:  # provided by RunsView
         raise NotImplementedError
 
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Reads inside the block see one moment of the store (``with runs.snapshot(): ...``),
+        so that a run, its events and its phases shown together agree."""
+        return self.store.read_snapshot()
+
     def get(self, run_id: str) -> Run:
         """The run, verified in full (a failed history shows as failed / safety_boundary)."""
-        row = self.store.get_run(run_id)
-        if row is None:
-            raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-        result = self._audit(row)
+        row, result = self._audit_run(run_id)
         return run_view(row, result.state, result.verification.reason)
 
     def phases(self, run_id: str) -> list[dict[str, Any]]:
@@ -74,10 +77,7 @@ class RunReads:
     def verify(self, run_id: str | None = None, *, page: int = 500) -> builtins.list[Verification]:
         """Verify one run, or every run in the store."""
         if run_id is not None:
-            row = self.store.get_run(run_id)
-            if row is None:
-                raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-            return [self._audit(row).verification]
+            return [self._audit_run(run_id)[1].verification]
         results: builtins.list[Verification] = [
             Verification(run_id, False, events, 1, "events of a run that has no run row")
             for run_id, events in self.store.orphan_event_runs()
@@ -85,13 +85,26 @@ class RunReads:
         after = ""
         while True:
             rows = self.store.list_runs(limit=page, after_run_id=after)
-            results.extend(self._audit(row).verification for row in rows)
+            for row in rows:
+                # The listed row may be older than the run's newest event: each run is read
+                # again, whole, in a snapshot of its own.
+                results.append(self._audit_run(row.run_id)[1].verification)
             if len(rows) < page:
                 return results
             after = rows[-1].run_id
 
+    def _audit_run(self, run_id: str) -> tuple[RunRow, Audit]:
+        """Read the run row, its events and its projections in one snapshot, and audit them."""
+        with self.store.read_snapshot():
+            row = self.store.get_run(run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
+            return row, self._audit(row)
+
     def _audit(self, row: RunRow, *, snapshots: Sequence[int] = ()) -> Audit:
-        events = self.store.run_events(row.run_id)
-        return audit(
-            row, events, self.store.run_projections(row.run_id), self.key, snapshots=snapshots
-        )
+        """Audit ``row`` against the events and projections read now: call it inside a
+        transaction or snapshot that ``row`` was read in."""
+        with self.store.read_snapshot():
+            events = self.store.run_events(row.run_id)
+            projections = self.store.run_projections(row.run_id)
+        return audit(row, events, projections, self.key, snapshots=snapshots)
