@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import Backlog, Claim, Effect, EffectState, Receipt, Settlement
 from oncewire.storage.replies import ReplyVerbs
 from oncewire.storage.runs import RunVerbs
@@ -192,6 +193,11 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
     def health(self) -> dict[str, Any]:
         """Facts an operator checks: backend, versions, durability settings, server time."""
         return {"backend": self.dialect, "schema_version": self.schema_version()}
+
+    @abc.abstractmethod
+    def inspect(self) -> Inspection:
+        """For ``oncewire doctor``: a write probe (always rolled back), the backend's integrity
+        check, and the schema's objects compared with the packaged ``schema.sql``."""
 
     def group_commit(self) -> AbstractContextManager[None]:
         """Make the transactions of this thread inside the block durable together at its end.

@@ -16,6 +16,7 @@ from typing import Any
 
 from oncewire.core.errors import ConfigurationError, EffectNotFound, InvalidState, SchemaError
 from oncewire.storage.base import Store
+from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.connection import (
     connect,
     current_version,
@@ -118,6 +119,12 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
     def schema_version(self) -> int:
         with translate_errors("reading the schema version"):
             return current_version(self._conn()) or 0
+
+    def inspect(self) -> Inspection:
+        from oncewire.storage.postgres.inspect import inspect
+
+        with translate_errors("inspecting the store"):
+            return inspect(self._conn())
 
     def health(self) -> dict[str, Any]:
         row = self._read(

@@ -16,6 +16,7 @@ from oncewire.core.errors import (
     SchemaError,
 )
 from oncewire.storage.base import Store
+from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import (
     EFFECT_COLUMNS,
     RECEIPT_COLUMNS,
@@ -184,6 +185,12 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
     def schema_version(self) -> int:
         with translate_errors("reading the schema version"):
             return current_version(self._conn()) or 0
+
+    def inspect(self) -> Inspection:
+        from oncewire.storage.sqlite.inspect import inspect
+
+        with translate_errors("inspecting the store"):
+            return inspect(self._conn())
 
     def health(self) -> dict[str, Any]:
         conn = self._conn()

@@ -1,0 +1,107 @@
+"""``SQLiteStore.inspect``: the write probe, ``PRAGMA quick_check`` and the schema comparison.
+
+The expected schema is built by running the packaged ``schema.sql`` in an in-memory database and
+reading its ``sqlite_master``; the store's own ``sqlite_master`` is compared with it object by
+object (statement text normalised for comments and whitespace, as the migration test does).
+Objects whose name or table does not start with ``oncewire_`` are the application's own and are
+left alone.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+from oncewire.storage.inspection import Inspection, SchemaDifference, WriteProbe
+from oncewire.storage.sqlite.connection import (
+    SCHEMA_TABLE,
+    fresh_schema,
+    split_statements,
+    translated,
+)
+
+__all__ = ["inspect"]
+
+_PREFIX = "oncewire_"
+_Master = dict[tuple[str, str], tuple[str, str | None]]  # (type, name) -> (table, sql)
+
+
+def _normalise(sql: str | None) -> str | None:
+    if sql is None:
+        return None
+    without_comments = re.sub(r"--[^\n]*", "", sql)
+    text = re.sub(r"\s+", " ", without_comments).replace("( ", "(").replace(" )", ")")
+    return text.strip()
+
+
+def _master(conn: sqlite3.Connection) -> _Master:
+    rows = conn.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+    ).fetchall()
+    return {
+        (kind, name): (table, _normalise(sql))
+        for kind, name, table, sql in rows
+        if name.startswith(_PREFIX) or table.startswith(_PREFIX)
+    }
+
+
+def expected_master() -> _Master:
+    """The objects a fresh install has, read back from SQLite itself."""
+    memory = sqlite3.connect(":memory:")
+    try:
+        memory.execute(SCHEMA_TABLE)
+        for statement in split_statements(fresh_schema()):
+            memory.execute(statement)
+        return _master(memory)
+    finally:
+        memory.close()
+
+
+def compare(actual: _Master, expected: _Master) -> list[SchemaDifference]:
+    differences = []
+    for (kind, name), (table, sql) in sorted(expected.items()):
+        if (kind, name) not in actual:
+            differences.append(SchemaDifference(kind, name, "missing", f"on {table}"))
+        elif actual[(kind, name)][1] != sql:
+            differences.append(
+                SchemaDifference(kind, name, "changed", "its definition is not schema.sql's")
+            )
+    for (kind, name), (table, _) in sorted(actual.items()):
+        if (kind, name) not in expected:
+            differences.append(SchemaDifference(kind, name, "extra", f"on {table}"))
+    return differences
+
+
+def _probe_write(conn: sqlite3.Connection) -> tuple[WriteProbe, str | None]:
+    # BEGIN IMMEDIATE takes the write lock; a statement that would write (even one that matches
+    # no row) is what a read-only file refuses. Nothing is changed: it is rolled back.
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("UPDATE oncewire_schema SET version = version WHERE 0")
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+        probe = WriteProbe.BUSY if code in (5, 6) else WriteProbe.REFUSED  # BUSY, LOCKED
+        return probe, str(translated("beginning a write transaction", exc))
+    return WriteProbe.OK, None
+
+
+def inspect(conn: sqlite3.Connection) -> Inspection:
+    probe, error = _probe_write(conn)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+        integrity = tuple(str(row[0]) for row in rows if row[0] != "ok")
+    except sqlite3.Error as exc:
+        integrity = (str(exc),)
+    expected = expected_master()
+    return Inspection(
+        write=probe,
+        write_error=error,
+        integrity=integrity,
+        integrity_check="PRAGMA quick_check",
+        objects=len(expected),
+        differences=tuple(compare(_master(conn), expected)),
+    )
