@@ -23,6 +23,7 @@ from oncewire.core.errors import (
     InboundNotFound,
     InvalidPayload,
     InvalidState,
+    KindConflict,
     OncewireError,
     PayloadConflict,
     ReceiptNotFound,
@@ -39,6 +40,7 @@ from oncewire.core.errors import (
     TransitionRefused,
     UnknownSink,
 )
+from oncewire.core.ids import this_process_owner
 from oncewire.dispatch import Dispatcher, DispatchStats, RetryPolicy
 from oncewire.effects import (
     Attempt,
@@ -109,6 +111,7 @@ __all__ = [
     "InboundStatus",
     "InvalidPayload",
     "InvalidState",
+    "KindConflict",
     "Ledger",
     "LedgerTransaction",
     "ManualClock",
@@ -157,4 +160,5 @@ __all__ = [
     "__version__",
     "canonical_json",
     "digest",
+    "this_process_owner",
 ]

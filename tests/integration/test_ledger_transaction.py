@@ -104,7 +104,7 @@ def test_the_same_key_and_payload_returns_the_same_effect(
 
 def test_the_same_key_with_another_kind_is_a_conflict(ledger: Ledger) -> None:
     ledger.accept("k", "send", {"a": 1})
-    with pytest.raises(PayloadConflict):
+    with pytest.raises(PayloadConflict, match=r"^key 'k' is bound to kind 'send', not 'charge'; "):
         ledger.accept("k", "charge", {"a": 1})
     assert ledger.effects.get("k").kind == "send"
 

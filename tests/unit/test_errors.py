@@ -26,6 +26,7 @@ STABLE_CODES = {
     "OncewireError": "oncewire_error",
     "InvalidPayload": "invalid_payload",
     "PayloadConflict": "payload_conflict",
+    "KindConflict": "kind_conflict",
     "EffectNotFound": "effect_not_found",
     "ReceiptNotFound": "receipt_not_found",
     "InvalidState": "invalid_state",

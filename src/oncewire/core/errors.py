@@ -16,6 +16,7 @@ __all__ = [
     "InboundNotFound",
     "InvalidPayload",
     "InvalidState",
+    "KindConflict",
     "OncewireError",
     "PayloadConflict",
     "ReceiptNotFound",
@@ -68,6 +69,36 @@ class PayloadConflict(OncewireError):
 
 class EffectNotFound(OncewireError, KeyError):
     """No effect has this key."""
+
+class KindConflict(PayloadConflict):
+    """This key is already bound to another kind of effect; nothing was changed."""
+
+    code = "kind_conflict"
+
+    def __init__(
+        self,
+        key: str,
+        stored_kind: str,
+        offered_kind: str,
+        stored_digest: str,
+        offered_digest: str,
+    ) -> None:
+        OncewireError.__init__(
+            self,
+            f"key {key!r} is bound to kind {stored_kind!r}, not {offered_kind!r}; "
+            "nothing was changed",
+            key=key,
+            stored_kind=stored_kind,
+            offered_kind=offered_kind,
+            stored_digest=stored_digest,
+            offered_digest=offered_digest,
+        )
+        self.key = key
+        self.stored_kind = stored_kind
+        self.offered_kind = offered_kind
+        self.stored_digest = stored_digest
+        self.offered_digest = offered_digest
+
 
     code = "effect_not_found"
 

@@ -15,7 +15,18 @@ from oncewire.core.errors import (
     ConfigurationError,
     EffectNotFound,
     InvalidState,
+    KindConflict,
     PayloadConflict,
+)
+from oncewire.core.limits import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_KEY_CHARS,
+    MAX_KIND_CHARS,
+    check_count,
+    check_max_payload_bytes,
+    check_name,
+    check_seconds,
 )
 from oncewire.storage import Store, open_store
 from oncewire.storage.base import Transaction
@@ -38,18 +49,23 @@ ACCEPT_BEFORE_COMMIT = crash.register(
 
 def _validate(
     key: str, kind: str, max_attempts: int, delay_seconds: float, deadline_seconds: float | None
-) -> None:
-    if not isinstance(key, str) or not key or len(key) > 512:
-        raise ConfigurationError("an effect key must be a non-empty string of at most 512 chars")
-    if not isinstance(kind, str) or not kind or len(kind) > 128:
-        raise ConfigurationError("an effect kind must be a non-empty string of at most 128 chars")
-    if not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ConfigurationError("max_attempts must be a positive integer")
-    # NaN would be stored as NULL (no deadline) and Infinity as an effect never due.
-    if not math.isfinite(delay_seconds):
-        raise ConfigurationError("delay_seconds must be a finite number")
-    if deadline_seconds is not None and not math.isfinite(deadline_seconds):
-        raise ConfigurationError("deadline_seconds must be a finite number (or None)")
+) -> tuple[str, str]:
+    """(key, kind) as plain strings, or ConfigurationError before any SQL (the same refusal
+    on every backend)."""
+    key = check_name("an effect key", key, MAX_KEY_CHARS)
+    kind = check_name("an effect kind", kind, MAX_KIND_CHARS)
+    check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+    # NaN would be stored as NULL (no deadline) and Infinity as an effect never due; a bool is
+    # an int to Python but never a number of seconds anyone meant. A negative delay is "now".
+    if (
+        type(delay_seconds) is bool
+        or not isinstance(delay_seconds, int | float)
+        or not math.isfinite(delay_seconds)
+    ):
+        raise ConfigurationError(f"delay_seconds must be a finite number, not {delay_seconds!r}")
+    if deadline_seconds is not None:
+        check_seconds("deadline_seconds", deadline_seconds, positive=True)
+    return key, kind
 
 
 class _NotOpen:
@@ -98,11 +114,16 @@ class LedgerTransaction:
         """Record the intent. Durable when this transaction commits, together with the rest.
 
         The same key with the same canonical payload returns the existing effect; with another
-        payload raises :class:`PayloadConflict` (and the whole transaction rolls back when the
-        exception leaves the ``with`` block).
+        payload raises :class:`PayloadConflict`, with another kind :class:`KindConflict` (a
+        PayloadConflict too), and the whole transaction rolls back when the exception leaves
+        the ``with`` block. A payload that cannot be stored and read back is
+        :class:`InvalidPayload`, a bad key, kind or option :class:`ConfigurationError`, both
+        before anything is written.
         """
-        _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
-        payload_json = canonical_json(payload)
+        key, kind = _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
+        # Refused here, before any SQL: what a reader could not load back (too deep, too large
+        # an integer, a lone surrogate) or more than the ledger's max_payload_bytes.
+        payload_json = canonical_json(payload, max_bytes=self._ledger.max_payload_bytes)
         payload_digest = digest_json(payload_json)
         now = self._ledger.clock.now()
         effect, created = self._ledger.store.insert_effect_in_tx(
@@ -116,7 +137,9 @@ class LedgerTransaction:
             deadline=None if deadline_seconds is None else now + deadline_seconds,
             now=now,
         )
-        if not created and (effect.digest != payload_digest or effect.kind != kind):
+        if not created and effect.kind != kind:
+            raise KindConflict(key, effect.kind, kind, effect.digest, payload_digest)
+        if not created and effect.digest != payload_digest:
             raise PayloadConflict(key, effect.digest, payload_digest)
         if created:
             self.accepted.append(effect)
@@ -182,7 +205,10 @@ def _state(value: EffectState | str) -> EffectState:
 
 
 class Ledger:
-    """The caller's side: ``Ledger("app.db")`` or ``Ledger("postgresql://...")``."""
+    """The caller's side: ``Ledger("app.db")`` or ``Ledger("postgresql://...")``.
+
+    ``max_payload_bytes`` bounds an accepted payload's canonical JSON (UTF-8 bytes).
+    """
 
     def __init__(
         self,
@@ -192,7 +218,9 @@ class Ledger:
         create: bool = True,
         runs_key: bytes | None = None,
         reconcile_runs_as: str | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
+        self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
