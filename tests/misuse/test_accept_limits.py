@@ -236,3 +236,34 @@ def test_deadline_seconds_is_positive_and_finite(
 def test_this_process_owner_is_part_of_the_public_api() -> None:
     assert "this_process_owner" in oncewire.__all__
     assert oncewire.this_process_owner().split(":")[1] == str(os.getpid())
+
+
+# -- inbound ids follow the same rules ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("chat", "c\x00", "chat must not contain a control character: U+0000 at index 1"),
+        ("platform_message_id", " ", "platform_message_id must not be only whitespace"),
+        ("bot", "bot\n", "bot must not contain a control character: U+000A at index 3"),
+        ("thread", "t\ud800", "thread must not contain a lone surrogate: U+D800 at index 1"),
+    ],
+)
+def test_a_bad_inbound_id_is_refused_alike_on_both_backends(
+    ledger: Ledger, raw: RawDatabase, field: str, value: str, problem: str
+) -> None:
+    ids = {"platform": "tg", "bot": "b", "chat": "c", "platform_message_id": "1", "thread": ""}
+    ids[field] = value
+    with pytest.raises(ConfigurationError) as caught:
+        ledger.inbound.admit(
+            ids["platform"],
+            ids["bot"],
+            ids["chat"],
+            ids["platform_message_id"],
+            {"text": "hi"},
+            thread=ids["thread"],
+        )
+    assert str(caught.value) == problem
+    assert raw.count("oncewire_inbound") == 0
+    assert ledger.inbound.admit("tg", "b", "c", "1", {"text": "hi"}).new  # an empty thread is fine

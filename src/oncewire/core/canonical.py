@@ -135,7 +135,7 @@ def _plain(value: Any) -> Any:
                 )
                 sequence: list[Any] = [None] * len(items)
                 for index, child in enumerate(items):
-                    children.append((child, depth + 1, f"{path}[{index}]", sequence, index))
+                    children.append((child, depth + 1, f"{_where(path)}[{index}]", sequence, index))
                 target[slot] = sequence
             stack.extend(reversed(children))  # first child first: errors in document order
         else:

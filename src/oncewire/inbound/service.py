@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core.canonical import canonical_json, digest_json
-from oncewire.core.errors import ConfigurationError, InboundNotFound
+from oncewire.core.errors import InboundNotFound
+from oncewire.core.limits import MAX_KEY_CHARS, check_name
 from oncewire.storage.replies import Inbound, InboundStatus
 
 if TYPE_CHECKING:
@@ -35,11 +36,9 @@ class Admission:
 
 
 def _text_field(name: str, value: object, *, empty: bool = False) -> str:
-    if not isinstance(value, str) or (not value and not empty) or len(value) > 512:
-        raise ConfigurationError(
-            f"{name} must be a {'' if empty else 'non-empty '}string of at most 512 chars"
-        )
-    return value
+    # The rules of an effect key: no control characters or lone surrogates, no edge
+    # whitespace, refused alike on both backends before any SQL.
+    return check_name(name, value, MAX_KEY_CHARS, empty=empty)
 
 
 class InboundView:

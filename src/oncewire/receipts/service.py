@@ -14,7 +14,6 @@ payload again as new work.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -23,6 +22,13 @@ from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, digest_json, loads
 from oncewire.core.clock import Clock, SystemClock
 from oncewire.core.errors import ConfigurationError, PayloadConflict, ReceiptNotFound
+from oncewire.core.limits import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_KEY_CHARS,
+    check_max_payload_bytes,
+    check_name,
+    check_seconds,
+)
 from oncewire.storage import Store, open_store
 from oncewire.storage.base import Transaction
 from oncewire.storage.records import Receipt
@@ -52,13 +58,16 @@ class ReceiptResult(Generic[T]):
     replayed: bool  # True when the result came from an earlier run
 
 
-def _check_key(key: str) -> None:
-    if not isinstance(key, str) or not key:
-        raise ConfigurationError("a receipt key must be a non-empty string")
+def _check_key(key: str) -> str:
+    # The same rules as an effect key (receipts are usually keyed by one), before any SQL.
+    return check_name("a receipt key", key, MAX_KEY_CHARS)
 
 
 class Receipts:
-    """The receiver's store of receipts: ``Receipts("downstream.db")``."""
+    """The receiver's store of receipts: ``Receipts("downstream.db")``.
+
+    ``max_payload_bytes`` bounds a payload's canonical JSON (UTF-8 bytes), as for effects.
+    """
 
     def __init__(
         self,
@@ -67,11 +76,17 @@ class Receipts:
         retention_seconds: float | None = DEFAULT_RETENTION_SECONDS,
         clock: Clock | None = None,
         create: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        if retention_seconds is not None and not 0 < retention_seconds < math.inf:
-            raise ConfigurationError(
-                "retention_seconds must be positive and finite (or None to keep all)"
-            )
+        if retention_seconds is not None:
+            try:
+                check_seconds("retention_seconds", retention_seconds, positive=True)
+            except ConfigurationError:
+                raise ConfigurationError(
+                    "retention_seconds must be a positive, finite number of seconds (or None to "
+                    f"keep all), not {retention_seconds!r}"
+                ) from None
+        self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
@@ -85,8 +100,8 @@ class Receipts:
 
         ``fn``'s result must be JSON-serialisable (it is what a replay returns).
         """
-        _check_key(key)
-        payload_json = canonical_json(payload)
+        key = _check_key(key)
+        payload_json = canonical_json(payload, max_bytes=self.max_payload_bytes)
         now = self.clock.now()
         with self.store.transaction() as tx:
             outcome = self._run_in_tx(tx, key, payload_json, now, lambda: fn(tx))
@@ -110,8 +125,8 @@ class Receipts:
         with self.store.transaction() as tx:
             for index, (key, payload) in enumerate(items):
                 try:
-                    _check_key(key)
-                    payload_json = canonical_json(payload)
+                    key = _check_key(key)
+                    payload_json = canonical_json(payload, max_bytes=self.max_payload_bytes)
                     with self.store.savepoint_in_tx(tx, f"oncewire_item_{index}"):
                         work = functools.partial(fn, tx, key, payload)
                         results.append(self._run_in_tx(tx, key, payload_json, now, work))
