@@ -24,8 +24,11 @@ __all__ = [
     "ReplyNotFound",
     "SchemaError",
     "StaleFence",
+    "StatementError",
     "StorageError",
     "StoreBusy",
+    "StoreUnreachable",
+    "StoreUnusable",
     "UnknownSink",
 ]
 
@@ -137,6 +140,9 @@ class StorageError(OncewireError):
     """The store failed."""
 
     code = "storage_error"
+    # Whether trying again later may succeed (an outage, a lock, a dropped connection). A
+    # dispatcher rides out a transient error and stops on a permanent one.
+    transient: ClassVar[bool] = True
 
 
 class StoreBusy(StorageError):
@@ -149,6 +155,27 @@ class SchemaError(StorageError):
     """The store's schema is missing, foreign, or newer than this version of oncewire."""
 
     code = "schema_error"
+    transient = False
+
+
+class StoreUnreachable(StorageError):
+    """The database connection failed or was lost (refused, terminated, timed out)."""
+
+    code = "store_unreachable"
+
+
+class StoreUnusable(StorageError):
+    """The store cannot be used as it is: read-only, not a database, corrupt, or no access."""
+
+    code = "store_unusable"
+    transient = False
+
+
+class StatementError(StorageError):
+    """The database refused a statement (placeholders, syntax, a constraint): not an outage."""
+
+    code = "statement_error"
+    transient = False
 
 
 class ConfigurationError(OncewireError, ValueError):

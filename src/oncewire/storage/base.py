@@ -155,6 +155,11 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
         """What remains for a dispatcher of ``kinds`` (None: any kind)."""
 
     @abc.abstractmethod
+    def waiting_kinds(self) -> dict[str, tuple[int, float]]:
+        """Every kind with effects waiting for an attempt: kind -> (how many are pending or
+        uncertain, the oldest one's ``created_at``). A kind with none waiting is absent."""
+
+    @abc.abstractmethod
     def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:
         """Any non-terminal effect -> ``cancelled``; a claimed one loses its lease."""
 

@@ -198,6 +198,9 @@ class Settlement:
     last_error: str | None = None
     not_before: float | None = None
     maybe_sent: bool = False
+    # Give the claim's attempt back (attempts - 1): nothing was sent (NotSent, or the sink was
+    # never called), so it does not count against max_attempts.
+    refund_attempt: bool = False
     # What the attempt history records about the attempt this settlement closes.
     attempt: int = 0  # the attempt number being closed (0: not known to the caller)
     redelivery: bool = False  # the attempt was flagged a redelivery

@@ -8,9 +8,26 @@ from contextlib import contextmanager
 from importlib import resources
 from typing import Any
 
-from oncewire.core.errors import ConfigurationError, SchemaError, StorageError, StoreBusy
+from oncewire.core.errors import (
+    ConfigurationError,
+    SchemaError,
+    StatementError,
+    StorageError,
+    StoreBusy,
+    StoreUnreachable,
+    StoreUnusable,
+)
 
-__all__ = ["connect", "current_version", "migrate", "migrations", "psycopg", "translate_errors"]
+__all__ = [
+    "connect",
+    "connect_timeout_seconds",
+    "current_version",
+    "migrate",
+    "migrations",
+    "psycopg",
+    "translate_errors",
+    "translated",
+]
 
 psycopg: Any
 try:
@@ -22,6 +39,13 @@ except ImportError:  # pragma: no cover - exercised only without the extra insta
 _RETRYABLE = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
 _CONNECTION_CLASS = "08"  # connection exception
 _SHUTDOWN = {"57P01", "57P02", "57P03"}  # admin shutdown / crash shutdown / cannot connect now
+# No access, no such database, a read-only server, corrupt data: retrying will not help.
+_UNUSABLE_CLASSES = ("28", "3D", "3F")  # authorization, catalog (database), schema name
+_UNUSABLE = {"42501", "25006", "XX001", "XX002"}  # privilege, read-only, data/index corrupted
+# The statement is wrong: syntax or access rule, data exception, integrity constraint.
+_STATEMENT_CLASSES = ("42", "22", "23", "21", "0A")
+
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
 
 SCHEMA_LOCK = 0x6F6E6365  # advisory lock key held while migrating ("once")
 
@@ -34,6 +58,29 @@ def require_driver() -> Any:
     return psycopg
 
 
+def translated(what: str, exc: Exception) -> StorageError:
+    """The error-tree exception for a driver error, by SQLSTATE and class (never its text)."""
+    state = getattr(exc, "sqlstate", None) or ""
+    if state in _RETRYABLE:
+        return StoreBusy(f"{what}: {type(exc).__name__} (SQLSTATE {state})")
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if state.startswith(_CONNECTION_CLASS) or state in _SHUTDOWN:
+        return StoreUnreachable(f"{what}: the database connection failed: {detail}")
+    if state in _UNUSABLE or state.startswith(_UNUSABLE_CLASSES):
+        return StoreUnusable(f"{what}: {detail} (SQLSTATE {state})")
+    if state.startswith(_STATEMENT_CLASSES):
+        return StatementError(f"{what}: the statement was refused: {detail} (SQLSTATE {state})")
+    if not state:
+        # The driver's own checks (wrong number of parameters, a value it cannot adapt) carry
+        # no SQLSTATE, and neither does a connection that failed or broke.
+        if isinstance(
+            exc, psycopg.ProgrammingError | psycopg.DataError | psycopg.NotSupportedError
+        ):
+            return StatementError(f"{what}: the statement was refused: {detail}")
+        return StoreUnreachable(f"{what}: the database connection failed: {detail}")
+    return StorageError(f"{what}: {exc} (SQLSTATE {state})")
+
+
 @contextmanager
 def translate_errors(what: str) -> Iterator[None]:
     if psycopg is None:  # pragma: no cover
@@ -42,19 +89,31 @@ def translate_errors(what: str) -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None) or ""
-        if state in _RETRYABLE:
-            raise StoreBusy(f"{what}: {type(exc).__name__} (SQLSTATE {state})") from exc
-        if state.startswith(_CONNECTION_CLASS) or state in _SHUTDOWN or not state:
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StorageError(f"{what}: the database connection failed: {detail}") from exc
-        raise StorageError(f"{what}: {exc} (SQLSTATE {state})") from exc
+        raise translated(what, exc) from exc
 
 
-def connect(url: str) -> Any:
+def connect_timeout_seconds(url: str) -> int:
+    """The URL's ``connect_timeout`` when it has one (it wins over our default)."""
     driver = require_driver()
+    try:
+        value = driver.conninfo.conninfo_to_dict(url).get("connect_timeout")
+    except driver.ProgrammingError as exc:
+        raise ConfigurationError(f"invalid PostgreSQL URL: {exc}") from exc
+    if value is None or str(value).strip() == "":
+        return DEFAULT_CONNECT_TIMEOUT_SECONDS
+    try:
+        return int(str(value))
+    except ValueError:
+        raise ConfigurationError(
+            f"connect_timeout must be a whole number of seconds, not {value!r}"
+        ) from None
+
+
+def connect(url: str, *, timeout_seconds: int | None = None) -> Any:
+    driver = require_driver()
+    timeout = connect_timeout_seconds(url) if timeout_seconds is None else timeout_seconds
     with translate_errors("connecting to PostgreSQL"):
-        return driver.connect(url, autocommit=True, connect_timeout=10)
+        return driver.connect(url, autocommit=True, connect_timeout=timeout)
 
 
 def migrations() -> list[tuple[int, str, str]]:

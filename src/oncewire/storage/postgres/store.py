@@ -298,10 +298,11 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             "UPDATE oncewire_effects AS e SET state = v.state, result = v.result, "
             "  last_error = v.last_error, not_before = COALESCE(v.not_before, e.not_before), "
             "  maybe_sent = e.maybe_sent OR v.maybe_sent, lease_owner = NULL, "
+            "  attempts = e.attempts - v.refund, "  # a refunded (not-sent) attempt does not count
             "  lease_expires_at = NULL, updated_at = %s "
             "FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[], "
-            "            %s::float8[], %s::boolean[]) "
-            "     AS v(id, fence, state, result, last_error, not_before, maybe_sent) "
+            "            %s::float8[], %s::boolean[], %s::int[]) "
+            "     AS v(id, fence, state, result, last_error, not_before, maybe_sent, refund) "
             "WHERE e.id = v.id AND e.fence = v.fence AND e.state = 'claimed' "
             "RETURNING e.id, v.fence",
             (
@@ -313,6 +314,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
                 [i.last_error for i in items],
                 [i.not_before for i in items],
                 [i.maybe_sent for i in items],
+                [int(i.refund_attempt) for i in items],
             ),
         ).fetchall()
         applied = {(row[0], row[1]) for row in rows}
@@ -416,11 +418,19 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             "SELECT MIN(not_before) FILTER (WHERE state IN ('pending', 'uncertain')), "
             "       COUNT(*) FILTER (WHERE state = 'uncertain'), "
             "       COUNT(*) FILTER (WHERE state = 'claimed'), "
-            "       COUNT(*) FILTER (WHERE state = 'pending' AND attempts > 0) "
+            # fence, not attempts: a not-sent attempt gives its charge back but was a claim
+            "       COUNT(*) FILTER (WHERE state = 'pending' AND fence > 0) "
             f"FROM oncewire_effects WHERE state IN ('pending', 'uncertain', 'claimed'){clause}",
             params,
         )[0]
         return Backlog(next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3])
+
+    def waiting_kinds(self) -> dict[str, tuple[int, float]]:
+        rows = self._read(
+            "SELECT kind, COUNT(*), MIN(created_at) FROM oncewire_effects "
+            "WHERE state IN ('pending', 'uncertain') GROUP BY kind"
+        )
+        return {kind: (int(count), float(oldest)) for kind, count, oldest in rows}
 
     def _locked_effect(self, conn: Any, key: str) -> Effect:
         row = conn.execute(

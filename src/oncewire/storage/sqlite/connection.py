@@ -7,22 +7,51 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from oncewire.core.errors import SchemaError, StorageError, StoreBusy
+from oncewire.core.errors import (
+    SchemaError,
+    StatementError,
+    StorageError,
+    StoreBusy,
+    StoreUnusable,
+)
 
 __all__ = [
+    "check_version",
+    "configure",
     "connect",
     "migrate",
     "migrations",
+    "open_connection",
     "path_from_url",
     "translate_errors",
     "translated",
 ]
 
 # Primary result codes (extended codes carry them in the low byte).
+_SQLITE_ERROR = 1
+_SQLITE_PERM = 3
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
+_SQLITE_READONLY = 8
+_SQLITE_CORRUPT = 11
 _SQLITE_CANTOPEN = 14
+_SQLITE_CONSTRAINT = 19
+_SQLITE_MISMATCH = 20
+_SQLITE_AUTH = 23
+_SQLITE_RANGE = 25
 _SQLITE_NOTADB = 26
+
+# Codes that say the file cannot be used as it is: retrying will not help.
+_UNUSABLE = {
+    _SQLITE_PERM: "permission denied",
+    _SQLITE_READONLY: "the database is read-only (file, directory or mount)",
+    _SQLITE_CORRUPT: "the database file is malformed (corrupt)",
+    _SQLITE_CANTOPEN: "cannot open the database file",
+    _SQLITE_AUTH: "access denied",
+    _SQLITE_NOTADB: "the file is not a SQLite database",
+}
+# Codes that say the statement itself is wrong: a programming error, not an outage.
+_STATEMENT = {_SQLITE_ERROR, _SQLITE_CONSTRAINT, _SQLITE_MISMATCH, _SQLITE_RANGE}
 
 
 def path_from_url(url: str) -> str:
@@ -38,10 +67,14 @@ def translated(what: str, exc: sqlite3.Error) -> StorageError:
     code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
     if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
         return StoreBusy(f"{what}: the database stayed locked by another writer")
-    if code == _SQLITE_NOTADB:
-        return StorageError(f"{what}: the file is not a SQLite database")
-    if code == _SQLITE_CANTOPEN:
-        return StorageError(f"{what}: cannot open the database file")
+    if code in _UNUSABLE:
+        return StoreUnusable(f"{what}: {_UNUSABLE[code]}")
+    if code in _STATEMENT or isinstance(
+        exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.IntegrityError
+    ):
+        # Wrong placeholders or parameters (the driver's own check has no result code), a
+        # syntax error, an unknown table, a constraint.
+        return StatementError(f"{what}: the statement was refused: {exc}")
     return StorageError(f"{what}: {exc}")
 
 
@@ -64,9 +97,9 @@ class translate_errors:
             raise translated(self.what, exc) from exc
 
 
-def connect(
-    path: str, *, create: bool, busy_timeout_ms: int, synchronous: str
-) -> sqlite3.Connection:
+def open_connection(path: str, *, create: bool, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A connection that has changed nothing yet: the caller checks the file before
+    :func:`configure` switches it to WAL, so a file oncewire refuses is left as it was."""
     if path != ":memory:" and not create and not Path(path).exists():
         raise StorageError(f"no database at {path}")
     with translate_errors(f"opening {path}"):
@@ -90,15 +123,47 @@ def connect(
             )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def configure(conn: sqlite3.Connection, path: str, *, synchronous: str) -> None:
+    """WAL, the flush level and foreign keys: the settings every oncewire connection runs with."""
+    try:
+        with translate_errors(f"configuring {path}"):
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if path != ":memory:" and str(mode).lower() != "wal":
                 raise StorageError(f"{path}: could not switch the journal to WAL (got {mode})")
             conn.execute(f"PRAGMA synchronous = {synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
-        except BaseException:
-            conn.close()
-            raise
+    except BaseException:
+        conn.close()
+        raise
+
+
+def connect(
+    path: str, *, create: bool, busy_timeout_ms: int, synchronous: str
+) -> sqlite3.Connection:
+    conn = open_connection(path, create=create, busy_timeout_ms=busy_timeout_ms)
+    configure(conn, path, synchronous=synchronous)
     return conn
+
+
+def check_version(version: int | None, *, create: bool, path: str) -> None:
+    """Refuse a file that is not an oncewire store (unless creating one) or is newer than us.
+
+    Runs before :func:`configure`: a refused file keeps its journal mode and its bytes.
+    """
+    if version is None and not create:
+        raise SchemaError(f"{path} is not an oncewire store (no oncewire_schema table)")
+    latest = migrations()[-1][0]
+    if version is not None and version > latest:
+        raise SchemaError(
+            f"the database has schema version {version}; this oncewire knows up to "
+            f"{latest}: upgrade oncewire"
+        )
 
 
 def migrations() -> list[tuple[int, str, str]]:

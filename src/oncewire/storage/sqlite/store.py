@@ -341,6 +341,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         cursor = conn.execute(
             "UPDATE oncewire_effects SET state = ?, result = ?, last_error = ?, "
             "not_before = COALESCE(?, not_before), maybe_sent = MAX(maybe_sent, ?), "
+            "attempts = attempts - ?, "  # a refunded (not-sent) attempt does not count
             "lease_owner = NULL, lease_expires_at = NULL, updated_at = ? "
             "WHERE id = ? AND fence = ? AND state = 'claimed'",
             (
@@ -349,6 +350,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
                 item.last_error,
                 item.not_before,
                 int(item.maybe_sent),
+                int(item.refund_attempt),
                 now,
                 item.id,
                 item.fence,
@@ -454,10 +456,18 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
             f"       (SELECT COUNT(*) FROM oncewire_effects WHERE state = 'uncertain'{clause}), "
             f"       (SELECT COUNT(*) FROM oncewire_effects WHERE state = 'claimed'{clause}), "
             "       (SELECT COUNT(*) FROM oncewire_effects "
-            f"        WHERE state = 'pending' AND attempts > 0{clause})",
+            # fence, not attempts: a not-sent attempt gives its charge back but was a claim
+            f"        WHERE state = 'pending' AND fence > 0{clause})",
             (*params, *params, *params, *params),
         )[0]
         return Backlog(next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3])
+
+    def waiting_kinds(self) -> dict[str, tuple[int, float]]:
+        rows = self._read(
+            "SELECT kind, COUNT(*), MIN(created_at) FROM oncewire_effects "
+            "WHERE state IN ('pending', 'uncertain') GROUP BY kind"
+        )
+        return {kind: (int(count), float(oldest)) for kind, count, oldest in rows}
 
     def _locked_effect(self, conn: sqlite3.Connection, key: str) -> Effect:
         rows = conn.execute(

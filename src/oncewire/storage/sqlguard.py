@@ -1,0 +1,347 @@
+"""What the caller's ``tx.execute`` may run inside a transaction oncewire shares with it.
+
+The caller's rows and oncewire's rows commit together only if the caller's SQL leaves the
+transaction open: a ``COMMIT`` in the middle would commit the caller's rows and let oncewire's
+later rows autocommit one by one, a ``ROLLBACK`` would drop what oncewire wrote so far while the
+caller goes on. So ``tx.execute`` refuses, before anything runs:
+
+- transaction control: BEGIN, START TRANSACTION, COMMIT, END, ROLLBACK, ABORT,
+  PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED, SET TRANSACTION, SET SESSION CHARACTERISTICS;
+- what changes the connection oncewire keeps using after the transaction: a session-level
+  ``SET`` (``SET LOCAL`` is allowed: it ends with the transaction), RESET, DISCARD, a PRAGMA
+  that assigns a setting (``journal_mode``, ``synchronous``, ...), ATTACH and DETACH;
+- VACUUM (neither database runs it inside a transaction);
+- several statements in one string (SQLite's driver refuses them already; psycopg would run
+  them, so a ``COMMIT`` could hide behind a first statement).
+
+Savepoints are allowed when they are the caller's own: ``SAVEPOINT x`` and then
+``RELEASE x`` / ``ROLLBACK TO x`` nest inside the outer transaction on both databases and never
+end it. Releasing or rolling back to a savepoint the caller did not create through this
+transaction (one oncewire opened, or none at all) is refused: rolling back to oncewire's own
+savepoint would undo a reservation oncewire goes on relying on.
+
+The scan is a small lexer, not a parser: it skips comments, string literals, quoted
+identifiers and PostgreSQL dollar quotes, splits at top-level semicolons, and looks at the first
+words of each statement.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from oncewire.core.errors import InvalidState
+
+__all__ = ["SavepointStack", "Statement", "check_statement", "scan"]
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_FIRST = re.compile(r"\s*([A-Za-z]+)")
+_TOKENS_KEPT = 8  # the first words of a statement are all a rule looks at
+
+# Words that open a statement the scan must look at closely; any other first word (SELECT,
+# INSERT, UPDATE, DELETE, WITH, CREATE, ...) on a string with no ';' and no comment is allowed
+# without lexing it: the hot path of a caller's INSERT.
+_WATCHED = frozenset(
+    {
+        "ABORT",
+        "ATTACH",
+        "BEGIN",
+        "COMMIT",
+        "DETACH",
+        "DISCARD",
+        "END",
+        "PRAGMA",
+        "PREPARE",
+        "RELEASE",
+        "RESET",
+        "ROLLBACK",
+        "SAVEPOINT",
+        "SET",
+        "START",
+        "VACUUM",
+    }
+)
+# PRAGMAs that only read, and take an argument in parentheses.
+_READING_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_info",
+        "index_xinfo",
+        "index_list",
+        "foreign_key_list",
+        "foreign_key_check",
+        "integrity_check",
+        "quick_check",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    text: str  # a word as written, a quoted identifier's content, or one punctuation char
+    word: bool  # an unquoted word (keywords are compared upper-cased)
+    quoted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """The first tokens of one statement of a caller's SQL."""
+
+    tokens: tuple[Token, ...]
+
+    def word(self, index: int) -> str:
+        if index < len(self.tokens) and self.tokens[index].word:
+            return self.tokens[index].text.upper()
+        return ""
+
+
+def scan(sql: str) -> list[Statement]:
+    """The non-empty statements of ``sql``, each with its first few tokens."""
+    statements: list[Statement] = []
+    tokens: list[Token] = []
+    non_empty = False
+    i, n = 0, len(sql)
+
+    def keep(token: Token) -> None:
+        if len(tokens) < _TOKENS_KEPT:
+            tokens.append(token)
+
+    while i < n:
+        ch = sql[i]
+        if ch.isspace():
+            i += 1
+        elif ch == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif ch == "/" and sql.startswith("/*", i):
+            i = _skip_block_comment(sql, i)
+        elif ch == ";":
+            if non_empty:
+                statements.append(Statement(tuple(tokens)))
+            tokens, non_empty = [], False
+            i += 1
+        elif ch == "'":
+            escapes = i > 0 and sql[i - 1] in "eE" and (i < 2 or not _is_word_char(sql[i - 2]))
+            i = _skip_string(sql, i, "'", backslash=escapes)
+            non_empty = True
+            keep(Token("'", word=False))
+        elif ch in '"`[':
+            close = "]" if ch == "[" else ch
+            end = _skip_string(sql, i, close, backslash=False)
+            keep(Token(sql[i + 1 : end - 1].replace(close * 2, close), word=False, quoted=True))
+            non_empty = True
+            i = end
+        elif ch == "$" and (match := _DOLLAR.match(sql, i)) is not None:
+            end = sql.find(match.group(0), match.end())
+            i = n if end < 0 else end + len(match.group(0))
+            non_empty = True
+            keep(Token("$", word=False))
+        elif (match := _WORD.match(sql, i)) is not None:
+            keep(Token(match.group(0), word=True))
+            non_empty = True
+            i = match.end()
+        else:
+            keep(Token(ch, word=False))
+            non_empty = True
+            i += 1
+    if non_empty:
+        statements.append(Statement(tuple(tokens)))
+    return statements
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch in "_$"
+
+
+def _skip_block_comment(sql: str, i: int) -> int:
+    # PostgreSQL nests block comments; SQLite does not, but a nested opener inside a SQLite
+    # comment only makes this scan see more comment, never less of the statement after it.
+    depth, i, n = 0, i, len(sql)
+    while i < n:
+        if sql.startswith("/*", i):
+            depth += 1
+            i += 2
+        elif sql.startswith("*/", i):
+            depth -= 1
+            i += 2
+            if depth == 0:
+                return i
+        else:
+            i += 1
+    return n
+
+
+def _skip_string(sql: str, i: int, close: str, *, backslash: bool) -> int:
+    """The index just past the literal opened at ``i`` (doubled ``close`` is an escape)."""
+    i += 1
+    n = len(sql)
+    while i < n:
+        ch = sql[i]
+        if backslash and ch == "\\":
+            i += 2
+            continue
+        if ch == close:
+            if i + 1 < n and sql[i + 1] == close:
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return n
+
+
+def _savepoint_name(token: Token | None) -> str | None:
+    if token is None:
+        return None
+    if token.quoted:
+        return token.text
+    return token.text.lower() if token.word else None
+
+
+class SavepointStack:
+    """The savepoints open in one transaction, and who opened each (the caller or oncewire)."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: list[tuple[str, bool]] = []  # (name, opened by the caller), oldest first
+
+    def opened(self, name: str, *, by_caller: bool) -> None:
+        self._open.append((name, by_caller))
+
+    def check(self, name: str, verb: str) -> int:
+        """Where the caller's ``verb`` (RELEASE / ROLLBACK TO) of ``name`` applies, or refuse."""
+        for index in range(len(self._open) - 1, -1, -1):
+            open_name, by_caller = self._open[index]
+            if open_name == name:
+                if by_caller:
+                    return index
+                break
+            if not by_caller:
+                break  # the caller's savepoint is below one of oncewire's: leave it alone
+        raise InvalidState(
+            f"{verb} {name!r} refused: only a savepoint this transaction's caller opened (and "
+            "that no savepoint of oncewire's sits above) may be released or rolled back to; "
+            "nothing was executed"
+        )
+
+    def released(self, name: str) -> None:
+        """``RELEASE name``: it and every savepoint opened after it are gone."""
+        for index in range(len(self._open) - 1, -1, -1):
+            if self._open[index][0] == name:
+                del self._open[index:]
+                return
+
+    def rolled_back_to(self, name: str) -> None:
+        """``ROLLBACK TO name``: it stays open; every savepoint opened after it is gone."""
+        for index in range(len(self._open) - 1, -1, -1):
+            if self._open[index][0] == name:
+                del self._open[index + 1 :]
+                return
+
+
+def _refuse(what: str, why: str) -> InvalidState:
+    return InvalidState(
+        f"{what} is not allowed in a transaction shared with oncewire ({why}); nothing was "
+        "executed. Leave the with block normally to commit, or raise to roll back."
+    )
+
+
+def check_statement(sql: str, savepoints: SavepointStack) -> None:
+    """Refuse ``sql`` (InvalidState, before it runs) if it could end or escape the transaction.
+
+    A savepoint statement the caller may run is recorded in ``savepoints``.
+    """
+    if ";" not in sql and "--" not in sql and "/*" not in sql:
+        first = _FIRST.match(sql)
+        if first is None or first.group(1).upper() not in _WATCHED:
+            return  # the common case: a plain statement with no comment and no separator
+    statements = scan(sql)
+    if len(statements) > 1:
+        raise _refuse(
+            "more than one statement in one execute",
+            "run them one execute at a time, as SQLite's driver requires",
+        )
+    if statements:
+        _check_one(statements[0], savepoints)
+
+
+def _check_one(statement: Statement, savepoints: SavepointStack) -> None:
+    first = statement.word(0)
+    if first in ("BEGIN", "COMMIT", "END", "ABORT") or (
+        first == "START" and statement.word(1) == "TRANSACTION"
+    ):
+        raise _refuse(first, "it would end or restart the shared transaction")
+    if first == "PREPARE" and statement.word(1) == "TRANSACTION":
+        raise _refuse("PREPARE TRANSACTION", "it would end the shared transaction")
+    if first == "ROLLBACK":
+        index = 1
+        if statement.word(index) in ("WORK", "TRANSACTION"):
+            index += 1
+        if statement.word(index) != "TO":
+            raise _refuse("ROLLBACK", "it would end the shared transaction")
+        index += 1
+        if statement.word(index) == "SAVEPOINT":
+            index += 1
+        name = _savepoint_name(_token(statement, index))
+        if name is None:
+            raise _refuse("ROLLBACK TO without a savepoint name", "it could not be checked")
+        savepoints.check(name, "ROLLBACK TO")
+        savepoints.rolled_back_to(name)
+        return
+    if first == "RELEASE":
+        index = 2 if statement.word(1) == "SAVEPOINT" else 1
+        name = _savepoint_name(_token(statement, index))
+        if name is None:
+            raise _refuse("RELEASE without a savepoint name", "it could not be checked")
+        savepoints.check(name, "RELEASE")
+        savepoints.released(name)
+        return
+    if first == "SAVEPOINT":
+        name = _savepoint_name(_token(statement, 1))
+        if name is not None:
+            savepoints.opened(name, by_caller=True)
+        return
+    if first == "SET":
+        second = statement.word(1)
+        if second == "LOCAL" or second == "CONSTRAINTS":
+            return  # ends with the transaction
+        if second in ("TRANSACTION", "SESSION"):
+            raise _refuse(f"SET {second}", "it changes the shared transaction or the session")
+        raise _refuse(
+            "a session-level SET",
+            "it outlives the transaction on the connection oncewire goes on using; SET LOCAL "
+            "is allowed",
+        )
+    if first in ("RESET", "DISCARD"):
+        raise _refuse(first, "it changes the connection oncewire goes on using")
+    if first in ("ATTACH", "DETACH"):
+        raise _refuse(first, "it changes the connection oncewire goes on using")
+    if first == "VACUUM":
+        raise _refuse("VACUUM", "it cannot run inside a transaction")
+    if first == "PRAGMA":
+        _check_pragma(statement)
+
+
+def _token(statement: Statement, index: int) -> Token | None:
+    return statement.tokens[index] if index < len(statement.tokens) else None
+
+
+def _check_pragma(statement: Statement) -> None:
+    # PRAGMA [schema.]name [= value | (value)]
+    tokens = statement.tokens
+    index = 1
+    if len(tokens) > index + 1 and tokens[index + 1].text == ".":
+        index += 2
+    name_token = _token(statement, index)
+    name = name_token.text.lower() if name_token is not None else ""
+    after = _token(statement, index + 1)
+    if after is None:
+        return  # reading a setting
+    if after.text == "=" or (after.text == "(" and name not in _READING_PRAGMAS):
+        raise _refuse(
+            f"PRAGMA {name} with a value",
+            "it changes a setting of the connection oncewire goes on using",
+        )
