@@ -221,7 +221,7 @@ def test_a_delivery_keeps_its_bytes(ledger: Ledger, url: str) -> None:
 def test_a_database_migrated_before_the_run_ledger_existed_gains_it(url: str) -> None:
     """Migration 0003 (replies) was released before 0002 (runs): a database at version 3
     still gets 0002."""
-    without_runs = [m for m in migrations() if m[0] != 2]
+    without_runs = [m for m in migrations() if m[0] in (1, 3)]
     with raw(url) as conn:
         conn.execute(
             "CREATE TABLE oncewire_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger, ManualClock
-from oncewire.core.errors import HistoryTampered, TransitionRefused
+from oncewire.core.errors import ConfigurationError, HistoryTampered, TransitionRefused
 from tests.runs_db import BACKENDS, RunsDatabase, runs_database
 
 SCOPE = "scope-t"
@@ -134,7 +134,7 @@ def test_with_a_key_a_fully_rehashed_history_is_still_detected(db: RunsDatabase)
         )
 
 
-def test_with_the_key_an_honest_history_verifies_and_without_it_fails_closed(
+def test_with_the_key_an_honest_history_verifies_and_without_it_is_refused_unjudged(
     db: RunsDatabase,
 ) -> None:
     with open_ledger(db, KEY) as keyed:
@@ -145,10 +145,14 @@ def test_with_the_key_an_honest_history_verifies_and_without_it_fails_closed(
         material = f"run-1\x1f1\x1f{first_hash['type']}\x1f{first_hash['prev_hash']}\x1f"
         expected = hmac.new(KEY, (material + first_hash["payload"]).encode(), "sha256").hexdigest()
         assert first_hash["hash"] == expected
+    events = len(db.query("SELECT id FROM oncewire_run_events"))
     with open_ledger(db) as keyless:
-        assert not keyless.runs.verify("run-1")[0].ok
-        with pytest.raises(HistoryTampered):
+        # Without the key there is nothing truthful to say: a configuration error, no verdict.
+        with pytest.raises(ConfigurationError, match="ONCEWIRE_RUNS_KEY"):
+            keyless.runs.verify("run-1")
+        with pytest.raises(ConfigurationError, match="ONCEWIRE_RUNS_KEY"):
             keyless.runs.terminate("run-1", key="again", status="failed", reason="x")
+    assert len(db.query("SELECT id FROM oncewire_run_events")) == events
 
 
 def test_without_a_key_a_semantic_edit_is_caught_by_the_fold_even_when_fully_rehashed(

@@ -38,7 +38,7 @@ def _open(db: str, key_env: str) -> Ledger:
 
 @click.group("runs")
 def group() -> None:
-    """Run ledgers: list, show, verify, reconcile, reports."""
+    """Run ledgers: list, show, verify, reconcile, adopt-key, reports."""
 
 
 @group.command("list")
@@ -184,6 +184,25 @@ def reconcile(db: str, owner: str, yes: bool, as_json: bool, key_env: str) -> No
     failed = [r for r in reports if r.error]
     if failed:
         raise click.ClickException(f"{len(failed)} could not be reconciled (see the reports)")
+
+
+@group.command("adopt-key")
+@db_option
+@yes_option
+@json_option
+@key_option
+def adopt_key(db: str, yes: bool, as_json: bool, key_env: str) -> None:
+    """Give a keyless store the key: pin its keyless runs under it (new runs are keyed)."""
+    if not os.environ.get(key_env):
+        raise click.ClickException(f"set {key_env} to the key to adopt")
+    if not yes:
+        click.confirm("Pin every keyless run under this key?", abort=True)
+    with _open(db, key_env) as ledger:
+        pinned = ledger.runs.adopt_key()
+    if as_json:
+        emit({"pinned": pinned})
+    else:
+        click.echo(f"{len(pinned)} keyless run(s) pinned under the key")
 
 
 @group.command("reports")

@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from oncewire.core.errors import RunNotFound
+from oncewire.runs.keys import chain_key, pin_problem
 from oncewire.runs.records import Run, RunEvent, Verification
 from oncewire.runs.verify import Audit, audit
 from oncewire.runs.views import event_view as _event
@@ -69,15 +70,30 @@ class RunReads:
         limit: int = 100,
         after_run_id: str = "",
     ) -> builtins.list[RunRow]:
-        """Stored run rows (unverified: use :meth:`get` or :meth:`verify` to rely on one)."""
-        return self.store.list_runs(
-            scope=scope, statuses=list(status), limit=limit, after_run_id=after_run_id
-        )
+        """Stored run rows (unverified: use :meth:`get` or :meth:`verify` to rely on one).
+
+        Raises :class:`ConfigurationError` when this ledger's key does not fit a listed run,
+        as :meth:`get` and :meth:`verify` would: every reader agrees on such a run."""
+        with self.store.read_snapshot():
+            rows = self.store.list_runs(
+                scope=scope, statuses=list(status), limit=limit, after_run_id=after_run_id
+            )
+            for row in rows:
+                self._chain_key(row)
+        return rows
 
     def verify(self, run_id: str | None = None, *, page: int = 500) -> builtins.list[Verification]:
         """Verify one run, or every run in the store."""
         if run_id is not None:
             return [self._audit_run(run_id)[1].verification]
+        # Every run's key is checked before any verdict: a key that does not fit is the
+        # caller's configuration, not a history to judge.
+        after = ""
+        while True:
+            rows = self.list(limit=page, after_run_id=after)
+            if len(rows) < page:
+                break
+            after = rows[-1].run_id
         results: builtins.list[Verification] = [
             Verification(run_id, False, events, 1, "events of a run that has no run row")
             for run_id, events in self.store.orphan_event_runs()
@@ -105,6 +121,22 @@ class RunReads:
         """Audit ``row`` against the events and projections read now: call it inside a
         transaction or snapshot that ``row`` was read in."""
         with self.store.read_snapshot():
+            pin = self.store.run_key_pin(row.run_id) if row.chain == "sha256" and self.key else None
+            chain = chain_key(row, self.key, pin)
             events = self.store.run_events(row.run_id)
             projections = self.store.run_projections(row.run_id)
-        return audit(row, events, projections, self.key, snapshots=snapshots)
+        result = audit(row, events, projections, chain, snapshots=snapshots)
+        if pin is not None and self.key and result.ok:
+            problem = pin_problem(self.key, row, pin)
+            if problem is not None:
+                verification = Verification(
+                    row.run_id, False, len(events), row.head_seq, problem, row.status
+                )
+                return Audit(verification, None, {})
+        return result
+
+    def _chain_key(self, row: RunRow) -> bytes | None:
+        """The key ``row``'s chain is verified with; :class:`ConfigurationError` when this
+        ledger's key does not fit it (read inside the caller's transaction or snapshot)."""
+        pin = self.store.run_key_pin(row.run_id) if row.chain == "sha256" and self.key else None
+        return chain_key(row, self.key, pin)

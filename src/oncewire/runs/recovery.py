@@ -24,7 +24,7 @@ from oncewire.core.ids import new_id, owner_is_dead_locally
 from oncewire.runs.machine import fast_digest
 from oncewire.runs.records import ReconcileReport
 from oncewire.runs.review_recovery import recovery_plan
-from oncewire.storage.runs import DeliveryRow, ReportRow
+from oncewire.storage.runs import DeliveryRow, ReportRow, RunRow
 
 if TYPE_CHECKING:
     from oncewire.runs.service import RunsView
@@ -235,13 +235,20 @@ def reconcile(
     dead = frozenset(dead_owners) | frozenset(
         o for o in runs.store.active_run_owners() if owner_is_dead_locally(o)
     )
+    expired = runs.store.expired_runs(now=now, limit=limit, dead_owners=sorted(dead))
+    # A key that does not fit a run's history (a keyed run and no key or another key, a keyless
+    # run and a key) is the caller's configuration: refused before anything is judged or
+    # written, never taken for tampering and abandoned as a safety boundary.
+    with runs.store.read_snapshot():
+        for row in expired:
+            runs._chain_key(row)
     reports: list[ReconcileReport] = []
     # Each run is reconciled in its own transaction; the runs' sweep is flushed to disk once,
     # before it returns. A power loss mid-sweep loses only reconciliations that the next boot
     # redoes (each step is idempotent); a killed process loses none of them. Deliveries keep a
     # flush per commit: settling one is what lets it be published.
     with runs.store.group_commit():
-        reports += _sweep_runs(runs, owner=owner, now=now, pass_id=pass_id, limit=limit, dead=dead)
+        reports += _sweep_runs(runs, expired, owner=owner, now=now, pass_id=pass_id, dead=dead)
     for item in runs.store.committed_deliveries(now=now, limit=limit):
         try:
             report = reconcile_delivery(
@@ -265,15 +272,15 @@ def reconcile(
 
 def _sweep_runs(
     runs: RunsView,
+    expired: Sequence[RunRow],
     *,
     owner: str,
     now: float,
     pass_id: str,
-    limit: int,
     dead: frozenset[str],
 ) -> list[ReconcileReport]:
     reports: list[ReconcileReport] = []
-    for row in runs.store.expired_runs(now=now, limit=limit, dead_owners=sorted(dead)):
+    for row in expired:
         try:
             report = reconcile_run(
                 runs, row.run_id, owner=owner, now=now, pass_id=pass_id, dead_owners=dead

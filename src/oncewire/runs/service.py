@@ -37,6 +37,7 @@ from oncewire.core.errors import (
 from oncewire.core.ids import this_process_owner
 from oncewire.runs.chain import chain_name, event_hash, genesis_hash
 from oncewire.runs.commands import ReviewCommands
+from oncewire.runs.keys import key_id
 from oncewire.runs.machine import (
     NEW,
     Refusal,
@@ -183,6 +184,7 @@ class RunsView(ReviewCommands, RunReads):
                 abandoned_at=None,
                 abandon_reason=None,
                 hidden=False,
+                key_id=key_id(self.key),
             )
             if not self.store.insert_run_in_tx(tx, row):
                 existing = self.store.get_run_in_tx(tx, run_id)
@@ -395,6 +397,12 @@ class RunsView(ReviewCommands, RunReads):
         )
         return self.last_reconciliation
 
+    def adopt_key(self) -> builtins.list[str]:
+        """Give a keyless store this ledger's key: see :func:`oncewire.runs.keys.adopt_key`."""
+        from oncewire.runs.keys import adopt_key
+
+        return adopt_key(self)
+
     def reports(self, *, limit: int = 100, subject_id: str | None = None) -> builtins.list[Any]:
         return self.store.list_reports(limit=limit, subject_id=subject_id)
 
@@ -449,12 +457,11 @@ class RunsView(ReviewCommands, RunReads):
                 reason=reason,
             )
 
-        if row.chain != chain_name(self.key):
-            raise tampered(f"its chain is {row.chain}, this ledger's key says otherwise")
+        chain = self._chain_key(row)  # a key that does not fit: ConfigurationError, no verdict
         if head is None or head.seq != row.head_seq or head.run_id != row.run_id:
             raise tampered("its head event is missing")
         computed = event_hash(
-            self.key, row.run_id, head.seq, head.type, head.prev_hash, head.payload_json
+            chain, row.run_id, head.seq, head.type, head.prev_hash, head.payload_json
         )
         if computed != head.hash or head.hash != row.head_hash:
             raise tampered("its head event's hash does not match")
@@ -576,9 +583,9 @@ class RunsView(ReviewCommands, RunReads):
                 "state": digest_json(state_json),
             }
         )
-        own_hash = event_hash(
-            self.key, row.run_id, seq, transition.event, row.head_hash, payload_json
-        )
+        # The run's own algorithm (a keyless run pinned under a key stays keyless).
+        chain = self.key if row.chain == "hmac-sha256" else None
+        own_hash = event_hash(chain, row.run_id, seq, transition.event, row.head_hash, payload_json)
         event = EventRow(
             id=0,
             run_id=row.run_id,
@@ -616,6 +623,7 @@ class RunsView(ReviewCommands, RunReads):
             row.abandoned_at,
             row.abandon_reason,
             row.hidden,
+            row.key_id,
         )
         stored = self.store.append_run_event_in_tx(
             tx, RunAppend(event, new_row, rows.phases, rows.findings, rows.actions)

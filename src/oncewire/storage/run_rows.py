@@ -19,6 +19,7 @@ __all__ = [
     "DELIVERY",
     "EVENT",
     "FINDING",
+    "KEY_PIN",
     "PHASE",
     "REPORT",
     "RUN",
@@ -35,8 +36,9 @@ __all__ = [
 RUN = (
     "run_id, scope, branch, turn, workflow, chain, status, terminal_reason, state, head_seq, "
     "head_hash, owner, fence, lease_expires_at, created_at, updated_at, finished_at, "
-    "abandoned_at, abandon_reason, hidden"
+    "abandoned_at, abandon_reason, hidden, key_id"
 )
+KEY_PIN = "run_id, key_id, head_seq, head_hash, mac, created_at"
 EVENT = (
     "id, run_id, scope, branch, seq, type, idempotency_key, request_digest, terminal, payload, "
     "prev_hash, hash, at"
@@ -65,7 +67,7 @@ ACTIVE = "finished_at IS NULL AND abandoned_at IS NULL"
 
 
 def run_row(row: Sequence[Any]) -> RunRow:
-    return RunRow(*[*row[:19], bool(row[19])])
+    return RunRow(*[*row[:19], bool(row[19]), row[20]])
 
 
 def event_row(row: Sequence[Any]) -> EventRow:
@@ -98,6 +100,7 @@ def run_values(r: RunRow) -> tuple[Any, ...]:
         r.abandoned_at,
         r.abandon_reason,
         bool(r.hidden),
+        r.key_id,
     )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "DeliveryRow",
     "EventRow",
     "FindingRow",
+    "KeyPinRow",
     "PhaseRow",
     "ReportRow",
     "RunAppend",
@@ -57,6 +58,7 @@ class RunRow:
     abandoned_at: float | None
     abandon_reason: str | None
     hidden: bool
+    key_id: str | None = None  # the HMAC key's fingerprint (never the key); None when keyless
 
     @property
     def active(self) -> bool:
@@ -180,6 +182,18 @@ class DeliveryRow:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyPinRow:
+    """A keyless run that a key was adopted over, pinned at its head with a MAC under the key."""
+
+    run_id: str
+    key_id: str
+    head_seq: int
+    head_hash: str
+    mac: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class ReportRow:
     id: int
     pass_id: str
@@ -290,6 +304,18 @@ class RunVerbs(abc.ABC):
 
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRow | None: ...
+
+    @abc.abstractmethod
+    def run_key_pin(self, run_id: str) -> KeyPinRow | None:
+        """The key pin of a keyless run (read on this thread's connection, so inside its
+        transaction or snapshot)."""
+
+    @abc.abstractmethod
+    def unpinned_keyless_runs_in_tx(self, tx: Any) -> list[RunRow]:
+        """Every keyless run without a key pin, locked where the backend locks rows."""
+
+    @abc.abstractmethod
+    def insert_key_pins_in_tx(self, tx: Any, rows: Sequence[KeyPinRow]) -> None: ...
 
     @abc.abstractmethod
     def list_runs(

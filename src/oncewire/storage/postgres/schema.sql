@@ -197,6 +197,7 @@ CREATE TABLE oncewire_runs (
     abandoned_at     DOUBLE PRECISION,
     abandon_reason   TEXT,
     hidden           BOOLEAN          NOT NULL DEFAULT FALSE,
+    key_id           TEXT, -- the HMAC key's fingerprint (never the key); 0005
     -- A run is finished exactly when it carries a terminal reason, and never both finished
     -- and abandoned.
     CONSTRAINT oncewire_runs_finished_with_reason
@@ -218,6 +219,18 @@ CREATE INDEX oncewire_runs_branch ON oncewire_runs (scope, branch, turn);
 -- scope's lock is held, so that a cursor read under the exclusive lock is never overtaken by
 -- an event that commits later with a smaller id. `seq` orders one run's chain.
 CREATE SEQUENCE oncewire_run_events_id_seq;
+
+-- Keyless runs that a key was adopted over (`oncewire runs adopt-key`): each pinned at its
+-- head, the pin MACed with the key, so that a ledger opened with the key still verifies them
+-- (with the keyless algorithm) and nobody without the key can add or re-hash one.
+CREATE TABLE oncewire_run_key_pins (
+    run_id     TEXT             PRIMARY KEY REFERENCES oncewire_runs (run_id),
+    key_id     TEXT             NOT NULL,
+    head_seq   BIGINT           NOT NULL,
+    head_hash  TEXT             NOT NULL,
+    mac        TEXT             NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);
 
 CREATE TABLE oncewire_run_events (
     id              BIGINT           PRIMARY KEY,

@@ -13,6 +13,7 @@ from oncewire.storage.runs import (
     CommandContext,
     EventRow,
     FindingRow,
+    KeyPinRow,
     PhaseRow,
     RunAppend,
     RunRow,
@@ -24,6 +25,7 @@ from oncewire.storage.sqlite.run_rows import (
     BARRIER,
     EVENT,
     FINDING,
+    KEY_PIN,
     PHASE,
     RUN,
     action_values,
@@ -83,7 +85,7 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
     def insert_run_in_tx(self, tx: Any, row: RunRow) -> bool:
         with translate_errors("starting a run"):
             inserted = tx.conn.execute(
-                f"INSERT INTO oncewire_runs ({RUN}) VALUES ({marks(20)}) ON CONFLICT DO NOTHING",
+                f"INSERT INTO oncewire_runs ({RUN}) VALUES ({marks(21)}) ON CONFLICT DO NOTHING",
                 run_values(row),
             ).rowcount
         return bool(inserted)
@@ -98,9 +100,9 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
             row = one(tx.conn, _CONTEXT, (key, run_id))
         if row is None:
             return None
-        head, prior, barrier = row[20:33], row[33:46], row[46:52]
+        head, prior, barrier = row[21:34], row[34:47], row[47:53]
         return CommandContext(
-            run=run_row(row[:20]),
+            run=run_row(row[:21]),
             head=None if head[0] is None else event_row(head),
             prior=None if prior[0] is None else event_row(prior),
             barrier=None if barrier[0] is None else BarrierRow(*barrier),
@@ -296,6 +298,30 @@ class SQLiteRunVerbs(SQLiteRunScopeVerbs):
     def get_run(self, run_id: str) -> RunRow | None:
         rows = self._read(f"SELECT {RUN} FROM oncewire_runs WHERE run_id = ?", (run_id,))
         return run_row(rows[0]) if rows else None
+
+    def run_key_pin(self, run_id: str) -> KeyPinRow | None:
+        rows = self._read(
+            f"SELECT {KEY_PIN} FROM oncewire_run_key_pins WHERE run_id = ?", (run_id,)
+        )
+        return KeyPinRow(*rows[0]) if rows else None
+
+    def unpinned_keyless_runs_in_tx(self, tx: Any) -> list[RunRow]:
+        with translate_errors("reading keyless runs"):
+            rows = tx.conn.execute(
+                f"SELECT {RUN} FROM oncewire_runs r WHERE chain = 'sha256' AND NOT EXISTS "
+                "(SELECT 1 FROM oncewire_run_key_pins p WHERE p.run_id = r.run_id) "
+                "ORDER BY run_id"
+            ).fetchall()
+        return [run_row(row) for row in rows]
+
+    def insert_key_pins_in_tx(self, tx: Any, rows: Sequence[KeyPinRow]) -> None:
+        if not rows:
+            return
+        with translate_errors("pinning keyless runs"):
+            tx.conn.cursor().executemany(
+                f"INSERT INTO oncewire_run_key_pins ({KEY_PIN}) VALUES ({marks(6)})",
+                [(p.run_id, p.key_id, p.head_seq, p.head_hash, p.mac, p.created_at) for p in rows],
+            )
 
     def list_runs(
         self,

@@ -157,6 +157,7 @@ CREATE TABLE oncewire_runs (
     abandoned_at     REAL,
     abandon_reason   TEXT,
     hidden           INTEGER NOT NULL DEFAULT 0 CHECK (hidden IN (0, 1)),
+    key_id           TEXT, -- the HMAC key's fingerprint (never the key); 0005
     -- A run is finished exactly when it carries a terminal reason, and never both finished
     -- and abandoned.
     CHECK ((finished_at IS NULL) = (terminal_reason IS NULL)),
@@ -170,6 +171,18 @@ CREATE UNIQUE INDEX oncewire_runs_one_active_per_branch ON oncewire_runs (scope,
 
 -- Reconciliation scans the active runs through the index above (there are few of them);
 -- a lease index would cost a page write on every renewal and every terminal.
+
+-- Keyless runs that a key was adopted over (`oncewire runs adopt-key`): each pinned at its
+-- head, the pin MACed with the key, so that a ledger opened with the key still verifies them
+-- (with the keyless algorithm) and nobody without the key can add or re-hash one.
+CREATE TABLE oncewire_run_key_pins (
+    run_id     TEXT    PRIMARY KEY REFERENCES oncewire_runs (run_id),
+    key_id     TEXT    NOT NULL,
+    head_seq   INTEGER NOT NULL,
+    head_hash  TEXT    NOT NULL,
+    mac        TEXT    NOT NULL,
+    created_at REAL    NOT NULL
+);
 
 -- The history. `id` is the scope-wide cursor (it only grows); `seq` orders one run's chain.
 -- `hash` covers (run, seq, type, prev_hash, payload); the payload carries the idempotency key,
