@@ -149,7 +149,7 @@ def test_a_batch_sink_that_raises_or_miscounts_is_an_unknown_outcome(tmp_path: P
     assert {e.state.value for e in effects.values()} == {"dead"}
     assert all(e.maybe_sent for e in effects.values())
     assert "peer went away" in (effects["r0"].last_error or "")
-    assert "returned 1 outcomes for 3 attempts" in (effects["m0"].last_error or "")
+    assert "returned 1 outcome(s) for 3 attempt(s)" in (effects["m0"].last_error or "")
     assert "outcome of the last attempt is unknown" in (effects["m0"].last_error or "")
 
 

@@ -74,7 +74,8 @@ def test_typed_outcomes_reach_their_terminal_states(ledger: Ledger) -> None:
     assert states == {
         "plain": (EffectState.DONE, 1, {"ticket": 1}, None),
         "done": (EffectState.DONE, 1, "receipt-9", None),
-        "retried": (EffectState.DONE, 2, "second time", None),
+        # A NotSent attempt gives its charge back: one attempt counted of the two calls.
+        "retried": (EffectState.DONE, 1, "second time", None),
         "refused": (EffectState.REJECTED, 1, None, "insufficient funds"),
         "flaky": (EffectState.DONE, 2, "landed", None),
         "unsure": (EffectState.DONE, 2, "ok", None),
@@ -89,12 +90,15 @@ def test_typed_outcomes_reach_their_terminal_states(ledger: Ledger) -> None:
 
 
 def test_out_of_attempts_is_dead_with_a_reason(ledger: Ledger) -> None:
-    sink = Script(k=[NotSent("503 #1"), NotSent("503 #2"), NotSent("503 #3")])
+    # Attempts that may have landed count (NotSent ones do not: see test_settlement.py).
+    sink = Script(k=[MaybeSent("reset #1"), MaybeSent("reset #2"), MaybeSent("reset #3")])
     ledger.accept("k", "work", {}, max_attempts=3)
     dispatcher = drain(ledger, {"work": sink})
     effect = ledger.effects.get("k")
     assert (effect.state, effect.attempts) == (EffectState.DEAD, 3)
-    assert effect.last_error == "out of attempts (3): 503 #3"
+    assert effect.last_error == (
+        "out of attempts (3): reset #3; the outcome of the last attempt is unknown"
+    )
     assert [a.attempt for a in sink.seen["k"]] == [1, 2, 3]
     assert dispatcher.stats.dead == 1
 

@@ -7,7 +7,8 @@ to stop, so the loop records that attempt and returns) and then reads the stored
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,18 @@ from oncewire import (
     Rejected,
     RetryPolicy,
 )
+from tests.contract.conftest import SQLiteRaw
+
+
+@pytest.fixture
+def raw(db_path: Path) -> Iterator[SQLiteRaw]:
+    """The stored row, read around oncewire."""
+    conn = SQLiteRaw(db_path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
 
 NO_JITTER = RetryPolicy(base_seconds=1.0, cap_seconds=100.0, jitter=0.0)
 
@@ -154,13 +167,35 @@ def test_a_raising_sink_counts_as_maybe_sent(ledger: Ledger) -> None:
     assert effect.last_error == "sink raised RuntimeError: boom"
 
 
-def test_not_sent_on_the_last_attempt_is_dead_and_says_why(ledger: Ledger) -> None:
+def test_not_sent_gives_its_attempt_back(ledger: Ledger, clock: ManualClock, raw: Any) -> None:
+    # Nothing was sent, so a not-sent attempt does not use the effect up (it used to be dead
+    # here: "out of attempts (1): 503").
     ledger.accept("k1", "send", {}, max_attempts=1)
     effect, dispatcher, _ = one_attempt(ledger, lambda a: NotSent("503"))
-    assert effect.state is EffectState.DEAD
-    assert effect.last_error == "out of attempts (1): 503"
+    row = raw.effect_row("k1")
+    assert (row["state"], row["attempts"], row["last_error"]) == ("pending", 0, "503")
     assert effect.maybe_sent is False
-    assert dispatcher.stats.dead == 1
+    assert dispatcher.stats.dead == 0
+    clock.advance(1.0)
+    effect, _, seen = one_attempt(ledger, lambda a: "sent")
+    assert (seen[0].attempt, seen[0].redelivery) == (2, False)  # the sink's count goes on
+    row = raw.effect_row("k1")
+    assert (row["state"], row["attempts"], row["result"]) == ("done", 1, '"sent"')
+
+
+def test_without_a_deadline_max_not_sent_attempts_make_it_dead_never_sent(
+    ledger: Ledger, clock: ManualClock, raw: Any
+) -> None:
+    policy = RetryPolicy(base_seconds=1.0, cap_seconds=1.0, jitter=0.0, max_not_sent=3)
+    ledger.accept("k1", "send", {}, max_attempts=1)
+    for n in range(1, 4):
+        _, _, seen = one_attempt(ledger, lambda a: NotSent("429"), retry=policy)
+        assert seen[0].attempt == n
+        clock.advance(1.0)
+    row = raw.effect_row("k1")
+    assert row["state"] == "dead"
+    assert row["last_error"] == "never sent: not sent 3 times, the last: 429"
+    assert (row["attempts"], row["maybe_sent"]) == (0, 0)
 
 
 def test_maybe_sent_on_the_last_attempt_is_dead_and_says_it_may_have_landed(

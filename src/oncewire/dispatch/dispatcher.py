@@ -1,34 +1,43 @@
 """The dispatcher: claim due effects, call their sinks, record typed outcomes.
 
-One loop iteration is one store transaction that settles the attempts just finished and claims
-the next batch, so a steady stream costs one commit per batch. A claim is durable before its
-sink is called: if this process dies mid-call, the claim says so, and the next attempt is
-flagged a redelivery. A dispatcher recognises a dead owner on the same host (pid and start time)
-at once, and any other owner when its lease runs out.
+One store transaction settles the attempts that finished and claims the next batch, so a steady
+stream costs about one commit per batch. A claim is durable before its sink is called: if this
+process dies mid-call, the claim says so, and the next attempt is flagged a redelivery. A
+dispatcher recognises a dead owner on the same host (pid and start time) at once, and any other
+owner when its lease runs out.
+
+Sinks never run on the dispatcher's thread (:mod:`oncewire.dispatch.runner`): plain sinks run in
+worker threads, ``async def`` sinks on the dispatcher's event loop. Each outcome is recorded
+soon after its sink returns, not when its whole batch does: what finished is recorded together,
+once nothing else is about to finish (``SETTLE_LINGER_SECONDS``), so a hung sink never holds its
+neighbours' outcomes and a batch of fast sinks still costs one commit.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import queue
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 from oncewire.core import crash
-from oncewire.core.canonical import canonical_json, loads
+from oncewire.core.canonical import loads
 from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, OncewireError, SchemaError, StorageError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.dispatch import settling
 from oncewire.dispatch.retry import RetryPolicy
+from oncewire.dispatch.runner import Call, SinkRunner
+from oncewire.dispatch.settling import Label, Verdict
+from oncewire.dispatch.sinkspec import SinkSpec, inspect_sinks
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.ledger import Ledger
-from oncewire.effects.outcomes import Done, MaybeSent, NotSent, Outcome, Rejected
 from oncewire.storage.records import Claim, EffectState, Settlement
 
 __all__ = ["DispatchStats", "Dispatcher", "Sink"]
@@ -48,6 +57,12 @@ AFTER_RECORD = crash.register(
     "dispatch.after_record", "outcomes are committed; the dispatcher has not moved on"
 )
 
+# How long finished outcomes may wait for their neighbours before they are recorded anyway.
+SETTLE_LINGER_SECONDS = 0.02
+# How often the dispatcher looks for waiting effects of kinds it has no sink for.
+WAITING_KINDS_EVERY_SECONDS = 60.0
+_KEYS_SHOWN = 20
+
 
 @dataclass
 class DispatchStats:
@@ -58,6 +73,11 @@ class DispatchStats:
     maybe_sent: int = 0
     dead: int = 0
     redeliveries: int = 0
+    timeouts: int = 0  # attempts given up on after their attempt timeout
+    errors: int = 0  # sinks that raised or answered something that is not an outcome
+    undecodable: int = 0  # stored payloads that could not be read (sent to dead, never sent)
+    not_started: int = 0  # claims handed back on stop before their sink was called
+    abandoned: int = 0  # attempts still running when the grace period ended (left claimed)
     stale_refused: int = 0  # outcomes refused because the lease had moved on
     released: int = 0  # claims of dead or expired owners released by this dispatcher
     storage_errors: int = 0  # store calls that failed and were retried
@@ -68,19 +88,47 @@ class DispatchStats:
         return {k: v for k, v in self.__dict__.items() if k != "by_state"}
 
 
-def _to_outcome(value: Any) -> Outcome:
-    if isinstance(value, Done | NotSent | MaybeSent | Rejected):
-        return value
-    return Done(value)
+def _shown(keys: Sequence[str]) -> str:
+    more = f" and {len(keys) - _KEYS_SHOWN} more" if len(keys) > _KEYS_SHOWN else ""
+    return ", ".join(keys[:_KEYS_SHOWN]) + more
 
 
 class Dispatcher:
-    """``Dispatcher(ledger, sinks={"charge": charge_card}).run()``."""
+    """``Dispatcher(ledger, sinks={"charge": charge_card}).run()``.
+
+    ``sinks`` maps an effect kind to a sink: a callable taking an :class:`Attempt`, an object
+    with ``call_batch(attempts)`` returning a list with one outcome per attempt in order, or
+    both; either may be ``async def`` (awaited on the dispatcher's event loop, ``concurrency``
+    coroutines in flight). Sinks are checked here: anything else is a ``ConfigurationError``.
+
+    What a sink answers decides the effect's next state. ``Done`` (or a plain JSON value) is
+    ``done``; ``Rejected`` is ``rejected``; ``MaybeSent``, a sink that raises, a timeout, or an
+    answer that is not an outcome at all (a coroutine never awaited, the class ``NotSent``, an
+    exception instance) is ``uncertain`` and counts against ``max_attempts``. ``NotSent`` is
+    ``pending`` and does **not** count against ``max_attempts``: nothing was sent, so a long
+    429 storm does not use the effect up. It is bounded by the effect's deadline when it has
+    one, and otherwise by ``RetryPolicy.max_not_sent`` not-sent attempts, after which the
+    effect is ``dead`` ("never sent"). The number a sink sees in ``Attempt.attempt`` counts
+    every call of a sink for the effect, not-sent ones included, so it never repeats;
+    ``Effect.attempts`` counts only the attempts charged against ``max_attempts``.
+
+    ``attempt_timeout`` (seconds, None: no limit) bounds one sink call; ``attempt_timeouts``
+    overrides it per kind. A timed-out attempt is recorded ``uncertain`` (its next attempt is a
+    flagged redelivery): an ``async def`` sink is cancelled, a thread is abandoned (a new one
+    takes its place), and a sink with ``cancel(attempt)`` is told (``SubprocessSink`` kills its
+    child).
+
+    ``stop()`` (or SIGTERM/SIGINT when ``run`` handles signals) stops claiming, hands back the
+    claims whose sinks were not called yet, and waits at most ``grace_seconds`` for the
+    attempts in flight; attempts still running then are left claimed for recovery (the next
+    dispatcher sees this owner dead, or its lease expire, and redelivers them flagged). A second
+    signal leaves at once.
+    """
 
     def __init__(
         self,
         ledger: Ledger,
-        sinks: Mapping[str, Sink],
+        sinks: Mapping[str, Any],
         *,
         batch_size: int = 32,
         concurrency: int = 1,
@@ -89,9 +137,13 @@ class Dispatcher:
         retry: RetryPolicy | None = None,
         owner: str | None = None,
         storage_patience_seconds: float = 60.0,
+        attempt_timeout: float | None = None,
+        attempt_timeouts: Mapping[str, float | None] | None = None,
+        grace_seconds: float = 30.0,
     ) -> None:
-        if not sinks:
-            raise ConfigurationError("a dispatcher needs at least one sink")
+        self.specs: dict[str, SinkSpec] = inspect_sinks(
+            sinks, attempt_timeout=attempt_timeout, attempt_timeouts=attempt_timeouts
+        )
         if batch_size < 1 or concurrency < 1:
             raise ConfigurationError("batch_size and concurrency must be at least 1")
         if not (0 < lease_seconds < math.inf and 0 < poll_seconds < math.inf):
@@ -106,75 +158,154 @@ class Dispatcher:
         self.retry = retry or RetryPolicy()
         self.owner = owner or this_process_owner()
         self.storage_patience_seconds = storage_patience_seconds
+        self.grace_seconds = self._check_grace(grace_seconds)
         self.stats = DispatchStats()
         self._stop = threading.Event()
+        self._abort = threading.Event()
+        self._finished_run = threading.Event()  # the heartbeat renews leases until this is set
         self._wake = threading.Event()
         self._inflight: dict[int, int] = {}  # effect id -> fence, for lease renewal
         self._inflight_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._runner: SinkRunner | None = None
+        self._calls: dict[int, Call] = {}  # submitted and not yet resolved, by call id
+        self._finished: list[Settlement] = []  # resolved, not yet recorded
+        self._first_finished: float | None = None  # time.monotonic() of the oldest of those
+        self._warned_kinds: set[str] = set()
+
+    @staticmethod
+    def _check_grace(seconds: float) -> float:
+        if not 0 <= seconds < math.inf:
+            raise ConfigurationError("grace_seconds must be finite and not negative")
+        return float(seconds)
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop after the attempts in flight are recorded."""
+        """Stop claiming; wait (at most the grace period) for the attempts in flight."""
         self._stop.set()
-        self._wake.set()
+        self._poke()
+
+    def abort(self) -> None:
+        """Leave now: attempts in flight stay claimed, for recovery."""
+        self._abort.set()
+        self._stop.set()
+        self._poke()
 
     def wake(self) -> None:
         """Look for due work now instead of at the next poll."""
+        self._poke()
+
+    def _poke(self) -> None:
         self._wake.set()
+        runner = self._runner
+        if runner is not None:
+            runner.completions.put(None)
 
     @property
     def clock(self) -> Clock:
         return self.ledger.clock
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self, *, until_idle: bool = False, handle_signals: bool = True) -> DispatchStats:
-        """Dispatch until stopped (SIGTERM/SIGINT stop gracefully) or, with ``until_idle``,
+    def run(
+        self,
+        *,
+        until_idle: bool = False,
+        handle_signals: bool = True,
+        grace_seconds: float | None = None,
+    ) -> DispatchStats:
+        """Dispatch until stopped (SIGTERM/SIGINT: see the class) or, with ``until_idle``,
         until nothing is due, uncertain, claimed or waiting for a retry."""
+        grace = self.grace_seconds if grace_seconds is None else self._check_grace(grace_seconds)
         self._stop.clear()
+        self._abort.clear()
+        self._finished_run.clear()
+        self._runner = SinkRunner(self.concurrency, self.clock)
         restore = self._install_signals() if handle_signals else None
         heartbeat = threading.Thread(target=self._heartbeat, name="oncewire-lease", daemon=True)
         heartbeat.start()
         unsubscribe = self.ledger.store.subscribe(self.wake)
-        if self.concurrency > 1:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="oncewire-sink")
         try:
-            self._loop(until_idle)
+            self._loop(until_idle, grace)
         finally:
             self._stop.set()
+            self._finished_run.set()
             unsubscribe()
             heartbeat.join(timeout=5)
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
+            self._runner.close()
+            self._runner = None
+            self._calls.clear()
+            self._finished = []
+            self._first_finished = None
+            with self._inflight_lock:
+                self._inflight.clear()
             if restore is not None:
                 restore()
         return self.stats
 
-    def _loop(self, until_idle: bool) -> None:
-        settlements: list[Settlement] = []
-        last_reap = -float("inf")
+    def _loop(self, until_idle: bool, grace: float) -> None:
+        last_reap = last_kinds = -math.inf
         # Reaping is cheap (a read of the lease holders, an update that usually matches nothing)
         # and bounds how long a dead peer's claims wait: at most a second on the same host.
         reap_every = min(self.lease_seconds / 2, 1.0)
         failing_since: float | None = None
+        stopped_at: float | None = None
+        next_claim = -math.inf  # while calls run, when to look for more work again
         while True:
             try:
-                if time.monotonic() - last_reap >= reap_every:
-                    self._reap()
-                    last_reap = time.monotonic()
-                settlements, done = self._step(settlements, until_idle)
-                failing_since = None
-                if done:
+                self._collect(0.0)
+                if self._abort.is_set():
+                    self._leave("a second signal")
                     return
-                if settlements:
-                    continue
-                if until_idle:
-                    if self._reap():
-                        continue
-                    if self._idle():
+                if self._stop.is_set():
+                    if stopped_at is None:
+                        stopped_at = time.monotonic()
+                        self._stopping(grace)
+                    if self._finished:
+                        self._store_step(claim=False)
+                    if not self._calls:
                         return
-                self._sleep_until_due()
+                    left = stopped_at + grace - time.monotonic()
+                    if left <= 0:
+                        self._leave(f"the grace period of {grace:g}s")
+                        return
+                    self._collect(min(left, self._next_timeout()))
+                    failing_since = None
+                    continue
+                now = time.monotonic()
+                if now - last_reap >= reap_every:
+                    self._reap()
+                    last_reap = now
+                if now - last_kinds >= WAITING_KINDS_EVERY_SECONDS:
+                    self._warn_waiting_kinds()
+                    last_kinds = now
+                linger_over = self._first_finished is not None and (
+                    now - self._first_finished >= SETTLE_LINGER_SECONDS
+                )
+                if not self._calls:
+                    claims = self._store_step(claim=True)
+                    failing_since = None
+                    if claims or self._calls or self._finished:
+                        continue
+                    if until_idle:
+                        if self._reap():
+                            continue
+                        if self._idle():
+                            return
+                    self._sleep_until_due()
+                    continue
+                room = now >= next_claim and self._has_room()
+                if linger_over or room:
+                    claims = self._store_step(claim=room)
+                    failing_since = None
+                    if room and not claims:
+                        next_claim = time.monotonic() + self.poll_seconds
+                    continue
+                wait = self._next_timeout()
+                if self._first_finished is not None:
+                    wait = min(wait, self._first_finished + SETTLE_LINGER_SECONDS - now)
+                if self._has_room():
+                    wait = min(wait, next_claim - now)
+                wait = min(wait, last_reap + reap_every - now)
+                self._collect(max(wait, 0.0))
             except StorageError as exc:
                 # The database went away (restart, failover, network). Outcomes not yet
                 # recorded are kept and retried: they are fenced, so a retry after a commit
@@ -188,147 +319,247 @@ class Dispatcher:
                     raise
                 delay = min(2.0, 0.05 * 2 ** min(self.stats.storage_errors, 6))
                 log.warning("store unavailable (%s); retrying in %.2fs", exc, delay)
-                if self._stop.wait(delay) and not settlements:
+                deadline = time.monotonic() + delay
+                while not self._abort.is_set() and time.monotonic() < deadline:
+                    self._collect(max(0.0, deadline - time.monotonic()))
+                if self._stop.is_set() and not self._finished and not self._calls:
                     return
 
-    def _step(
-        self, settlements: list[Settlement], until_idle: bool
-    ) -> tuple[list[Settlement], bool]:
-        """Record ``settlements`` and claim the next batch in one transaction; attempt it.
+    def _has_room(self) -> bool:
+        """Every call submitted has started and a sink slot is free: more work can start."""
+        running = 0
+        for call in self._calls.values():
+            if call.started_monotonic is None:
+                return False
+            running += 1
+        return running < self.concurrency
 
-        Returns the new settlements to record and whether the loop is finished.
-        """
-        stopping = self._stop.is_set()
+    def _next_timeout(self) -> float:
+        """Seconds until the first running call times out (a poll interval at most)."""
+        now = time.monotonic()
+        wait = self.poll_seconds
+        for call in self._calls.values():
+            deadline = call.deadline()
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+        return max(wait, 0.0)
+
+    def _store_step(self, *, claim: bool) -> list[Claim]:
+        """Record what finished and, with ``claim``, claim the next batch: one transaction."""
+        settlements = self._finished
+        if settlements:
+            AFTER_SINK_BEFORE_RECORD.hit()
         applied, claims = self.ledger.store.settle_and_claim(
             settlements,
             owner=self.owner,
             now=self.clock.now(),
             lease_seconds=self.lease_seconds,
-            limit=0 if stopping else self.batch_size,
+            limit=self.batch_size if claim else 0,
             kinds=self.kinds,
         )
+        self._finished = []
+        self._first_finished = None
         if settlements:
             self._count_settled(settlements, applied)
             AFTER_RECORD.hit()
-        if stopping:
-            return [], True
-        if not claims:
-            return [], False
-        self.stats.batches += 1
-        self.stats.claimed += len(claims)
-        AFTER_CLAIM.hit()
-        return self._attempt(claims), False
+        if claims:
+            self.stats.batches += 1
+            self.stats.claimed += len(claims)
+            AFTER_CLAIM.hit()
+            self._start(claims)
+        return claims
 
-    def _attempt(self, claims: Sequence[Claim]) -> list[Settlement]:
+    # -- calling sinks -----------------------------------------------------------------------
+    def _start(self, claims: Sequence[Claim]) -> None:
+        assert self._runner is not None
         with self._inflight_lock:
             for claim in claims:
                 self._inflight[claim.id] = claim.fence
-        try:
-            outcomes: list[Outcome | None] = [None] * len(claims)
-            singles: list[int] = []
-            batches: dict[str, list[int]] = {}
-            by_kind: dict[str, list[int]] = {}
-            for index, claim in enumerate(claims):
-                by_kind.setdefault(claim.kind, []).append(index)
-            for kind, indexes in by_kind.items():
-                if len(indexes) > 1 and hasattr(self.sinks[kind], "call_batch"):
-                    batches[kind] = indexes
-                else:
-                    singles.extend(indexes)
-            singles.sort()
-            for kind, indexes in batches.items():
-                for index, outcome in zip(
-                    indexes, self._call_batch(kind, [claims[i] for i in indexes]), strict=True
-                ):
-                    outcomes[index] = outcome
-            if self._pool is not None and len(singles) > 1:
-                results = self._pool.map(self._call, [claims[i] for i in singles])
+        by_kind: dict[str, list[tuple[Claim, Attempt]]] = {}
+        for claim in claims:
+            try:
+                attempt = self._attempt_of(claim)
+            except Exception as exc:  # a row written by hand or by an older version
+                self._resolve(claim, settling.undecodable(exc), None)
+                continue
+            by_kind.setdefault(claim.kind, []).append((claim, attempt))
+        for kind, group in by_kind.items():
+            spec = self.specs[kind]
+            if spec.batch is not None and (len(group) > 1 or spec.call is None):
+                calls = [Call(spec, [c for c, _ in group], [a for _, a in group], batch=True)]
             else:
-                results = map(self._call, [claims[i] for i in singles])
-            for index, outcome in zip(singles, results, strict=True):
-                outcomes[index] = outcome
-        finally:
-            with self._inflight_lock:
-                for claim in claims:
-                    self._inflight.pop(claim.id, None)
-        AFTER_SINK_BEFORE_RECORD.hit()
-        now = self.clock.now()
-        return [
-            self._settlement(claim, outcome or MaybeSent("no outcome"), now)
-            for claim, outcome in zip(claims, outcomes, strict=True)
-        ]
+                calls = [Call(spec, [c], [a], batch=False) for c, a in group]
+            for call in calls:
+                self._calls[call.id] = call
+                self._runner.submit(call)
 
     def _attempt_of(self, claim: Claim) -> Attempt:
+        payload = loads(claim.payload_json)
         if claim.redelivery:
             self.stats.redeliveries += 1
         return Attempt(
             key=claim.key,
             kind=claim.kind,
-            payload=loads(claim.payload_json),
-            attempt=claim.attempt,
+            payload=payload,
+            # Every call of a sink for this effect, not-sent ones included (they give their
+            # charge back, so claim.attempt can repeat): the fence grows with every claim.
+            attempt=claim.fence,
             redelivery=claim.redelivery,
             fence=claim.fence,
             deadline=claim.deadline,
         )
 
-    def _call(self, claim: Claim) -> Outcome:
-        attempt = self._attempt_of(claim)
+    def _collect(self, timeout: float) -> None:
+        """Take what finished (waiting up to ``timeout`` for the first), then give up on the
+        calls whose attempt timeout passed."""
+        runner = self._runner
+        assert runner is not None
         try:
-            return _to_outcome(self.sinks[claim.kind](attempt))
-        except Exception as exc:  # the sink may have acted before raising: we cannot know
-            log.warning("sink for %s raised on %r: %s", claim.kind, claim.key, exc)
-            return MaybeSent(f"sink raised {type(exc).__name__}: {exc}")
+            item = runner.completions.get(timeout=timeout) if timeout > 0 else None
+            while True:
+                if item is not None:
+                    self._completed(item)
+                item = runner.completions.get_nowait()
+        except queue.Empty:
+            pass
+        now = time.monotonic()
+        for call in list(self._calls.values()):
+            deadline = call.deadline()
+            if deadline is not None and deadline <= now and runner.abandon(call):
+                self._timed_out(call)
 
-    def _call_batch(self, kind: str, claims: Sequence[Claim]) -> list[Outcome]:
-        """One call of a batch sink (``sink.call_batch(attempts)``) for every claim of a kind."""
-        attempts = [self._attempt_of(claim) for claim in claims]
-        try:
-            values = list(self.sinks[kind].call_batch(attempts))  # type: ignore[attr-defined]
-        except Exception as exc:
-            log.warning("batch sink for %s raised on %d attempts: %s", kind, len(attempts), exc)
-            return [MaybeSent(f"batch sink raised {type(exc).__name__}: {exc}")] * len(attempts)
-        if len(values) != len(attempts):
-            reason = f"batch sink returned {len(values)} outcomes for {len(attempts)} attempts"
-            return [MaybeSent(reason)] * len(attempts)
-        return [_to_outcome(value) for value in values]
+    def _completed(self, call: Call) -> None:
+        if self._calls.pop(call.id, None) is None:
+            return  # already resolved (timed out, or left behind)
+        if call.skipped:
+            self._not_started([call])
+            return
+        if call.error is not None:
+            what = "batch sink" if call.batch else "sink"
+            verdicts = [settling.raised(call.error, what)] * len(call.claims)
+            log.warning(
+                "%s for %s raised on %s: %s", what, call.spec.kind, _shown(call.keys), call.error
+            )
+        elif call.batch:
+            verdicts = settling.read_batch(call.value, len(call.claims))
+        else:
+            verdicts = [settling.read_value(call.value)]
+        for claim, verdict in zip(call.claims, verdicts, strict=True):
+            self._resolve(claim, verdict, call)
 
-    def _settlement(self, claim: Claim, outcome: Outcome, now: float) -> Settlement:
-        if isinstance(outcome, Done):
-            try:
-                return Settlement(
-                    claim.id, claim.fence, EffectState.DONE, canonical_json(outcome.result)
+    def _timed_out(self, call: Call) -> None:
+        del self._calls[call.id]
+        timeout = call.spec.timeout_seconds or 0.0
+        log.warning(
+            "attempt(s) of %s timed out after %gs: %s; recorded uncertain",
+            call.spec.kind,
+            timeout,
+            _shown(call.keys),
+        )
+        for claim in call.claims:
+            self._resolve(claim, settling.timed_out(timeout), call)
+        if call.spec.cancel is not None:
+            for attempt in call.attempts:
+                try:
+                    call.spec.cancel(attempt)
+                except Exception as exc:
+                    log.warning(
+                        "cancel(%r) of the sink for %s raised: %s", attempt.key, call.spec.kind, exc
+                    )
+
+    def _not_started(self, calls: Sequence[Call]) -> None:
+        for call in calls:
+            self._calls.pop(call.id, None)
+            for claim in call.claims:
+                self.stats.not_started += 1
+                verdict = settling.not_started(
+                    "the dispatcher stopped before this attempt started; nothing was sent"
                 )
-            except OncewireError as exc:
-                return Settlement(
-                    claim.id, claim.fence, EffectState.DONE, None, f"result not stored: {exc}"
-                )
-        if isinstance(outcome, Rejected):
-            return Settlement(claim.id, claim.fence, EffectState.REJECTED, None, outcome.reason)
-        maybe = isinstance(outcome, MaybeSent)
-        reason = outcome.reason
-        unknown = "; the outcome of the last attempt is unknown" if maybe else ""
-        if claim.attempt >= claim.max_attempts:
-            return Settlement(
-                claim.id,
-                claim.fence,
-                EffectState.DEAD,
-                None,
-                f"out of attempts ({claim.attempt}): {reason}{unknown}",
-                maybe_sent=maybe,
+                self._resolve(claim, verdict, call)
+
+    def _resolve(self, claim: Claim, verdict: Verdict, call: Call | None) -> None:
+        """Turn one attempt's verdict into a settlement to record, and say it in the log."""
+        finished_at = self.clock.now()
+        started_at = call.started_at if call is not None else None
+        if call is not None and call.finished_at is not None:
+            finished_at = call.finished_at
+        item = settling.settlement(
+            claim,
+            verdict,
+            policy=self.retry,
+            now=self.clock.now(),
+            attempt_number=claim.fence,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+        self._finished.append(item)
+        if self._first_finished is None:
+            self._first_finished = time.monotonic()
+        with self._inflight_lock:
+            self._inflight.pop(claim.id, None)
+        label = verdict.label
+        if label is Label.TIMEOUT:
+            self.stats.timeouts += 1
+        elif label is Label.ERROR:
+            self.stats.errors += 1
+        elif label is Label.UNDECODABLE:
+            self.stats.undecodable += 1
+        ms = (finished_at - started_at) * 1000.0 if started_at is not None else 0.0
+        if verdict.misuse or label is Label.UNDECODABLE:
+            level = logging.ERROR
+        elif verdict.result_error is not None:
+            level = logging.WARNING
+        else:
+            level = logging.INFO
+        if log.isEnabledFor(level):
+            log.log(
+                level,
+                "attempt key=%s kind=%s attempt=%d redelivery=%s outcome=%s ms=%.1f -> %s%s",
+                claim.key,
+                claim.kind,
+                item.attempt,
+                "yes" if claim.redelivery else "no",
+                label,
+                ms,
+                item.state,
+                f": {item.last_error}" if item.last_error and level > logging.INFO else "",
             )
-        retry_after = outcome.retry_after if isinstance(outcome, NotSent) else None
-        not_before = now + self.retry.delay(claim.attempt, retry_after)
-        if claim.deadline is not None and not_before > claim.deadline:
-            return Settlement(
-                claim.id,
-                claim.fence,
-                EffectState.DEAD,
-                None,
-                f"deadline would pass before the next attempt: {reason}{unknown}",
-                maybe_sent=maybe,
+
+    # -- stopping ----------------------------------------------------------------------------
+    def _stopping(self, grace: float) -> None:
+        assert self._runner is not None
+        unstarted = self._runner.take_unstarted()
+        self._not_started(unstarted)
+        running = [key for call in self._calls.values() for key in call.keys]
+        if running:
+            log.warning(
+                "stopping: claiming no more; waiting up to %gs for %d attempt(s) in flight: %s",
+                grace,
+                len(running),
+                _shown(running),
             )
-        state = EffectState.UNCERTAIN if maybe else EffectState.PENDING
-        return Settlement(claim.id, claim.fence, state, None, reason, not_before, maybe_sent=maybe)
+        else:
+            log.info("stopping: no attempt in flight")
+
+    def _leave(self, why: str) -> None:
+        """Exit with attempts still running: they stay claimed, for recovery."""
+        assert self._runner is not None
+        left: list[str] = []
+        for call in list(self._calls.values()):
+            self._runner.abandon(call)
+            left.extend(call.keys)
+        self._calls.clear()
+        with self._inflight_lock:
+            self._inflight.clear()
+        if left:
+            self.stats.abandoned += len(left)
+            log.warning(
+                "%s ended with %d attempt(s) still running; leaving their claims to recovery "
+                "(the next attempt is a flagged redelivery): %s",
+                why,
+                len(left),
+                _shown(left),
+            )
 
     def _count_settled(self, settlements: Sequence[Settlement], applied: Sequence[bool]) -> None:
         for item, ok in zip(settlements, applied, strict=True):
@@ -364,6 +595,22 @@ class Dispatcher:
             self.stats.released += released
         return released
 
+    def _warn_waiting_kinds(self) -> None:
+        """Once per kind: effects wait for a kind no sink of this dispatcher handles."""
+        for kind, (count, oldest) in sorted(self.ledger.store.waiting_kinds().items()):
+            if kind in self.specs or kind in self._warned_kinds:
+                continue
+            self._warned_kinds.add(kind)
+            log.warning(
+                "%d effect(s) of kind %r wait (the oldest accepted %.0fs ago), and no sink in "
+                "this dispatcher handles %r (its sinks: %s)",
+                count,
+                kind,
+                max(0.0, self.clock.now() - oldest),
+                kind,
+                ", ".join(self.kinds),
+            )
+
     def _idle(self) -> bool:
         """Nothing due, uncertain, claimed or waiting for a retry.
 
@@ -386,7 +633,8 @@ class Dispatcher:
 
     def _heartbeat(self) -> None:
         interval = self.lease_seconds / 3
-        while not self._stop.wait(interval):
+        # Renews through the grace period too: attempts still running keep their leases.
+        while not self._finished_run.wait(interval):
             with self._inflight_lock:
                 fences = list(self._inflight.items())
             if not fences:
@@ -402,7 +650,11 @@ class Dispatcher:
             return None
 
         def handler(signum: int, frame: FrameType | None) -> None:
-            log.info("signal %d: stopping after the attempts in flight", signum)
+            if self._stop.is_set():
+                log.warning("signal %d again: leaving now", signum)
+                self.abort()
+                return
+            log.warning("signal %d: stopping (a second signal leaves at once)", signum)
             self.stop()
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -17,11 +17,18 @@ class RetryPolicy:
 
     ``base_seconds * 2 ** (n - 1)``, capped at ``cap_seconds``, then scaled by a random factor in
     ``[1 - jitter, 1]`` so that workers retrying the same receiver spread out.
+
+    ``max_not_sent`` bounds an effect without a deadline that its receiver keeps turning away
+    before anything is sent (``NotSent``, a long 429 storm): such attempts do not count against
+    ``max_attempts``, so without this cap they could go on forever. At the ``max_not_sent``-th
+    not-sent attempt the effect is ``dead`` ("never sent"). An effect with a deadline is bounded
+    by its deadline instead.
     """
 
     base_seconds: float = 0.5
     cap_seconds: float = 300.0
     jitter: float = 0.5
+    max_not_sent: int = 100
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -32,9 +39,13 @@ class RetryPolicy:
             )
         if not 0.0 <= self.jitter <= 1.0:
             raise ConfigurationError("jitter must be between 0 and 1")
+        if isinstance(self.max_not_sent, bool) or not (
+            isinstance(self.max_not_sent, int) and self.max_not_sent >= 1
+        ):
+            raise ConfigurationError("max_not_sent must be a whole number of at least 1")
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        if retry_after is not None and retry_after >= 0:
+        if retry_after is not None and 0 <= retry_after < math.inf:
             return float(retry_after)
         exponent = min(max(attempt - 1, 0), 62)
         raw = min(self.cap_seconds, self.base_seconds * (2.0**exponent))

@@ -1,0 +1,247 @@
+"""From what a sink did to how its claim is closed: reading answers, building settlements.
+
+Pure logic, no I/O. A sink's answer is read into a :class:`Verdict` (what happened, by the
+attempt history's vocabulary), and a verdict into a :class:`Settlement` (the effect's next
+state). The rule above everything: nothing is recorded ``done`` unless a sink said so. An answer
+that is neither an outcome nor a storable result (a coroutine that was never awaited, a
+generator, the class ``NotSent`` instead of an instance, an exception instance) is a programming
+error: the sink ran, so something may have happened, and the attempt is recorded ``uncertain``.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from oncewire.core.canonical import canonical_json
+from oncewire.core.errors import OncewireError
+from oncewire.dispatch.retry import RetryPolicy
+from oncewire.effects.outcomes import OUTCOME_TYPES, Done, MaybeSent, NotSent, Rejected
+from oncewire.storage.records import Claim, EffectState, Settlement
+
+__all__ = [
+    "MAX_TEXT_CHARS",
+    "Label",
+    "Verdict",
+    "bounded",
+    "read_batch",
+    "read_value",
+    "settlement",
+]
+
+MAX_TEXT_CHARS = 2000  # a rejection reason or an error stored in last_error, at most
+
+
+def bounded(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying that it was cut and by how much."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [cut: {len(text) - limit} more characters]"
+
+
+class Label(enum.StrEnum):
+    """What became of one attempt (``Settlement.outcome`` and the attempt history)."""
+
+    DONE = "done"  # the sink said it happened
+    NOT_SENT = "not_sent"  # nothing reached the receiver (or the sink was never called)
+    MAYBE_SENT = "maybe_sent"  # the sink said it may have reached the receiver
+    REJECTED = "rejected"  # the receiver refused it
+    TIMEOUT = "timeout"  # the sink did not answer in time; it was cancelled or abandoned
+    ERROR = "error"  # the sink raised, or answered something that is not an outcome
+    UNDECODABLE = "undecodable"  # the stored payload cannot be read; the sink was not called
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One attempt's reading: its label, and what goes with it."""
+
+    label: Label
+    reason: str = ""
+    result_json: str | None = None  # DONE: the stored result (None: JSON null or not storable)
+    result_error: str | None = None  # DONE: why the result was not stored
+    retry_after: float | None = None  # NOT_SENT: the receiver's wish
+    misuse: bool = False  # a programming error in the sink (logged at ERROR)
+    started: bool = True  # False: the sink was never called for this attempt
+
+
+def _misuse(reason: str) -> Verdict:
+    return Verdict(Label.ERROR, reason, misuse=True)
+
+
+def _discard(value: Any) -> None:
+    """Close a coroutine or generator nobody will run (no "never awaited" warning later)."""
+    close = getattr(value, "close", None)
+    if inspect.iscoroutine(value) or inspect.isgenerator(value) or inspect.isasyncgen(value):
+        try:
+            if inspect.isasyncgen(value):
+                return  # aclose() is itself a coroutine; the generator never started
+            if close is not None:
+                close()
+        except Exception:  # closing someone else's object must not hide the real error
+            pass
+
+
+def _not_an_outcome(value: Any) -> str | None:
+    """Why ``value`` cannot be a sink's answer, or None when it may be a plain result."""
+    if isinstance(value, type) and issubclass(value, OUTCOME_TYPES):
+        return (
+            f"sink returned the class {value.__name__}, not an outcome: "
+            f"write {value.__name__}(...) with parentheses"
+        )
+    if isinstance(value, BaseException):
+        return (
+            f"sink returned an exception instance ({type(value).__name__}: {value}) instead of "
+            "raising it or returning an outcome"
+        )
+    if inspect.isawaitable(value):
+        _discard(value)
+        return (
+            f"sink returned an awaitable ({type(value).__name__}) that was never awaited: "
+            "declare the sink with async def so the dispatcher awaits it"
+        )
+    if inspect.isgenerator(value) or inspect.isasyncgen(value):
+        _discard(value)
+        return f"sink returned a generator ({type(value).__name__}), not an outcome"
+    return None
+
+
+def read_value(value: Any) -> Verdict:
+    """A sink's answer for one attempt."""
+    if isinstance(value, Done):
+        try:
+            return Verdict(Label.DONE, result_json=canonical_json(value.result))
+        except OncewireError as exc:
+            return Verdict(Label.DONE, result_error=bounded(f"result not stored: {exc}"))
+    if isinstance(value, NotSent):
+        return Verdict(Label.NOT_SENT, value.reason, retry_after=value.retry_after)
+    if isinstance(value, MaybeSent):
+        return Verdict(Label.MAYBE_SENT, value.reason)
+    if isinstance(value, Rejected):
+        return Verdict(Label.REJECTED, value.reason)
+    wrong = _not_an_outcome(value)
+    if wrong is not None:
+        return _misuse(wrong)
+    try:  # a plain value means Done(value), if it can be stored
+        return Verdict(Label.DONE, result_json=canonical_json(value))
+    except OncewireError as exc:
+        return _misuse(
+            f"sink returned a {type(value).__name__} that is neither an outcome nor a storable "
+            f"result ({exc}); return Done(value) to record it done without its result"
+        )
+
+
+def read_batch(values: Any, count: int) -> list[Verdict]:
+    """``call_batch``'s answer: exactly one outcome per attempt, in order, as a list or tuple.
+
+    Anything else (a dict, a set, a string, an iterator of unknown length, a list of the wrong
+    length) is refused for every attempt of the batch, with the mismatch named; the batch sink
+    did run, so each attempt is recorded ``uncertain``.
+    """
+    if not isinstance(values, list | tuple):
+        wrong = _not_an_outcome(values)
+        if wrong is None:
+            wrong = (
+                f"call_batch returned a {type(values).__name__}; it must return a list with one "
+                "outcome per attempt, in the order of the attempts"
+            )
+        return [_misuse(wrong.replace("sink returned", "call_batch returned"))] * count
+    if len(values) != count:
+        reason = (
+            f"call_batch returned {len(values)} outcome(s) for {count} attempt(s); it must "
+            "return exactly one per attempt, in order"
+        )
+        for value in values:
+            _discard(value)
+        return [_misuse(reason)] * count
+    return [read_value(value) for value in values]
+
+
+def raised(exc: BaseException, what: str = "sink") -> Verdict:
+    """The sink raised: it may have acted before raising, so we cannot know."""
+    return Verdict(Label.ERROR, bounded(f"{what} raised {type(exc).__name__}: {exc}"))
+
+
+def timed_out(seconds: float) -> Verdict:
+    return Verdict(Label.TIMEOUT, f"attempt timed out after {seconds:g}s; the outcome is unknown")
+
+
+def undecodable(exc: BaseException) -> Verdict:
+    return Verdict(
+        Label.UNDECODABLE,
+        bounded(f"undecodable payload, never sent (the sink was not called): {exc}"),
+    )
+
+
+def not_started(reason: str) -> Verdict:
+    return Verdict(Label.NOT_SENT, reason, started=False)
+
+
+def settlement(
+    claim: Claim,
+    verdict: Verdict,
+    *,
+    policy: RetryPolicy,
+    now: float,
+    attempt_number: int,
+    started_at: float | None,
+    finished_at: float,
+) -> Settlement:
+    """How to close ``claim`` after ``verdict``.
+
+    A not-sent attempt (the sink said ``NotSent``, or it was never called) gives its attempt
+    back: it does not count against ``max_attempts``. Its number of not-sent attempts is the
+    claims the effect had that were not charged (``fence - attempts``); without a deadline,
+    ``policy.max_not_sent`` of them make it ``dead``.
+    """
+    facts: dict[str, Any] = {
+        "attempt": attempt_number,
+        "redelivery": claim.redelivery,
+        "outcome": str(verdict.label),
+        "started_at": started_at,
+        "finished_at": finished_at,
+    }
+    ids = (claim.id, claim.fence)
+    label = verdict.label
+    if label is Label.DONE:
+        return Settlement(
+            *ids, EffectState.DONE, verdict.result_json, verdict.result_error, **facts
+        )
+    reason = bounded(verdict.reason)
+    if label is Label.REJECTED:
+        return Settlement(*ids, EffectState.REJECTED, None, reason, **facts)
+    if label is Label.UNDECODABLE:
+        return Settlement(*ids, EffectState.DEAD, None, reason, **facts)
+    if label is Label.NOT_SENT:
+        refund = {"refund_attempt": True, **facts}
+        if not verdict.started:  # due again at once, where it was in the line
+            return Settlement(*ids, EffectState.PENDING, None, reason, **refund)
+        not_sent = claim.fence - claim.attempt + 1  # counting this one
+        not_before = now + policy.delay(not_sent, verdict.retry_after)
+        if claim.deadline is not None:
+            if not_before > claim.deadline:
+                why = f"deadline would pass before the next attempt: {reason}"
+                return Settlement(*ids, EffectState.DEAD, None, bounded(why), **refund)
+        elif not_sent >= policy.max_not_sent:
+            why = f"never sent: not sent {not_sent} times, the last: {reason}"
+            return Settlement(*ids, EffectState.DEAD, None, bounded(why), **refund)
+        return Settlement(*ids, EffectState.PENDING, None, reason, not_before, **refund)
+    # MAYBE_SENT, TIMEOUT, ERROR: the attempt may have landed and counts.
+    unknown = "; the outcome of the last attempt is unknown"
+    if claim.attempt >= claim.max_attempts:
+        why = f"out of attempts ({claim.attempt}): {reason}{unknown}"
+        return Settlement(*ids, EffectState.DEAD, None, bounded(why), maybe_sent=True, **facts)
+    not_before = now + policy.delay(claim.attempt)
+    if claim.deadline is not None and not_before > claim.deadline:
+        why = f"deadline would pass before the next attempt: {reason}{unknown}"
+        return Settlement(*ids, EffectState.DEAD, None, bounded(why), maybe_sent=True, **facts)
+    return Settlement(
+        *ids, EffectState.UNCERTAIN, None, reason, not_before, maybe_sent=True, **facts
+    )
+
+
+def batch_reasons(verdicts: Sequence[Verdict]) -> list[str]:
+    """The programming errors among ``verdicts`` (for one ERROR line per batch)."""
+    return sorted({v.reason for v in verdicts if v.misuse})
