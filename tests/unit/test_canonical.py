@@ -188,7 +188,7 @@ def test_insertion_order_never_changes_the_digest(value: Any, seed: int) -> None
 
 def _stack_depth() -> int:
     depth, frame = 0, sys._getframe()
-    while frame is not None:
+    while frame.f_back is not None:
         depth, frame = depth + 1, frame.f_back
     return depth
 

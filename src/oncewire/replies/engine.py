@@ -32,7 +32,15 @@ from oncewire.core.errors import ConfigurationError, InvalidState, ReplyConflict
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.replies.service import plan_chunks
 from oncewire.replies.splitting import Chunk
-from oncewire.replies.wire import Acked, Ambiguous, Platform, Refused, WireOutcome
+from oncewire.replies.wire import (
+    Acked,
+    Ambiguous,
+    Platform,
+    Refused,
+    WireOutcome,
+    check_platform,
+    vet_outcome,
+)
 from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState
 
 if TYPE_CHECKING:
@@ -174,6 +182,8 @@ class ReplyEngine:
                 raise ConfigurationError(f"{name} must be a finite number >= 0, not {value!r}")
         if lease_seconds <= 0:
             raise ConfigurationError("lease_seconds must be positive")
+        for name, adapter in platforms.items():
+            check_platform(name, adapter)  # async or generator operations could never answer
         self.ledger = ledger
         self.platforms = dict(platforms)
         self.owner = owner or this_process_owner()
@@ -424,19 +434,23 @@ class ReplyEngine:
             settle=self._pending.pop(reply.id, None),
             expect_seq=max((op.seq for op in seen), default=0),
         )
+        # vet_outcome: whatever an adapter returns, only a well-formed Acked is an ack.
         if step.kind is OpKind.SEND:
             SEND_IN_FLIGHT.hit()
-            outcome = platform.send(reply.request, step.body, marked=step.marked)
+            answer = platform.send(reply.request, step.body, marked=step.marked)
+            outcome = vet_outcome(answer, "send", reply.id)
             if isinstance(outcome, Acked):
                 SENT_ACK_LOST.hit()
         elif step.kind is OpKind.EDIT:
             assert step.message_id is not None
-            outcome = platform.edit(reply.request, step.message_id, step.body, marked=step.marked)
+            answer = platform.edit(reply.request, step.message_id, step.body, marked=step.marked)
+            outcome = vet_outcome(answer, "edit", reply.id)
             if isinstance(outcome, Acked):
                 EDIT_ACK_LOST.hit()
         else:
             assert step.message_id is not None
-            outcome = platform.delete(reply.request, step.message_id)
+            answer = platform.delete(reply.request, step.message_id)
+            outcome = vet_outcome(answer, "delete", reply.id)
         try:
             self._record(op, outcome, deliver=deliver, count=count)
         except InvalidState as exc:  # another engine took the reply over mid-call
@@ -496,12 +510,8 @@ class ReplyEngine:
                 lease_seconds=self.lease_seconds,
                 expect_seq=max((op.seq for op in ops), default=0),
             )
-            self._record(
-                op,
-                platform.send(reply.request, self.notice, marked=False),
-                deliver=False,
-                count=False,
-            )
+            answer = platform.send(reply.request, self.notice, marked=False)
+            self._record(op, vet_outcome(answer, "send", reply.id), deliver=False, count=False)
         dead = store.finish_reply(
             reply.id, state=ReplyState.DEAD, now=clock.now(), last_error=reason
         )

@@ -9,10 +9,19 @@ An adapter decides each outcome where its transport knows whether the request le
 * :class:`RejectedPermanently`: the platform refused for good (chat gone, bot blocked).
 
 Nothing above the adapter ever classifies an outcome by reading an error message.
+
+An adapter that answers anything else (a coroutine from an ``async def``, the class ``Acked``
+instead of an instance, an exception returned instead of raised, an ``Acked`` without a message
+id) has a programming error: :func:`vet_outcome` turns its answer into :class:`Ambiguous`, never
+an acknowledgement, and logs it at ERROR. :func:`check_platform` refuses, when an engine is
+built, an adapter whose operations cannot return an outcome at all (async or generators).
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,7 +41,11 @@ __all__ = [
     "Refused",
     "RejectedPermanently",
     "WireOutcome",
+    "check_platform",
+    "vet_outcome",
 ]
+
+log = logging.getLogger("oncewire.replies")
 
 DEFAULT_MARKER = "[possible duplicate: an earlier delivery of this reply may also have arrived]\n"
 
@@ -131,3 +144,92 @@ class Platform(Protocol):
     ) -> WireOutcome: ...
 
     def delete(self, request: SendRequest, message_id: str) -> WireOutcome: ...
+
+
+_OPERATIONS = ("send", "edit", "delete")
+
+
+def check_platform(name: str, platform: object) -> None:
+    """ConfigurationError unless ``platform`` has a profile and synchronous operations.
+
+    The reply engine calls an adapter and records what it returns: an ``async def`` operation
+    returns a coroutine that nobody awaits (the message is never sent), a generator function a
+    generator. Both are refused here rather than found out one reply at a time.
+    """
+    try:
+        profile = getattr(platform, "profile", None)
+    except Exception as exc:  # a property that raises
+        raise ConfigurationError(f"platform {name!r}: reading its profile failed: {exc!r}") from exc
+    if not isinstance(profile, PlatformProfile):
+        raise ConfigurationError(
+            f"platform {name!r}: profile must be a PlatformProfile, not {type(profile).__name__}"
+        )
+    for operation in _OPERATIONS:
+        method = getattr(platform, operation, None)
+        if not callable(method):
+            raise ConfigurationError(f"platform {name!r}: {operation} must be a method")
+        for fn in (method, type(method).__call__):  # a callable object: its __call__
+            if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+                raise ConfigurationError(
+                    f"platform {name!r}: {operation} is async; the reply engine calls adapters "
+                    "synchronously and records what they return (run the coroutine inside a "
+                    "synchronous method)"
+                )
+            if inspect.isgeneratorfunction(fn):
+                raise ConfigurationError(
+                    f"platform {name!r}: {operation} is a generator function; it must return "
+                    "a WireOutcome"
+                )
+
+
+def _described(answer: object) -> str:
+    if isinstance(answer, type):
+        return f"the class {answer.__name__} itself (not an instance)"
+    if inspect.iscoroutine(answer):
+        answer.close()  # never awaited, and never will be: no "never awaited" warning later
+        return "a coroutine (an async adapter: nothing awaited it, so nothing was sent)"
+    if isinstance(answer, BaseException):
+        return f"an exception instance {type(answer).__name__} (returned, not raised)"
+    return f"a {type(answer).__name__}"
+
+
+def _malformed(answer: object) -> str | None:
+    """What is wrong with ``answer`` as a WireOutcome, or None."""
+    if isinstance(answer, Acked):
+        if type(answer.message_id) is str and answer.message_id:
+            return None
+        return f"Acked with message_id {answer.message_id!r}, not a message id string"
+    if isinstance(answer, Refused):
+        after = answer.retry_after
+        if after is not None and (
+            type(after) is bool
+            or not isinstance(after, int | float)
+            or not math.isfinite(after)
+            or after < 0
+        ):
+            return f"Refused with retry_after {after!r}, not a finite number of seconds >= 0"
+    elif not isinstance(answer, Ambiguous | RejectedPermanently):
+        return _described(answer)
+    if not isinstance(answer.reason, str):
+        return f"{type(answer).__name__} with reason {answer.reason!r}, not a string"
+    return None
+
+
+def vet_outcome(answer: object, operation: str, reply_id: int) -> WireOutcome:
+    """``answer`` if it is a well-formed :data:`WireOutcome`; else :class:`Ambiguous`.
+
+    A malformed answer is a programming error in the adapter, and it proves nothing about the
+    chat: the operation may have landed (a send is then repeated with the duplicate marker), so
+    it is recorded as ambiguous, never acknowledged, and logged at ERROR.
+    """
+    problem = _malformed(answer)
+    if problem is None:
+        return answer  # type: ignore[return-value]  # _malformed checked its type
+    log.error(
+        "platform adapter returned no WireOutcome",
+        extra={"reply_id": reply_id, "operation": operation, "problem": problem},
+    )
+    return Ambiguous(
+        f"programming error: the platform adapter's {operation} returned {problem}, "
+        "not a WireOutcome; it may have landed"
+    )
