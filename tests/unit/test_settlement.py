@@ -33,7 +33,7 @@ from tests.contract.conftest import SQLiteRaw
 @pytest.fixture
 def raw(db_path: Path) -> Iterator[SQLiteRaw]:
     """The stored row, read around oncewire."""
-    conn = SQLiteRaw(db_path)
+    conn = SQLiteRaw(str(db_path))
     try:
         yield conn
     finally:

@@ -2,9 +2,14 @@
 
 ``--app module:attribute`` names the sinks the way uvicorn and celery name an application: the
 attribute is a mapping of effect kind to sink, or a callable returning one. With ``--workers N``
-the command supervises N dispatcher processes; SIGTERM or SIGINT stops them all gracefully
-(each finishes and records the attempts in flight), and a worker that dies unexpectedly is
-started again.
+the command supervises N dispatcher processes, and starts a worker that dies unexpectedly again
+after a delay that doubles with each failure in a row (it says so, with the exit code and the
+delay).
+
+The first SIGTERM or SIGINT stops claiming, logs the attempts it waits for, and waits at most
+``--grace`` seconds for them; attempts still running then stay claimed, for recovery (the next
+dispatcher sees this process dead and redelivers them flagged), and the exit status is 3. A
+second signal leaves at once. Each attempt is logged (INFO, logger ``oncewire.dispatch``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,10 +30,26 @@ import click
 
 from oncewire.cli.common import db_option
 from oncewire.core.errors import ConfigurationError
+from oncewire.dispatch.sinkspec import inspect_sinks
 
 __all__ = ["command", "load_sinks"]
 
 log = logging.getLogger("oncewire.cli.dispatch")
+
+
+_SUPERVISOR_ENV = "ONCEWIRE_SUPERVISOR_PID"
+EXIT_LEFT_CLAIMED = 3  # stopped with attempts still running: their claims await recovery
+_RESTART_FIRST_SECONDS = 0.5
+_RESTART_MAX_SECONDS = 30.0
+_RESTART_RESET_AFTER_SECONDS = 60.0  # a worker that ran this long starts its backoff afresh
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
 
 
 def load_sinks(spec: str) -> dict[str, Any]:
@@ -51,9 +73,10 @@ def load_sinks(spec: str) -> dict[str, Any]:
         target = target()
     if not isinstance(target, Mapping) or not target:
         raise ConfigurationError(f"--app {spec!r} must name a non-empty mapping of kind -> sink")
-    for kind, sink in target.items():
-        if not isinstance(kind, str) or not callable(sink):
-            raise ConfigurationError(f"--app {spec!r}: {kind!r} does not map to a callable sink")
+    try:
+        inspect_sinks(target)  # the dispatcher's own checks, before anything runs
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--app {spec!r}: {exc}") from None
     return dict(target)
 
 
@@ -65,10 +88,13 @@ def _run_one(
     lease_seconds: float,
     poll_seconds: float,
     until_idle: bool,
-) -> None:
+    attempt_timeout: float | None,
+    grace: float,
+) -> int:
     from oncewire.dispatch import Dispatcher
     from oncewire.effects import Ledger
 
+    _configure_logging()
     sinks = load_sinks(app)
     with Ledger(db) as ledger:
         dispatcher = Dispatcher(
@@ -78,51 +104,109 @@ def _run_one(
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
+            attempt_timeout=attempt_timeout,
+            grace_seconds=grace,
         )
         click.echo(
             f"dispatching {', '.join(sorted(sinks))} from {app} as {dispatcher.owner}", err=True
         )
+        _follow_supervisor(dispatcher)
         stats = dispatcher.run(until_idle=until_idle)
     click.echo(json.dumps({"pid": os.getpid(), "stats": stats.as_dict()}))
+    return EXIT_LEFT_CLAIMED if stats.abandoned else 0
 
 
-def _supervise(argv: list[str], workers: int) -> int:
-    stopping = False
+def _follow_supervisor(dispatcher: Any) -> None:
+    """A supervised worker whose supervisor died stops, as if it had been told to."""
+    supervisor = os.environ.get(_SUPERVISOR_ENV)
+    if not supervisor:
+        return
 
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+    def watch() -> None:
+        while os.getppid() == int(supervisor):
+            time.sleep(1.0)
+        log.warning("the supervisor (pid %s) is gone: stopping", supervisor)
+        dispatcher.stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    threading.Thread(target=watch, name="oncewire-supervisor-watch", daemon=True).start()
+
+
+def _supervise(argv: list[str], workers: int, grace: float) -> int:
+    _configure_logging()
+    signals: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        signals.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     command = [sys.executable, "-m", "oncewire", "dispatch", *argv, "--workers", "1"]
-    children = {i: subprocess.Popen(command) for i in range(workers)}
-    restarts = 0
+    env = {**os.environ, _SUPERVISOR_ENV: str(os.getpid())}
+
+    def spawn() -> subprocess.Popen[bytes]:
+        # A process group of its own: a Ctrl-C in the terminal reaches the supervisor only,
+        # which passes it on once (two signals would make a worker leave at once).
+        return subprocess.Popen(command, env=env, process_group=0)
+
+    children = {i: spawn() for i in range(workers)}
+    started = dict.fromkeys(children, time.monotonic())
+    failures = dict.fromkeys(children, 0)  # failures in a row, per slot
+    restart_at: dict[int, float] = {}  # slot -> when its next worker starts
     click.echo(
         f"supervising {workers} workers: {' '.join(str(c.pid) for c in children.values())}",
         err=True,
     )
-    while not stopping:
-        time.sleep(0.2)
+    while not signals:
+        time.sleep(0.1)
+        now = time.monotonic()
+        for slot, when in list(restart_at.items()):
+            if now >= when and not signals:
+                del restart_at[slot]
+                children[slot] = spawn()
+                started[slot] = time.monotonic()
         for slot, child in list(children.items()):
+            if slot in restart_at:
+                continue
             code = child.poll()
-            if code is None or stopping:
+            if code is None or signals:
                 continue
             if code == 0 and "--until-idle" in argv:
                 children.pop(slot)
                 continue
-            restarts += 1
-            click.echo(f"worker {child.pid} exited with {code}; starting another", err=True)
-            time.sleep(min(5.0, 0.2 * restarts))
-            children[slot] = subprocess.Popen(command)
+            if now - started[slot] >= _RESTART_RESET_AFTER_SECONDS:
+                failures[slot] = 0
+            failures[slot] += 1
+            delay = min(_RESTART_MAX_SECONDS, _RESTART_FIRST_SECONDS * 2 ** (failures[slot] - 1))
+            log.warning(
+                "worker %d exited with code %d; starting another in %.1fs (failure %d in a row)",
+                child.pid,
+                code,
+                delay,
+                failures[slot],
+            )
+            restart_at[slot] = now + delay
         if not children:
             return 0
-    for child in children.values():
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    failed = 0
-    for child in children.values():
-        failed += child.wait() not in (0, -signal.SIGTERM)
+    # Stopping: each worker waits out its own grace period; a second signal is passed on
+    # (the workers leave at once).
+    live = [c for slot, c in children.items() if slot not in restart_at and c.poll() is None]
+    log.warning("signal %d: stopping %d worker(s) (grace %gs)", signals[0], len(live), grace)
+    for child in live:
+        child.send_signal(signal.SIGTERM)
+    forwarded = 1
+    deadline = time.monotonic() + grace + 10.0
+    while any(c.poll() is None for c in live):
+        if len(signals) > forwarded:
+            forwarded = len(signals)
+            for child in live:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+        if time.monotonic() > deadline:
+            for child in live:
+                if child.poll() is None:
+                    child.kill()
+        time.sleep(0.05)
+    failed = sum(child.wait() not in (0, -signal.SIGTERM) for child in live)
     return 1 if failed else 0
 
 
@@ -181,6 +265,27 @@ def _supervise(argv: list[str], workers: int) -> int:
     show_default=True,
     help="Longest idle wait (PostgreSQL wakes workers at once with LISTEN/NOTIFY).",
 )
+@click.option(
+    "--attempt-timeout",
+    envvar="ONCEWIRE_ATTEMPT_TIMEOUT",
+    show_envvar=True,
+    type=click.FloatRange(0.001),
+    default=None,
+    metavar="SECONDS",
+    help="Give up on a sink call after this long: recorded uncertain (a later attempt is a "
+    "flagged redelivery). Default: no limit.",
+)
+@click.option(
+    "--grace",
+    envvar="ONCEWIRE_GRACE",
+    show_envvar=True,
+    type=click.FloatRange(0.0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGTERM/SIGINT, how long to wait for the attempts in flight; those still running "
+    "then are left claimed for recovery. A second signal exits at once.",
+)
 @click.option("--until-idle", is_flag=True, help="Drain what is due, then exit.")
 def command(
     db: str,
@@ -190,12 +295,26 @@ def command(
     batch_size: int,
     lease_seconds: float,
     poll_seconds: float,
+    attempt_timeout: float | None,
+    grace: float,
     until_idle: bool,
 ) -> None:
     """Run dispatchers: claim due effects, call the app's sinks, record their outcomes."""
     if workers == 1:
         load_sinks(app)  # fail fast, with one clear line, before anything runs
-        _run_one(db, app, concurrency, batch_size, lease_seconds, poll_seconds, until_idle)
+        code = _run_one(
+            db,
+            app,
+            concurrency,
+            batch_size,
+            lease_seconds,
+            poll_seconds,
+            until_idle,
+            attempt_timeout,
+            grace,
+        )
+        if code:
+            raise click.exceptions.Exit(code)
         return
     load_sinks(app)
     argv = [
@@ -212,8 +331,11 @@ def command(
         "--poll-seconds",
         str(poll_seconds),
     ]
+    argv += ["--grace", str(grace)]
+    if attempt_timeout is not None:
+        argv += ["--attempt-timeout", str(attempt_timeout)]
     if until_idle:
         argv.append("--until-idle")
-    code = _supervise(argv, workers)
+    code = _supervise(argv, workers, grace)
     if code:
         raise click.exceptions.Exit(code)
