@@ -6,6 +6,7 @@ traceback (unless ``-v`` asks for one), and a store exactly as it was.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -187,14 +189,14 @@ def test_effects_accept_list_show_cancel_retry(tmp_path: Path) -> None:
     listed = ok_json("effects", "list", "--db", db)
     assert [e["key"] for e in listed] == ["order-7"]
     shown = ok_json("effects", "show", "--db", db, "order-7")
-    assert shown == accepted
+    assert shown == {"effect": accepted, "attempts": []}  # nothing dispatched yet
 
     assert ok("effects", "cancel", "--db", db, "order-7", "--yes").strip() == "order-7: cancelled"
-    cancelled = ok_json("effects", "show", "--db", db, "order-7")
+    cancelled = ok_json("effects", "show", "--db", db, "order-7")["effect"]
     assert (cancelled["state"], cancelled["last_error"]) == ("cancelled", "cancelled by operator")
 
     assert ok("effects", "retry", "--db", db, "order-7", "--yes").strip() == "order-7: pending"
-    retried = ok_json("effects", "show", "--db", db, "order-7")
+    retried = ok_json("effects", "show", "--db", db, "order-7")["effect"]
     assert (retried["state"], retried["attempts"], retried["last_error"]) == ("pending", 0, None)
 
 
@@ -216,31 +218,47 @@ def test_accept_options(tmp_path: Path) -> None:
         "600",
     )
     assert effect["max_attempts"] == 3
-    assert effect["deadline"] - effect["not_before"] == pytest.approx(540)
+    deadline = dt.datetime.fromisoformat(effect["deadline"])
+    not_before = dt.datetime.fromisoformat(effect["not_before"])
+    assert (deadline - not_before).total_seconds() == pytest.approx(540)
+    assert deadline.utcoffset() == dt.timedelta(0)  # times carry their zone
     assert ok("effects", "accept", "--db", db, "k2", "mail", "[]").strip() == "k2: pending"
 
 
 def test_effects_list_filters(store_db: Path) -> None:
     db = str(store_db)
     keys = [e["key"] for e in ok_json("effects", "list", "--db", db)]
-    assert keys == ["pending-1", "done-1", "cancelled-1"]
+    assert keys == ["cancelled-1", "done-1", "pending-1"]  # newest first
     by_state = ok_json("effects", "list", "--db", db, "--state", "done", "--state", "cancelled")
-    assert [e["key"] for e in by_state] == ["done-1", "cancelled-1"]
+    assert [e["key"] for e in by_state] == ["cancelled-1", "done-1"]
     assert [e["key"] for e in ok_json("effects", "list", "--db", db, "--kind", "mail")] == [
-        "pending-1",
         "cancelled-1",
+        "pending-1",
     ]
     assert [e["key"] for e in ok_json("effects", "list", "--db", db, "--limit", "1")] == [
-        "pending-1"
+        "cancelled-1"
     ]
-    done = ok_json("effects", "show", "--db", db, "done-1")
+    shown = ok_json("effects", "show", "--db", db, "done-1")
+    done = shown["effect"]
     assert (done["state"], done["result"], done["attempts"]) == ("done", {"charge": "ch_1"}, 1)
+    (attempt,) = shown["attempts"]
+    assert (attempt["attempt"], attempt["outcome"], attempt["state"]) == (1, "done", "done")
 
 
 def test_effects_human_output(store_db: Path) -> None:
     table = ok("effects", "list", "--db", str(store_db)).splitlines()
-    assert table[0].split() == ["KEY", "KIND", "STATE", "ATTEMPTS", "UPDATED", "LAST_ERROR"]
-    assert [line.split()[0] for line in table[1:]] == ["pending-1", "done-1", "cancelled-1"]
+    assert table[0].split() == [
+        "ID",
+        "KEY",
+        "KIND",
+        "STATE",
+        "ATTEMPTS",
+        "CREATED",
+        "UPDATED",
+        "LAST_ERROR",
+    ]
+    assert [line.split()[1] for line in table[1:-1]] == ["cancelled-1", "done-1", "pending-1"]
+    assert table[-1] == "showing 3 of 3"
     shown = ok("effects", "show", "--db", str(store_db), "pending-1")
     assert "key: pending-1" in shown
     assert "zoë@example.com" in shown  # non-ASCII survives the round trip
@@ -315,6 +333,19 @@ BAD_INPUT = {
     "NaN deadline": (["effects", "accept", "k", "mail", "{}", "--deadline", "nan"], ["finite"]),
     "infinite delay": (["effects", "accept", "k", "mail", "{}", "--delay", "inf"], ["finite"]),
     "empty kind": (["effects", "accept", "k", "", "{}"], ["configuration_error"]),
+    # "Last one wins" would store a payload the operator did not see as typed.
+    "duplicate key": (
+        ["effects", "accept", "k", "mail", '{"to": "a@example.com", "to": "b@example.com"}'],
+        ["duplicate key 'to'", "invalid_payload"],
+    ),
+    "nested duplicate key": (
+        ["effects", "accept", "k", "mail", '{"to": {"cc": 1, "cc": 1}}'],
+        ["duplicate key 'cc'"],
+    ),
+    "missing payload file": (
+        ["effects", "accept", "k", "mail", "@/nonexistent/payload.json"],
+        ["cannot read the payload", "/nonexistent/payload.json", "configuration_error"],
+    ),
 }
 
 
@@ -362,11 +393,50 @@ def test_readers_never_create_a_missing_database(tmp_path: Path, args: list[str]
     assert list(tmp_path.iterdir()) == []
 
 
-def test_verbose_shows_the_traceback(store_db: Path) -> None:
-    result = run("-v", "effects", "show", "--db", str(store_db), "nope")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-v", "effects", "show", "--db", "{db}", "nope"],
+        ["effects", "-v", "show", "--db", "{db}", "nope"],
+        ["effects", "show", "-v", "--db", "{db}", "nope"],
+        ["effects", "show", "--db", "{db}", "nope", "--verbose"],
+    ],
+    ids=["before the group", "after the group", "after the verb", "at the end"],
+)
+def test_verbose_anywhere_shows_the_traceback(store_db: Path, args: list[str]) -> None:
+    result = run(*[a.replace("{db}", str(store_db)) for a in args])
     assert result.returncode != 0
     assert "Traceback" in result.stderr
     assert result.stderr.rstrip().splitlines()[-1].startswith("error: ")
+
+
+def test_effects_list_takes_verbose_between_its_options(store_db: Path) -> None:
+    listed = json.loads(ok("effects", "list", "-v", "--db", str(store_db), "--json"))
+    assert len(listed) == 3
+
+
+def test_accept_reads_the_payload_from_a_file_or_stdin(tmp_path: Path) -> None:
+    db = str(tmp_path / "new.db")
+    payload = tmp_path / "payload.json"
+    payload.write_text('{"to": "zoë@example.com", "n": [1, 2]}', encoding="utf-8")
+    from_file = ok_json("effects", "accept", "--db", db, "by-file", "mail", f"@{payload}")
+    assert from_file["payload"] == {"to": "zoë@example.com", "n": [1, 2]}
+    from_stdin = ok_json("effects", "accept", "--db", db, "by-stdin", "mail", "-", stdin='{"x": 1}')
+    assert from_stdin["payload"] == {"x": 1}
+    duplicate = run("effects", "accept", "--db", db, "dup", "mail", "-", stdin='{"x":1,"x":2}')
+    assert_clean_error(duplicate, "duplicate key 'x'")
+    with closing(sqlite3.connect(db)) as conn:
+        stored = conn.execute("SELECT key, payload FROM oncewire_effects ORDER BY id").fetchall()
+    assert stored == [
+        ("by-file", '{"n":[1,2],"to":"zoë@example.com"}'),
+        ("by-stdin", '{"x":1}'),
+    ]
+
+
+def test_an_unexpected_error_is_one_line_without_verbose(tmp_path: Path) -> None:
+    # A directory is no database: whatever the driver says, it is one line, no traceback.
+    result = run("effects", "list", "--db", str(tmp_path))
+    assert_clean_error(result)
 
 
 def test_a_missing_db_option_is_a_usage_error(tmp_path: Path) -> None:

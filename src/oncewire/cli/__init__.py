@@ -2,7 +2,7 @@
 
 Noun groups, then verbs. Every command that opens a store takes ``--db`` (or ``ONCEWIRE_DB``),
 readers take ``--json``, destructive commands ask or take ``--yes``. Errors print one line and
-exit non-zero; ``-v`` shows the traceback.
+exit non-zero; ``-v`` (anywhere on the line) shows the traceback.
 """
 
 from __future__ import annotations
@@ -19,19 +19,35 @@ __all__ = ["cli", "main"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+VERBOSE_HELP = "Show tracebacks and debug logs."
+
+_verbose = False  # set while parsing, wherever -v stands on the line
+
+
+def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    global _verbose
+    if value and not _verbose:
+        _verbose = True
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+
+
+def _verbose_option() -> click.Option:
+    return click.Option(
+        ["-v", "--verbose"],
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_verbose,
+        help=VERBOSE_HELP,
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="oncewire")
-@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and debug logs.")
-@click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
+def cli() -> None:
     """oncewire: every accepted action happens once; every unknown is said out loud."""
-    ctx.obj = {"verbose": verbose}
-    if verbose:
-        import logging
-
-        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
 
 
 def _register() -> None:
@@ -46,12 +62,23 @@ def _register() -> None:
     cli.add_command(replies.inbound_group)
     cli.add_command(replies.replies_group)
 
+    def add_verbose(command: click.Command) -> None:
+        # Every command and group takes -v, so `oncewire effects list -v` works as well as
+        # `oncewire -v effects list`.
+        command.params.append(_verbose_option())
+        if isinstance(command, click.Group):
+            for sub in command.commands.values():
+                add_verbose(sub)
+
+    add_verbose(cli)
+
 
 _register()
 
 
 def main(argv: list[str] | None = None) -> int:
-    verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
+    global _verbose
+    _verbose = False
     try:
         # Without standalone mode click returns a command's Exit code instead of exiting.
         code = cli.main(args=argv, prog_name="oncewire", standalone_mode=False)
@@ -64,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except OncewireError as exc:
-        if verbose:
+        if _verbose:
             traceback.print_exc()
         click.echo(f"error: {exc} [{exc.code}]", err=True)
         return EXIT_ERROR
@@ -72,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except Exception as exc:
+        # Not one of ours (a bug, or a driver error that escaped translation): still one line,
+        # with the traceback only when asked for.
+        if _verbose:
+            traceback.print_exc()
+        click.echo(f"error: {type(exc).__name__}: {exc} (run with -v for the traceback)", err=True)
+        return EXIT_ERROR
     return 0
 
 

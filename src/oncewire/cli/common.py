@@ -1,16 +1,59 @@
-"""Options and output helpers shared by the command groups."""
+"""Options and output helpers shared by the command groups.
+
+Every time the command line prints, in a table or in ``--json``, goes through :func:`when`: ISO
+8601 with milliseconds and an explicit zone (``2026-11-30T11:36:16.123+00:00``), so a reader
+never has to guess whether a number is seconds, milliseconds or local time.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-__all__ = ["db_option", "emit", "json_option", "table", "yes_option"]
+from oncewire.core.canonical import loads
+from oncewire.core.errors import ConfigurationError, InvalidPayload
+
+__all__ = [
+    "TIME_FIELDS",
+    "db_option",
+    "emit",
+    "json_option",
+    "read_json_argument",
+    "stamped",
+    "strict_json",
+    "table",
+    "when",
+    "yes_option",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Field names that hold a Unix time in the records the command line prints.
+TIME_FIELDS = frozenset(
+    {
+        "abandoned_at",
+        "at",
+        "closed_at",
+        "created_at",
+        "deadline",
+        "expires_at",
+        "finished_at",
+        "lease_expires_at",
+        "not_before",
+        "opened_at",
+        "published_at",
+        "reconciled_at",
+        "server_time",
+        "started_at",
+        "updated_at",
+    }
+)
 
 
 def db_option(fn: F) -> F:
@@ -35,6 +78,28 @@ def yes_option(fn: F) -> F:
     return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(fn)
 
 
+def when(ts: float | None) -> str | None:
+    """A Unix time as ISO 8601 in UTC with milliseconds and the zone; None stays None."""
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(float(ts), dt.UTC).isoformat(timespec="milliseconds")
+
+
+def stamped(record: Mapping[str, Any], extra: Iterable[str] = ()) -> dict[str, Any]:
+    """``record`` with its time fields (top level only) written by :func:`when`.
+
+    Only the record's own fields: a payload or result is the caller's data and is printed as
+    it was stored, whatever its keys are called.
+    """
+    names = TIME_FIELDS.union(extra)
+    return {
+        name: when(value)
+        if name in names and isinstance(value, int | float) and not isinstance(value, bool)
+        else value
+        for name, value in record.items()
+    }
+
+
 def emit(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
@@ -49,3 +114,38 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     click.echo(line.rstrip())
     for row in cells:
         click.echo("  ".join(c[: widths[i]].ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            # "Last one wins" would store something the operator did not see on their screen.
+            raise InvalidPayload(f"duplicate key {key!r} in a JSON object")
+        found[key] = value
+    return found
+
+
+def strict_json(text: str | bytes) -> Any:
+    """Parse JSON typed by a person: oncewire's strict rules, and no key twice in an object."""
+    value = loads(text)  # NaN, Infinity, overflow and malformed text, with their messages
+    # A second pass only to find duplicate keys: ``loads`` already proved the text is valid.
+    json.loads(text, object_pairs_hook=_refuse_duplicates)
+    return value
+
+
+def read_json_argument(argument: str, what: str = "payload") -> Any:
+    """A JSON argument given inline, as ``@path`` (a file) or as ``-`` (standard input)."""
+    if argument == "-":
+        text: str | bytes = sys.stdin.buffer.read()
+    elif argument.startswith("@"):
+        path = Path(argument[1:])
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot read the {what} from {str(path)!r}: {exc.strerror or exc}"
+            ) from exc
+    else:
+        text = argument
+    return strict_json(text)

@@ -1,22 +1,37 @@
-"""``oncewire effects``: the outbox."""
+"""``oncewire effects``: the outbox.
+
+``list`` shows the newest effects first, a page at a time: ``--limit`` effects, then a closing
+line ``showing N of M`` and, when there are more, the ``--after ID`` that continues with the next
+(older) page. The cursor is the id of the last effect printed, so a page never repeats or skips an
+effect when new ones arrive meanwhile (they are newer, and on the first page).
+"""
 
 from __future__ import annotations
 
-import datetime as dt
+import json
+from typing import Any
 
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, table, yes_option
-from oncewire.core.canonical import loads
+from oncewire.cli.common import (
+    db_option,
+    emit,
+    json_option,
+    read_json_argument,
+    stamped,
+    table,
+    when,
+    yes_option,
+)
 from oncewire.effects import EffectState, Ledger
 
 __all__ = ["group"]
 
+DEFAULT_LIMIT = 50
 
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 @click.group("effects")
@@ -36,32 +51,93 @@ def group() -> None:
 @click.option(
     "--limit",
     type=click.IntRange(1, 100_000),
-    default=100,
+    default=DEFAULT_LIMIT,
     show_default=True,
     help="Show at most this many.",
 )
+@click.option(
+    "--after",
+    "after_id",
+    type=click.IntRange(1),
+    metavar="ID",
+    help="Continue after the effect with this id (the last one a page printed): older ones.",
+)
 @json_option
 def list_effects(
-    db: str, state: tuple[str, ...], kind: str | None, limit: int, as_json: bool
+    db: str,
+    state: tuple[str, ...],
+    kind: str | None,
+    limit: int,
+    after_id: int | None,
+    as_json: bool,
 ) -> None:
-    """List effects, oldest first."""
-    ledger = Ledger(db, create=False)
-    effects = ledger.effects.list(list(state) or None, kind=kind, limit=limit)
-    if as_json:
-        emit([e.as_dict() for e in effects])
-        return
+    """List effects, newest first, a page at a time (see --after)."""
+    with Ledger(db, create=False) as ledger:
+        # One more than the page, only to know whether a next page exists.
+        effects = ledger.effects.list(
+            list(state) or None, kind=kind, limit=limit + 1, newest_first=True, before_id=after_id
+        )
+        more, effects = len(effects) > limit, effects[:limit]
+        if as_json:
+            emit([stamped(e.as_dict()) for e in effects])
+            return
+        counts = ledger.effects.counts(kind=kind)
+    total = sum(n for s, n in counts.items() if not state or s.value in state)
     table(
-        ["key", "kind", "state", "attempts", "updated", "last_error"],
+        ["id", "key", "kind", "state", "attempts", "created", "updated", "last_error"],
         [
             (
+                e.id,
                 e.key,
                 e.kind,
                 e.state,
                 f"{e.attempts}/{e.max_attempts}",
-                _when(e.updated_at),
+                when(e.created_at),
+                when(e.updated_at),
                 e.last_error,
             )
             for e in effects
+        ],
+    )
+    closing = f"showing {len(effects)} of {total}"
+    if after_id is not None:
+        closing += f" after id {after_id}"
+    if more:
+        closing += f" (next page: --after {effects[-1].id})"
+    click.echo(closing)
+
+
+def _show_text(data: dict[str, Any], attempts: list[dict[str, Any]]) -> None:
+    for name, value in data.items():
+        if name in ("payload", "result"):
+            if name == "payload" and data.get("payload_error"):
+                continue  # the error line below says why there is no payload to print
+            text = "" if value is None and name == "result" else _json_text(value)
+        elif value is None:
+            text = ""
+        elif isinstance(value, bool):
+            text = "yes" if value else "no"
+        else:
+            text = str(value)
+        click.echo(f"{name:>16}: {text}")
+    click.echo("")
+    if not attempts:
+        click.echo("no attempts recorded")
+        return
+    table(
+        ["attempt", "fence", "redelivery", "outcome", "state", "ms", "started", "error"],
+        [
+            (
+                a["attempt"],
+                a["fence"],
+                "yes" if a["redelivery"] else "",
+                a["outcome"],
+                a["state"],
+                "" if a["duration_ms"] is None else f"{a['duration_ms']:.0f}",
+                a["started_at"],
+                a["error"],
+            )
+            for a in attempts
         ],
     )
 
@@ -71,23 +147,24 @@ def list_effects(
 @click.argument("key")
 @json_option
 def show(db: str, key: str, as_json: bool) -> None:
-    """Show one effect in full."""
-    effect = Ledger(db, create=False).effects.get(key)
-    data = effect.as_dict()
+    """Show one effect in full, with its attempt history."""
+    with Ledger(db, create=False) as ledger:
+        effect = ledger.effects.get(key)
+        history = ledger.effects.attempts(key)
+    data = stamped(effect.as_dict())
+    attempts = [stamped(a.as_dict()) for a in history]
     if as_json:
-        emit(data)
+        # Nested, as `runs show` is: the effect's own "attempts" is its attempt count.
+        emit({"effect": data, "attempts": attempts})
         return
-    for name, value in data.items():
-        if name in ("not_before", "deadline", "lease_expires_at", "created_at", "updated_at"):
-            value = _when(value)
-        click.echo(f"{name:>16}: {value}")
+    _show_text(data, attempts)
 
 
 @group.command("accept")
 @db_option
 @click.argument("key")
 @click.argument("kind")
-@click.argument("payload")
+@click.argument("payload", metavar="PAYLOAD")
 @click.option("--max-attempts", type=click.IntRange(1), default=10, show_default=True)
 @click.option("--delay", "delay_seconds", type=click.FloatRange(0), default=0.0, help="Seconds.")
 @click.option("--deadline", "deadline_seconds", type=click.FloatRange(0), help="Seconds from now.")
@@ -102,18 +179,23 @@ def accept(
     deadline_seconds: float | None,
     as_json: bool,
 ) -> None:
-    """Accept an effect: KEY KIND PAYLOAD_JSON (the same key and payload again is a no-op)."""
-    value = loads(payload)  # refuses malformed JSON and NaN before anything is opened
-    effect = Ledger(db).accept(
-        key,
-        kind,
-        value,
-        max_attempts=max_attempts,
-        delay_seconds=delay_seconds,
-        deadline_seconds=deadline_seconds,
-    )
+    """Accept an effect: KEY KIND PAYLOAD, where PAYLOAD is JSON text, @file.json or - (stdin).
+
+    The same key and payload again is a no-op. A JSON object that names a key twice is refused
+    before anything is opened.
+    """
+    value = read_json_argument(payload)
+    with Ledger(db) as ledger:
+        effect = ledger.accept(
+            key,
+            kind,
+            value,
+            max_attempts=max_attempts,
+            delay_seconds=delay_seconds,
+            deadline_seconds=deadline_seconds,
+        )
     if as_json:
-        emit(effect.as_dict())
+        emit(stamped(effect.as_dict()))
     else:
         click.echo(f"{effect.key}: {effect.state}")
 
@@ -125,11 +207,11 @@ def accept(
 @yes_option
 def cancel(db: str, key: str, reason: str, yes: bool) -> None:
     """Cancel a non-terminal effect (an attempt in flight may still land)."""
-    ledger = Ledger(db, create=False)
-    effect = ledger.effects.get(key)
-    if not yes:
-        click.confirm(f"Cancel {effect.key} ({effect.state})?", abort=True)
-    effect = ledger.effects.cancel(key, reason)
+    with Ledger(db, create=False) as ledger:
+        effect = ledger.effects.get(key)
+        if not yes:
+            click.confirm(f"Cancel {effect.key} ({effect.state})?", abort=True)
+        effect = ledger.effects.cancel(key, reason)
     click.echo(f"{effect.key}: {effect.state}")
 
 
@@ -139,9 +221,9 @@ def cancel(db: str, key: str, reason: str, yes: bool) -> None:
 @yes_option
 def retry(db: str, key: str, yes: bool) -> None:
     """Send a dead, rejected or cancelled effect back to pending with fresh attempts."""
-    ledger = Ledger(db, create=False)
-    effect = ledger.effects.get(key)
-    if not yes:
-        click.confirm(f"Retry {effect.key} ({effect.state}: {effect.last_error})?", abort=True)
-    effect = ledger.effects.retry(key)
+    with Ledger(db, create=False) as ledger:
+        effect = ledger.effects.get(key)
+        if not yes:
+            click.confirm(f"Retry {effect.key} ({effect.state}: {effect.last_error})?", abort=True)
+        effect = ledger.effects.retry(key)
     click.echo(f"{effect.key}: {effect.state}")

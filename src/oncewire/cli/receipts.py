@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, table, yes_option
+from oncewire.cli.common import db_option, emit, json_option, stamped, table, yes_option
 from oncewire.receipts import Receipts
 
 __all__ = ["group"]
@@ -28,9 +30,10 @@ def group() -> None:
 @json_option
 def list_receipts(db: str, limit: int, after_key: str, as_json: bool) -> None:
     """List receipts by key."""
-    receipts = Receipts(db, create=False).list(limit=limit, after_key=after_key)
+    with Receipts(db, create=False) as store:
+        receipts = store.list(limit=limit, after_key=after_key)
     if as_json:
-        emit([r.as_dict() for r in receipts])
+        emit([stamped(r.as_dict()) for r in receipts])
         return
     table(
         ["key", "digest", "result"],
@@ -44,12 +47,15 @@ def list_receipts(db: str, limit: int, after_key: str, as_json: bool) -> None:
 @json_option
 def show(db: str, key: str, as_json: bool) -> None:
     """Show one receipt."""
-    data = Receipts(db, create=False).get(key).as_dict()
+    with Receipts(db, create=False) as receipts:
+        data = stamped(receipts.get(key).as_dict())
     if as_json:
         emit(data)
         return
     for name, value in data.items():
-        click.echo(f"{name:>10}: {value}")
+        if name in ("payload", "result"):
+            value = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        click.echo(f"{name:>10}: {'' if value is None else value}")
 
 
 @group.command("purge")
@@ -57,7 +63,7 @@ def show(db: str, key: str, as_json: bool) -> None:
 @yes_option
 def purge(db: str, yes: bool) -> None:
     """Delete receipts whose retention window has ended (their keys become new work again)."""
-    receipts = Receipts(db, create=False)
-    if not yes:
-        click.confirm("Delete every receipt past its retention window?", abort=True)
-    click.echo(f"purged {receipts.purge()} receipt(s)")
+    with Receipts(db, create=False) as receipts:
+        if not yes:
+            click.confirm("Delete every receipt past its retention window?", abort=True)
+        click.echo(f"purged {receipts.purge()} receipt(s)")

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, table
+from oncewire.cli.common import db_option, emit, json_option, stamped, table
 from oncewire.effects.ledger import Ledger
 from oncewire.storage.replies import InboundStatus, ReplyState
 
@@ -105,7 +105,7 @@ def list_replies(
     with _ledger(db) as ledger:
         rows = ledger.replies.list(list(states) or None, limit=limit, after_id=after_id)
     if as_json:
-        emit([row.as_dict() for row in rows])
+        emit([stamped(row.as_dict()) for row in rows])
         return
     table(
         ["id", "inbound", "platform", "chat", "state", "chunks", "marked", "attempts", "error"],
@@ -134,7 +134,7 @@ def show_reply(db: str, reply_id: int, as_json: bool) -> None:
     """Show one reply with every wire operation it owns."""
     with _ledger(db) as ledger:
         reply = ledger.replies.get(reply_id)
-        data = reply.as_dict()
+        data = stamped(reply.as_dict())
         ops = [op.as_dict() for op in ledger.replies.ops(reply_id)]
     if as_json:
         emit({**data, "ops": ops})

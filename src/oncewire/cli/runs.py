@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, table, yes_option
+from oncewire.cli.common import db_option, emit, json_option, stamped, table, when, yes_option
 from oncewire.effects import Ledger
 
 __all__ = ["group"]
@@ -16,9 +15,7 @@ KEY_ENV = "ONCEWIRE_RUNS_KEY"
 
 
 def _when(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return when(ts) or ""  # ISO 8601 with the zone, as every command prints times
 
 
 def key_option(fn: click.decorators.FC) -> click.decorators.FC:
@@ -57,18 +54,20 @@ def list_runs(
     if as_json:
         emit(
             [
-                {
-                    "run_id": r.run_id,
-                    "scope": r.scope,
-                    "branch": r.branch,
-                    "status": r.status,
-                    "terminal_reason": r.terminal_reason,
-                    "owner": r.owner,
-                    "lease_expires_at": r.lease_expires_at,
-                    "events": r.head_seq,
-                    "abandoned": r.abandoned_at is not None,
-                    "updated_at": r.updated_at,
-                }
+                stamped(
+                    {
+                        "run_id": r.run_id,
+                        "scope": r.scope,
+                        "branch": r.branch,
+                        "status": r.status,
+                        "terminal_reason": r.terminal_reason,
+                        "owner": r.owner,
+                        "lease_expires_at": r.lease_expires_at,
+                        "events": r.head_seq,
+                        "abandoned": r.abandoned_at is not None,
+                        "updated_at": r.updated_at,
+                    }
+                )
                 for r in rows
             ]
         )
@@ -106,10 +105,10 @@ def show(db: str, run_id: str, as_json: bool, key_env: str) -> None:
     if as_json:
         emit(
             {
-                "run": run.as_dict(),
+                "run": stamped(run.as_dict()),
                 "verification": verification.as_dict(),
-                "phases": phases,
-                "events": [e.as_dict() for e in events],
+                "phases": [stamped(p) for p in phases],
+                "events": [stamped(e.as_dict()) for e in events],
             }
         )
         return
@@ -174,7 +173,7 @@ def reconcile(db: str, owner: str, yes: bool, as_json: bool, key_env: str) -> No
     with _open(db, key_env) as ledger:
         reports = ledger.runs.reconcile(owner=owner)
     if as_json:
-        emit([r.as_dict() for r in reports])
+        emit([stamped(r.as_dict()) for r in reports])
     else:
         table(
             ["subject", "id", "outcome", "status", "reason", "error"],
@@ -217,18 +216,20 @@ def reports(db: str, subject_id: str | None, limit: int, as_json: bool) -> None:
     if as_json:
         emit(
             [
-                {
-                    "pass_id": r.pass_id,
-                    "subject": r.subject,
-                    "subject_id": r.subject_id,
-                    "run_id": r.run_id,
-                    "owner": r.owner,
-                    "outcome": r.outcome,
-                    "status": r.status,
-                    "reason": r.reason,
-                    "error": r.error,
-                    "created_at": r.created_at,
-                }
+                stamped(
+                    {
+                        "pass_id": r.pass_id,
+                        "subject": r.subject,
+                        "subject_id": r.subject_id,
+                        "run_id": r.run_id,
+                        "owner": r.owner,
+                        "outcome": r.outcome,
+                        "status": r.status,
+                        "reason": r.reason,
+                        "error": r.error,
+                        "created_at": r.created_at,
+                    }
+                )
                 for r in rows
             ]
         )
