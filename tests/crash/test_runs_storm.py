@@ -127,20 +127,29 @@ def test_a_storm_of_processes_with_kills_leaves_every_run_verifiable(
         python_child(WORKER, db.url, str(next(seeds)), str(COMMANDS_PER_PROCESS))
         for _ in range(PROCESSES)
     ]
-    killed = []
+    killed, early = [], {}
     for _ in range(KILLS):
-        time.sleep(rng.uniform(0.4, 0.8))
         running = [w for w in workers if w.poll() is None]
         if not running:
             break
         victim = rng.choice(running)
+        # Killed mid-storm: after a random number of its commands, whatever it is doing then.
+        after = rng.randrange(5, COMMANDS_PER_PROCESS // 2)
+        assert victim.stdout is not None
+        lines = []
+        for line in victim.stdout:
+            lines.append(line)
+            if line.startswith(f"ok {after}"):
+                break
         victim.send_signal(signal.SIGKILL)
         killed.append(victim)
+        early[victim.pid] = "".join(lines)
         # A new process takes its place, as a supervisor would start one.
         workers.append(python_child(WORKER, db.url, str(next(seeds)), str(COMMANDS_PER_PROCESS)))
     outputs = []
     for worker in workers:
         out, err = worker.communicate(timeout=100)
+        out = early.get(worker.pid, "") + out
         outputs.append(out)
         if worker not in killed:
             assert worker.returncode == 0, err[-3000:]
