@@ -267,3 +267,24 @@ def test_a_bad_inbound_id_is_refused_alike_on_both_backends(
     assert str(caught.value) == problem
     assert raw.count("oncewire_inbound") == 0
     assert ledger.inbound.admit("tg", "b", "c", "1", {"text": "hi"}).new  # an empty thread is fine
+
+
+def test_the_deepest_accepted_payload_reaches_its_sink_under_a_lowered_recursion_limit(
+    ledger: Ledger, raw: RawDatabase
+) -> None:
+    # What accept lets in, a dispatcher can load: even in a process whose recursion limit
+    # leaves less room than the payload's nesting needs.
+    deepest = _nested(MAX_DEPTH)
+    ledger.accept("deepest", "send", deepest)
+    ledger.accept("plain", "send", {"n": 1})
+    seen: dict[str, Any] = {}
+
+    def sink(attempt: oncewire.Attempt) -> None:
+        seen[attempt.key] = attempt.payload
+
+    dispatcher = oncewire.Dispatcher(ledger, {"send": sink})
+    with _recursion_limit(_stack_depth() + 90):
+        dispatcher.run(until_idle=True, handle_signals=False)
+    assert seen == {"deepest": deepest, "plain": {"n": 1}}
+    states = raw.query("SELECT key, state FROM oncewire_effects ORDER BY key")
+    assert states == [("deepest", "done"), ("plain", "done")]
