@@ -30,7 +30,9 @@ def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> Non
         _verbose = True
         import logging
 
-        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+        from oncewire.cli.common import configure_logging
+
+        configure_logging(logging.DEBUG)
 
 
 def _verbose_option() -> click.Option:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from oncewire.core.errors import ConfigurationError, InvalidPayload
 
 __all__ = [
     "TIME_FIELDS",
+    "configure_logging",
     "db_option",
     "emit",
     "json_option",
@@ -98,6 +100,22 @@ def stamped(record: Mapping[str, Any], extra: Iterable[str] = ()) -> dict[str, A
         else value
         for name, value in record.items()
     }
+
+
+class _IsoFormatter(logging.Formatter):
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return when(record.created) or ""
+
+
+def configure_logging(level: int, fmt: str = "%(asctime)s %(name)s %(message)s") -> None:
+    """Log to stderr with :func:`when` times, unless logging was configured already."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(_IsoFormatter(fmt))
+    root.addHandler(handler)
+    root.setLevel(level)
 
 
 def emit(value: Any) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import click
 
-from oncewire.cli.common import db_option
+from oncewire.cli.common import configure_logging, db_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.dispatch.sinkspec import inspect_sinks
 
@@ -45,11 +45,8 @@ _RESTART_RESET_AFTER_SECONDS = 60.0  # a worker that ran this long starts its ba
 
 
 def _configure_logging() -> None:
-    root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    # ISO 8601 times with the zone, as every command prints them.
+    configure_logging(logging.INFO, "%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def load_sinks(spec: str) -> dict[str, Any]:

@@ -221,7 +221,15 @@ def _effect_checks(store: Store, now: float, sinks: Mapping[str, Any] | None) ->
 def _runs(store: Store, runs_key: bytes | None) -> Check:
     from oncewire.effects import Ledger
 
-    results = Ledger(store, runs_key=runs_key).runs.verify()
+    try:
+        results = Ledger(store, runs_key=runs_key).runs.verify()
+    except OncewireError as exc:  # a key that does not fit the store's chains: nothing judged
+        return Check(
+            "runs",
+            "fail",
+            f"not verified: {exc}",
+            f"set {KEY_ENV} (or --key-env NAME) to the key the runs were written with",
+        )
     bad = [r for r in results if not r.ok]
     if not bad:
         return Check("runs", "ok", f"{len(results)} run history(ies) verified")
