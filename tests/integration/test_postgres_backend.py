@@ -141,6 +141,7 @@ def test_the_dispatcher_survives_a_terminated_connection(pg_url: str) -> None:
     name = "oncewire-terminate-test"
     url = pg_url + f"&application_name={name}"
     calls: list[str] = []
+    terminated: list[int] = []
     with Ledger(url) as ledger, Receipts(url) as receipts:
         for i in range(30):
             ledger.accept(f"k{i:02d}", "note", {"i": i})
@@ -149,11 +150,12 @@ def test_the_dispatcher_survives_a_terminated_connection(pg_url: str) -> None:
             calls.append(attempt.key)
             if len(calls) == 10:
                 with psycopg.connect(pg_url, autocommit=True) as admin:
-                    admin.execute(
+                    rows = admin.execute(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                         "WHERE application_name = %s",
                         (name,),
-                    )
+                    ).fetchall()
+                    terminated.append(sum(1 for (ok,) in rows if ok))
             return receipts.run_once(attempt.key, attempt.payload, lambda tx: attempt.key).result
 
         stats = Dispatcher(ledger, {"note": sink}, batch_size=4, poll_seconds=0.05).run(
@@ -163,4 +165,8 @@ def test_the_dispatcher_survives_a_terminated_connection(pg_url: str) -> None:
         receipts_kept = len(receipts.list(limit=100))
     assert set(states.values()) == {"done"}
     assert receipts_kept == 30
-    assert stats.storage_errors >= 1
+    # Every connection of both stores was terminated; a connection found dead at its next
+    # BEGIN or read is replaced without an error, one dropped inside a transaction is an error
+    # the dispatcher rides out (how many of each depends on timing).
+    assert terminated and terminated[0] >= 2
+    assert stats.done == 30

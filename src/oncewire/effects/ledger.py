@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -30,7 +31,7 @@ from oncewire.core.limits import (
 )
 from oncewire.storage import Store, open_store
 from oncewire.storage.base import Transaction
-from oncewire.storage.records import Effect, EffectState
+from oncewire.storage.records import AttemptRecord, Effect, EffectState
 
 if TYPE_CHECKING:
     from oncewire.inbound.service import InboundView
@@ -188,6 +189,11 @@ class EffectsView:
 
     def counts(self, *, kind: str | None = None) -> dict[EffectState, int]:
         return self._ledger.store.count_effects(kind=kind)
+
+    def attempts(self, key: str) -> builtins.list[AttemptRecord]:
+        """The effect's attempt history, oldest first: each sink call settled, each claim lost
+        (owner died, lease expired) or cancelled while in flight."""
+        return self._ledger.store.list_attempts(self.get(key).id)
 
     def cancel(self, key: str, reason: str = "cancelled by operator") -> Effect:
         return self._ledger.store.cancel_effect(key, now=self._ledger.clock.now(), reason=reason)

@@ -18,7 +18,15 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from oncewire.storage.inspection import Inspection
-from oncewire.storage.records import Backlog, Claim, Effect, EffectState, Receipt, Settlement
+from oncewire.storage.records import (
+    AttemptRecord,
+    Backlog,
+    Claim,
+    Effect,
+    EffectState,
+    Receipt,
+    Settlement,
+)
 from oncewire.storage.replies import ReplyVerbs
 from oncewire.storage.runs import RunVerbs
 
@@ -41,13 +49,28 @@ class _Savepoint:
             raise ValueError(f"savepoint name {name!r} is not an identifier")
         self.tx, self.name = tx, name
 
+    def _run(self, sql: str) -> None:
+        # oncewire's own savepoints bypass the caller's statement check, and are recorded as
+        # oncewire's: the caller's SQL may not release or roll back to them.
+        internal = getattr(self.tx, "execute_internal", None)
+        savepoints = getattr(self.tx, "savepoints", None)
+        if internal is None:
+            self.tx.execute(sql)
+            return
+        internal(sql)
+        if savepoints is not None:
+            if sql.startswith("SAVEPOINT"):
+                savepoints.opened(self.name, by_caller=False)
+            elif sql.startswith("RELEASE"):
+                savepoints.released(self.name)
+
     def __enter__(self) -> None:
-        self.tx.execute(f'SAVEPOINT "{self.name}"')
+        self._run(f'SAVEPOINT "{self.name}"')
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if exc is not None:
-            self.tx.execute(f'ROLLBACK TO SAVEPOINT "{self.name}"')
-        self.tx.execute(f'RELEASE SAVEPOINT "{self.name}"')
+            self._run(f'ROLLBACK TO SAVEPOINT "{self.name}"')
+        self._run(f'RELEASE SAVEPOINT "{self.name}"')
 
 
 class Store(ReplyVerbs, RunVerbs, abc.ABC):
@@ -158,6 +181,10 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
     def waiting_kinds(self) -> dict[str, tuple[int, float]]:
         """Every kind with effects waiting for an attempt: kind -> (how many are pending or
         uncertain, the oldest one's ``created_at``). A kind with none waiting is absent."""
+
+    @abc.abstractmethod
+    def list_attempts(self, effect_id: int) -> list[AttemptRecord]:
+        """The effect's attempt history, oldest first (by fence): one row per attempt closed."""
 
     @abc.abstractmethod
     def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:

@@ -10,6 +10,7 @@ from typing import Any
 from oncewire.core.errors import InvalidState
 
 __all__ = [
+    "ATTEMPT_COLUMNS",
     "EFFECT_COLUMNS",
     "RECEIPT_COLUMNS",
     "TERMINAL_STATES",
@@ -20,6 +21,8 @@ __all__ = [
     "EffectState",
     "Receipt",
     "Settlement",
+    "attempt_outcome",
+    "cancelled_attempt",
 ]
 
 
@@ -43,6 +46,32 @@ EFFECT_COLUMNS = (
     "lease_owner, lease_expires_at, maybe_sent, result, last_error, created_at, updated_at"
 )
 RECEIPT_COLUMNS = "key, digest, payload, result, created_at, expires_at"
+ATTEMPT_COLUMNS = (
+    "effect_id, attempt, fence, owner, redelivery, outcome, state, error, started_at, finished_at"
+)
+
+# The attempt history's outcome of a settlement that does not name one, by the state it sets.
+_OUTCOME_BY_STATE = {"uncertain": "maybe_sent", "pending": "not_sent"}
+
+
+def cancelled_attempt(effect: Effect, reason: str, now: float) -> tuple[Any, ...]:
+    """The attempt-history row (effect_id, attempt, fence, owner, redelivery, error,
+    finished_at) of a claimed effect that is being cancelled, read before the cancel."""
+    return (
+        effect.id,
+        effect.attempts,
+        effect.fence,
+        effect.lease_owner,
+        effect.maybe_sent,
+        reason,
+        now,
+    )
+
+
+def attempt_outcome(settlement: Settlement) -> str:
+    """What the attempt history records as the outcome of ``settlement``."""
+    state = str(settlement.state)
+    return settlement.outcome or _OUTCOME_BY_STATE.get(state, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +256,22 @@ class AttemptRecord:
     error: str | None
     started_at: float | None
     finished_at: float
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> AttemptRecord:
+        """A row selected as :data:`ATTEMPT_COLUMNS`, on any backend."""
+        return cls(
+            effect_id=row[0],
+            attempt=row[1],
+            fence=row[2],
+            owner=row[3],
+            redelivery=bool(row[4]),
+            outcome=row[5],
+            state=EffectState(row[6]),
+            error=row[7],
+            started_at=row[8],
+            finished_at=row[9],
+        )
 
     @property
     def duration_ms(self) -> float | None:

@@ -17,25 +17,38 @@ from typing import Any
 from oncewire.core.errors import ConfigurationError, EffectNotFound, InvalidState, SchemaError
 from oncewire.storage.base import Store
 from oncewire.storage.inspection import Inspection
+from oncewire.storage.opening import (
+    DEFAULT_OPEN_TIMEOUT_SECONDS,
+    check_open_timeout,
+    open_with_retries,
+)
 from oncewire.storage.postgres.connection import (
     connect,
+    connect_timeout_seconds,
     current_version,
     migrate,
+    psycopg,
     require_driver,
     translate_errors,
+    translated,
 )
 from oncewire.storage.postgres.replies import PostgresReplyVerbs
 from oncewire.storage.postgres.runs import PostgresRunVerbs
 from oncewire.storage.records import (
+    ATTEMPT_COLUMNS,
     EFFECT_COLUMNS,
     RECEIPT_COLUMNS,
+    AttemptRecord,
     Backlog,
     Claim,
     Effect,
     EffectState,
     Receipt,
     Settlement,
+    attempt_outcome,
+    cancelled_attempt,
 )
+from oncewire.storage.sqlguard import SavepointStack, check_statement
 
 __all__ = ["PostgresStore", "PostgresTransaction"]
 
@@ -55,33 +68,96 @@ def _kind_filter(kinds: Sequence[str] | None) -> tuple[str, list[Any]]:
     return " AND kind = ANY(%s)", [list(kinds)]
 
 
-class PostgresTransaction:
-    """The caller's view of an open PostgreSQL transaction (``%s`` placeholders)."""
+_IDLE, _INTRANS, _INERROR = 0, 2, 3  # libpq's PQtransactionStatus
 
-    __slots__ = ("conn",)
+
+class _Begun:
+    """Ends a psycopg transaction block that :meth:`PostgresStore._begin` already entered."""
+
+    __slots__ = ("block",)
+
+    def __init__(self, block: Any) -> None:
+        self.block = block
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        return bool(self.block.__exit__(exc_type, exc, tb))
+
+
+class PostgresTransaction:
+    """The caller's view of an open PostgreSQL transaction (``%s`` placeholders).
+
+    ``execute`` refuses what would end the transaction or change the connection
+    (:mod:`oncewire.storage.sqlguard`), and several statements in one string.
+    """
+
+    __slots__ = ("conn", "is_open", "savepoints")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.is_open = True
+        self.savepoints = SavepointStack()
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        self.check_open()
+        check_statement(sql, self.savepoints)
         return self.conn.execute(sql, params or None)
+
+    def execute_internal(self, sql: str) -> None:
+        """oncewire's own savepoint statements (which the caller may not release)."""
+        self.check_open()
+        self.conn.execute(sql)
+
+    def check_open(self) -> None:
+        """Refuse to go on unless this transaction is still open on its connection."""
+        if not self.is_open:
+            raise InvalidState("use the transaction inside its with block")
+        if self.conn.info.transaction_status not in (_INTRANS, _INERROR):
+            raise InvalidState(
+                "the transaction is no longer open; nothing more was written and nothing "
+                "will be committed"
+            )
 
 
 class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
     dialect = "postgresql"
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+    ) -> None:
         require_driver()
         self.url = url
+        self._connect_timeout = connect_timeout_seconds(url)
         self._local = threading.local()
         self._all: list[Any] = []
         self._all_lock = threading.Lock()
+        # A dropped connection or a restarting server while opening is waited out (bounded).
+        open_with_retries(
+            lambda: self._open(create),
+            what="opening the PostgreSQL store",
+            timeout_seconds=check_open_timeout(open_timeout_seconds),
+            cleanup=self.close,
+        )
+
+    def _open(self, create: bool) -> None:
         conn = self._conn()
-        with translate_errors("reading the schema"):
-            version = current_version(conn)
-        if version is None and not create:
-            raise SchemaError("this database holds no oncewire schema (oncewire_schema missing)")
-        migrate(conn)
+        try:
+            with translate_errors("reading the schema"):
+                version = current_version(conn)
+            if version is None and not create:
+                raise SchemaError(
+                    "this database holds no oncewire schema (oncewire_schema missing)"
+                )
+            migrate(conn)
+        finally:
+            if conn.broken:
+                self._forget(conn)
 
     # -- connections -------------------------------------------------------------------------
     def _conn(self) -> Any:
@@ -90,7 +166,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             self._forget(conn)
             conn = None
         if conn is None:
-            conn = connect(self.url)
+            conn = connect(self.url, timeout_seconds=self._connect_timeout)
             self._local.conn = conn
             with self._all_lock:
                 self._all.append(conn)
@@ -158,15 +234,52 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
                 with conn.transaction():
                     conn.execute("SELECT pg_current_xact_id()")
 
+    def _begin(self) -> tuple[Any, Any]:
+        """A connection with a transaction begun on it, and psycopg's block to end it with.
+
+        A connection the server dropped while it sat idle (a restart, pg_terminate_backend) is
+        only found out at its next statement: when that is the BEGIN, nothing was sent that
+        could have committed, so a fresh connection takes its place once.
+        """
+        for retry in (False, True):
+            conn = self._conn()
+            if conn.info.transaction_status != _IDLE:
+                raise InvalidState("a transaction is already open on this thread")
+            block = conn.transaction()
+            try:
+                block.__enter__()
+            except psycopg.Error as exc:
+                if conn.broken:
+                    self._forget(conn)
+                    if not retry:
+                        continue
+                raise translated("running a transaction: beginning", exc) from exc
+            return conn, block
+        raise AssertionError("unreachable")  # pragma: no cover
+
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
-        conn = self._conn()
-        if conn.info.transaction_status != 0:  # 0 = idle
-            raise InvalidState("a transaction is already open on this thread")
+        conn, block = self._begin()
+        tx = PostgresTransaction(conn)
         try:
-            with translate_errors("running a transaction"), conn.transaction():
-                yield PostgresTransaction(conn)
+            with translate_errors("running a transaction"), _Begun(block):
+                yield tx
+                # psycopg's commit of a transaction that is no longer open, or that an earlier
+                # statement aborted, returns quietly (the server answers COMMIT with ROLLBACK):
+                # the caller would believe its rows and effects were committed.
+                status = conn.info.transaction_status
+                if status == _INERROR:
+                    raise InvalidState(
+                        "a statement in this transaction failed earlier, so the database "
+                        "aborted it: nothing was committed"
+                    )
+                if status != _INTRANS:
+                    raise InvalidState(
+                        "the transaction ended before its with block did; nothing more was "
+                        "committed"
+                    )
         finally:
+            tx.is_open = False
             if conn.broken:
                 self._forget(conn)
 
@@ -176,13 +289,19 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             yield tx.conn
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        conn = self._conn()
-        try:
-            with translate_errors("reading"):
+        # A read on a connection the server dropped while it sat idle is run again, once, on a
+        # fresh one: reading twice changes nothing.
+        for retry in (False, True):
+            conn = self._conn()
+            try:
                 return list(conn.execute(sql, params or None).fetchall())
-        finally:
-            if conn.broken:
-                self._forget(conn)
+            except psycopg.Error as exc:
+                if conn.broken:
+                    self._forget(conn)
+                    if not retry and conn.info.transaction_status != _INTRANS:
+                        continue
+                raise translated("reading", exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` whenever new effects commit (LISTEN on a connection of its own)."""
@@ -233,6 +352,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
         now: float,
     ) -> tuple[Effect, bool]:
         conn = tx.conn
+        tx.check_open()  # never write outside the caller's transaction (autocommit)
         with translate_errors("accepting an effect"):
             row = conn.execute(
                 f"INSERT INTO oncewire_effects (key, kind, payload, digest, max_attempts, "
@@ -291,6 +411,45 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             counts[EffectState(state)] = count
         return counts
 
+    def _record_attempts_in_tx(self, conn: Any, items: Sequence[Settlement], now: float) -> None:
+        """One attempt-history row per settlement that will apply, in one statement.
+
+        Read from the claim before the settlement clears its owner; FOR UPDATE keeps the claim
+        as read until the settlement (a reaper's release waits, then finds it settled).
+        """
+        conn.execute(
+            f"INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
+            "SELECT e.id, CASE WHEN v.attempt > 0 THEN v.attempt ELSE e.attempts END, e.fence, "
+            "  e.lease_owner, e.maybe_sent OR v.redelivery, v.outcome, v.state, v.error, "
+            "  v.started_at, v.finished_at "
+            "FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::boolean[], %s::text[], "
+            "            %s::text[], %s::text[], %s::float8[], %s::float8[]) "
+            "     AS v(id, fence, attempt, redelivery, outcome, state, error, started_at, "
+            "          finished_at) "
+            "JOIN oncewire_effects AS e ON e.id = v.id AND e.fence = v.fence "
+            "WHERE e.state = 'claimed' "
+            "FOR UPDATE OF e "
+            "ON CONFLICT (effect_id, fence) DO NOTHING",
+            (
+                [i.id for i in items],
+                [i.fence for i in items],
+                [i.attempt for i in items],
+                [i.redelivery for i in items],
+                [attempt_outcome(i) for i in items],
+                [str(i.state) for i in items],
+                [i.last_error for i in items],
+                [i.started_at for i in items],
+                [now if i.finished_at is None else i.finished_at for i in items],
+            ),
+        )
+
+    def list_attempts(self, effect_id: int) -> list[AttemptRecord]:
+        rows = self._read(
+            f"SELECT {ATTEMPT_COLUMNS} FROM oncewire_attempts WHERE effect_id = %s ORDER BY fence",
+            (effect_id,),
+        )
+        return [AttemptRecord.from_row(row) for row in rows]
+
     def _settle_in_tx(self, conn: Any, items: Sequence[Settlement], now: float) -> list[bool]:
         if not items:
             return []
@@ -333,6 +492,8 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
         expires = now + lease_seconds
         clause, params = _kind_filter(kinds)
         with self._write("settling and claiming effects") as conn:
+            if settlements:
+                self._record_attempts_in_tx(conn, settlements, now)
             applied = self._settle_in_tx(conn, settlements, now)
             if limit <= 0:
                 return applied, []
@@ -378,28 +539,45 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
 
     def release_claims(self, *, now: float, dead_owners: Sequence[str] = ()) -> int:
         with self._write("releasing claims") as conn:
-            cursor = conn.execute(
-                "UPDATE oncewire_effects SET "
-                "  state = CASE WHEN attempts >= max_attempts "
-                "               OR (deadline IS NOT NULL AND deadline < %(now)s) "
+            # One statement: lock the claims to release (as they are: owner, attempt), release
+            # them, and write each one's attempt-history row from both.
+            row = conn.execute(
+                "WITH old AS ("
+                "  SELECT id, attempts, fence, lease_owner, maybe_sent, lease_expires_at "
+                "  FROM oncewire_effects WHERE state = 'claimed' "
+                "  AND (lease_expires_at < %(now)s OR lease_owner = ANY(%(owners)s)) "
+                "  FOR UPDATE), "
+                "released AS ("
+                "  UPDATE oncewire_effects AS e SET "
+                "  state = CASE WHEN e.attempts >= e.max_attempts "
+                "               OR (e.deadline IS NOT NULL AND e.deadline < %(now)s) "
                 "          THEN 'dead' ELSE 'uncertain' END, "
                 "  last_error = CASE "
-                "    WHEN attempts >= max_attempts THEN 'out of attempts (' || attempts || "
+                "    WHEN e.attempts >= e.max_attempts THEN 'out of attempts (' || e.attempts || "
                 "         '); the outcome of the last attempt is unknown' "
-                "    WHEN deadline IS NOT NULL AND deadline < %(now)s THEN "
+                "    WHEN e.deadline IS NOT NULL AND e.deadline < %(now)s THEN "
                 "         'deadline passed; the outcome of the last attempt is unknown' "
-                "    WHEN lease_expires_at < %(now)s THEN 'lease of ' || lease_owner || "
-                "         ' expired during attempt ' || attempts "
-                "    ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END, "
+                "    WHEN e.lease_expires_at < %(now)s THEN 'lease of ' || e.lease_owner || "
+                "         ' expired during attempt ' || e.attempts "
+                "    ELSE 'owner ' || e.lease_owner || ' died during attempt ' || e.attempts END, "
                 "  maybe_sent = TRUE, lease_owner = NULL, lease_expires_at = NULL, "
                 # not_before is kept: the effect was due then, so it goes back to the head of
                 # the line instead of behind everything accepted while it was claimed.
                 "  updated_at = %(now)s "
-                "WHERE state = 'claimed' "
-                "  AND (lease_expires_at < %(now)s OR lease_owner = ANY(%(owners)s))",
+                "  FROM old WHERE e.id = old.id AND e.fence = old.fence AND e.state = 'claimed' "
+                "  RETURNING e.id, e.state, e.last_error), "
+                "history AS ("
+                f"  INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
+                "  SELECT old.id, old.attempts, old.fence, old.lease_owner, old.maybe_sent, "
+                "    CASE WHEN old.lease_expires_at < %(now)s THEN 'lease_expired' "
+                "         ELSE 'owner_died' END, "
+                "    released.state, released.last_error, NULL, %(now)s "
+                "  FROM released JOIN old ON old.id = released.id "
+                "  ON CONFLICT (effect_id, fence) DO NOTHING) "
+                "SELECT COUNT(*) FROM released",
                 {"now": now, "owners": list(dead_owners)},
-            )
-            return int(cursor.rowcount)
+            ).fetchone()
+            return int(row[0])
 
     def expire_deadlines(self, now: float) -> int:
         with self._write("expiring deadlines") as conn:
@@ -447,6 +625,12 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             in_flight = effect.state is EffectState.CLAIMED
             if in_flight:
                 reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
+                conn.execute(
+                    f"INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
+                    "VALUES (%s, %s, %s, %s, %s, 'cancelled', 'cancelled', %s, NULL, %s) "
+                    "ON CONFLICT (effect_id, fence) DO NOTHING",
+                    cancelled_attempt(effect, reason, now),
+                )
             # An attempt in flight may land: a later retry must go out flagged as a redelivery.
             row = conn.execute(
                 "UPDATE oncewire_effects SET state = 'cancelled', last_error = %s, "
@@ -482,6 +666,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
         expires_at: float | None,
     ) -> Receipt | None:
         conn = tx.conn
+        tx.check_open()  # never write outside the caller's transaction (autocommit)
         with translate_errors("reserving a receipt"):
             inserted = conn.execute(
                 "INSERT INTO oncewire_receipts (key, digest, payload, created_at, expires_at) "
@@ -496,6 +681,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
         return _receipt(row)
 
     def complete_receipt_in_tx(self, tx: Any, *, key: str, result_json: str) -> None:
+        tx.check_open()  # never write outside the caller's transaction (autocommit)
         with translate_errors("completing a receipt"):
             tx.conn.execute(
                 "UPDATE oncewire_receipts SET result = %s WHERE key = %s", (result_json, key)

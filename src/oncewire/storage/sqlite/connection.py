@@ -216,6 +216,16 @@ def current_version(conn: sqlite3.Connection) -> int | None:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+def _applied(conn: sqlite3.Connection) -> set[int]:
+    if current_version(conn) is None:
+        return set()
+    return {int(row[0]) for row in conn.execute("SELECT version FROM oncewire_schema")}
+
+
+def _missing(conn: sqlite3.Connection, available: list[tuple[int, str, str]]) -> bool:
+    return bool({number for number, _, _ in available} - _applied(conn))
+
+
 def migrate(conn: sqlite3.Connection, *, use_fresh_schema: bool = True) -> int:
     """Bring the schema up to date; safe when several processes open the file at once.
 
@@ -225,7 +235,7 @@ def migrate(conn: sqlite3.Connection, *, use_fresh_schema: bool = True) -> int:
     available = migrations()
     latest = available[-1][0]
     version = current_version(conn)
-    if version == latest:
+    if version == latest and not _missing(conn, available):
         return latest  # the common case: no write lock needed
     with translate_errors("migrating the schema"):
         conn.execute("BEGIN IMMEDIATE")
@@ -249,8 +259,11 @@ def migrate(conn: sqlite3.Connection, *, use_fresh_schema: bool = True) -> int:
                     version = latest
                 else:
                     version = 0
+            # Every migration not yet recorded, not only those above the newest: a database
+            # that took a later number before an earlier one existed still gets it.
+            applied = _applied(conn)
             for number, name, sql in available:
-                if number <= version:
+                if number in applied:
                     continue
                 for statement in split_statements(sql):
                     conn.execute(statement)

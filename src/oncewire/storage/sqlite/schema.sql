@@ -34,6 +34,27 @@ CREATE INDEX oncewire_effects_due ON oncewire_effects (not_before, id)
 CREATE INDEX oncewire_effects_leases ON oncewire_effects (lease_expires_at)
     WHERE state = 'claimed';
 
+-- The attempt history (0004): one row per attempt closed, written in the transaction that
+-- closes it
+-- (a settlement, the release of a claim whose owner died or whose lease expired, the cancel
+-- of an effect in flight). The fence is unique per claim, so it keys the row and orders an
+-- effect's attempts oldest first.
+CREATE TABLE oncewire_attempts (
+    effect_id   INTEGER NOT NULL REFERENCES oncewire_effects (id) ON DELETE CASCADE,
+    fence       INTEGER NOT NULL CHECK (fence >= 0),
+    attempt     INTEGER NOT NULL CHECK (attempt >= 0),
+    owner       TEXT,
+    redelivery  INTEGER NOT NULL DEFAULT 0 CHECK (redelivery IN (0, 1)),
+    outcome     TEXT    NOT NULL,
+    state       TEXT    NOT NULL
+                CHECK (state IN ('pending', 'claimed', 'uncertain', 'done', 'rejected',
+                                 'dead', 'cancelled')),
+    error       TEXT,
+    started_at  REAL,
+    finished_at REAL    NOT NULL,
+    PRIMARY KEY (effect_id, fence)
+) WITHOUT ROWID;
+
 CREATE TABLE oncewire_receipts (
     key        TEXT PRIMARY KEY,
     digest     TEXT NOT NULL,

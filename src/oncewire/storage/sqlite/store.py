@@ -13,24 +13,36 @@ from oncewire.core.errors import (
     ConfigurationError,
     EffectNotFound,
     InvalidState,
-    SchemaError,
 )
 from oncewire.storage.base import Store
 from oncewire.storage.inspection import Inspection
+from oncewire.storage.opening import (
+    DEFAULT_OPEN_TIMEOUT_SECONDS,
+    check_open_timeout,
+    open_with_retries,
+)
 from oncewire.storage.records import (
+    ATTEMPT_COLUMNS,
     EFFECT_COLUMNS,
     RECEIPT_COLUMNS,
+    AttemptRecord,
     Backlog,
     Claim,
     Effect,
     EffectState,
     Receipt,
     Settlement,
+    attempt_outcome,
+    cancelled_attempt,
 )
+from oncewire.storage.sqlguard import SavepointStack, check_statement
 from oncewire.storage.sqlite.connection import (
+    check_version,
+    configure,
     connect,
     current_version,
     migrate,
+    open_connection,
     path_from_url,
     translate_errors,
     translated,
@@ -47,6 +59,22 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 _effect = Effect.from_row
+
+# What releasing a claim sets, as SQL over the claimed row (each takes one ``now`` parameter,
+# the error two): shared by the update and the attempt-history row written with it.
+_RELEASED_STATE = (
+    "CASE WHEN attempts >= max_attempts OR (deadline IS NOT NULL AND deadline < ?) "
+    "THEN 'dead' ELSE 'uncertain' END"
+)
+_RELEASED_ERROR = (
+    "CASE WHEN attempts >= max_attempts THEN 'out of attempts (' || attempts || "
+    "'); the outcome of the last attempt is unknown' "
+    "WHEN deadline IS NOT NULL AND deadline < ? THEN "
+    "'deadline passed; the outcome of the last attempt is unknown' "
+    "WHEN lease_expires_at < ? THEN 'lease of ' || lease_owner || "
+    "' expired during attempt ' || attempts "
+    "ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END"
+)
 _receipt = Receipt.from_row
 
 
@@ -61,19 +89,42 @@ def _kind_filter(kinds: Sequence[str] | None) -> tuple[str, list[str]]:
 class SQLiteTransaction:
     """An open SQLite write transaction (``BEGIN IMMEDIATE``), and the caller's view of it.
 
-    ``execute`` takes ``?`` or ``:name`` placeholders. Used as a context manager it commits on
-    normal exit and rolls back on an exception. A class rather than a generator: every
-    accept and every dispatcher step goes through it.
+    ``execute`` takes ``?`` or ``:name`` placeholders and refuses what would end the
+    transaction or change the connection (:mod:`oncewire.storage.sqlguard`). Used as a context
+    manager it commits on normal exit and rolls back on an exception; the commit first checks
+    that the transaction is still open. A class rather than a generator: every accept and every
+    dispatcher step goes through it.
     """
 
-    __slots__ = ("conn", "what")
+    __slots__ = ("conn", "is_open", "savepoints", "what")
 
     def __init__(self, conn: sqlite3.Connection, what: str = "running a transaction") -> None:
         self.conn = conn
         self.what = what
+        self.is_open = False
+        self.savepoints = SavepointStack()
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        self.check_open()
+        check_statement(sql, self.savepoints)
         return self.conn.execute(sql, params)
+
+    def execute_internal(self, sql: str) -> None:
+        """oncewire's own savepoint statements (which the caller may not release)."""
+        self.check_open()
+        self.conn.execute(sql)
+
+    def check_open(self) -> None:
+        """Refuse to go on unless this transaction is still the connection's open one."""
+        if not self.is_open:
+            raise InvalidState("use the transaction inside its with block")
+        if not self.conn.in_transaction:
+            # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O
+            # error): a statement run now would commit on its own, outside of it.
+            raise InvalidState(
+                "the transaction is no longer open (the database rolled it back after an "
+                "error); nothing more was written and nothing will be committed"
+            )
 
     def begin(self) -> None:
         if self.conn.in_transaction:
@@ -82,12 +133,18 @@ class SQLiteTransaction:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise translated(f"{self.what}: beginning", exc) from exc
+        self.is_open = True
 
     def end(self, failed: bool) -> None:
         conn = self.conn
+        self.is_open = False
         if failed:
             self._rollback()
             return
+        if not conn.in_transaction:
+            raise InvalidState(
+                "the transaction ended before its with block did; nothing more was committed"
+            )
         try:
             conn.execute("COMMIT")
         except BaseException as exc:
@@ -133,6 +190,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         create: bool = True,
         busy_timeout_ms: int = 10_000,
         synchronous: str = "FULL",
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
     ) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
             raise ConfigurationError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
@@ -144,18 +202,27 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
-        conn = self._conn()
-        try:
-            with translate_errors(f"reading the schema of {self.path}"):
-                version = current_version(conn)
-            if version is None and not create:
-                raise SchemaError(
-                    f"{self.path} is not an oncewire store (no oncewire_schema table)"
-                )
-            migrate(conn)
-        except BaseException:
-            self.close()  # a store that failed to open must not leak its connection
-            raise
+        # A store that failed to open must not leak its connection: close() after each failure.
+        open_with_retries(
+            self._open,
+            what=f"opening {self.path}",
+            timeout_seconds=check_open_timeout(open_timeout_seconds),
+            cleanup=self.close,
+        )
+
+    def _open(self) -> None:
+        conn = open_connection(
+            self.path, create=self._create, busy_timeout_ms=self._busy_timeout_ms
+        )
+        with self._all_lock:
+            self._all.append(conn)
+        # Check before configuring: a file oncewire refuses keeps its journal mode and bytes.
+        with translate_errors(f"reading the schema of {self.path}"):
+            version = current_version(conn)
+        check_version(version, create=self._create, path=self.path)
+        configure(conn, self.path, synchronous=self._synchronous)
+        self._local.conn = conn
+        migrate(conn)
 
     # -- connections -------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -260,6 +327,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         now: float,
     ) -> tuple[Effect, bool]:
         conn: sqlite3.Connection = tx.conn
+        tx.check_open()  # never write outside the caller's transaction (autocommit)
         with translate_errors("accepting an effect"):
             inserted = conn.execute(
                 "INSERT INTO oncewire_effects (key, kind, payload, digest, max_attempts, "
@@ -337,6 +405,41 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
             counts[EffectState(state)] = count
         return counts
 
+    def _record_attempts_in_tx(
+        self, conn: sqlite3.Connection, items: Sequence[Settlement], now: float
+    ) -> None:
+        """One attempt-history row per settlement that will apply (still claimed under its
+        fence), read from the claim before the settlement clears its owner."""
+        conn.executemany(
+            f"INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
+            "SELECT id, CASE WHEN ? > 0 THEN ? ELSE attempts END, fence, lease_owner, "
+            "  MAX(maybe_sent, ?), ?, ?, ?, ?, ? "
+            "FROM oncewire_effects WHERE id = ? AND fence = ? AND state = 'claimed' "
+            "ON CONFLICT (effect_id, fence) DO NOTHING",
+            [
+                (
+                    item.attempt,
+                    item.attempt,
+                    int(item.redelivery),
+                    attempt_outcome(item),
+                    str(item.state),
+                    item.last_error,
+                    item.started_at,
+                    now if item.finished_at is None else item.finished_at,
+                    item.id,
+                    item.fence,
+                )
+                for item in items
+            ],
+        )
+
+    def list_attempts(self, effect_id: int) -> list[AttemptRecord]:
+        rows = self._read(
+            f"SELECT {ATTEMPT_COLUMNS} FROM oncewire_attempts WHERE effect_id = ? ORDER BY fence",
+            (effect_id,),
+        )
+        return [AttemptRecord.from_row(row) for row in rows]
+
     def _settle_in_tx(self, conn: sqlite3.Connection, item: Settlement, now: float) -> bool:
         cursor = conn.execute(
             "UPDATE oncewire_effects SET state = ?, result = ?, last_error = ?, "
@@ -371,6 +474,8 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         expires = now + lease_seconds
         kind_clause, kind_params = _kind_filter(kinds)
         with self._write("settling and claiming effects") as conn:
+            if settlements:
+                self._record_attempts_in_tx(conn, settlements, now)
             applied = [self._settle_in_tx(conn, item, now) for item in settlements]
             if limit <= 0:
                 return applied, []
@@ -416,19 +521,19 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         owners = list(dead_owners)
         owner_clause = f" OR lease_owner IN ({', '.join('?' * len(owners))})" if owners else ""
         with self._write("releasing claims") as conn:
+            # The attempt history first, while the claim still names its owner.
+            conn.execute(
+                f"INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
+                "SELECT id, attempts, fence, lease_owner, maybe_sent, "
+                "  CASE WHEN lease_expires_at < ? THEN 'lease_expired' ELSE 'owner_died' END, "
+                f"  {_RELEASED_STATE}, {_RELEASED_ERROR}, NULL, ? FROM oncewire_effects "
+                f"WHERE state = 'claimed' AND (lease_expires_at < ?{owner_clause}) "
+                "ON CONFLICT (effect_id, fence) DO NOTHING",
+                (now, now, now, now, now, now, *owners),
+            )
             cursor = conn.execute(
                 "UPDATE oncewire_effects SET "
-                "  state = CASE WHEN attempts >= max_attempts "
-                "               OR (deadline IS NOT NULL AND deadline < ?) "
-                "          THEN 'dead' ELSE 'uncertain' END, "
-                "  last_error = CASE "
-                "    WHEN attempts >= max_attempts THEN 'out of attempts (' || attempts || "
-                "         '); the outcome of the last attempt is unknown' "
-                "    WHEN deadline IS NOT NULL AND deadline < ? THEN "
-                "         'deadline passed; the outcome of the last attempt is unknown' "
-                "    WHEN lease_expires_at < ? THEN 'lease of ' || lease_owner || "
-                "         ' expired during attempt ' || attempts "
-                "    ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END, "
+                f"  state = {_RELEASED_STATE}, last_error = {_RELEASED_ERROR}, "
                 "  maybe_sent = 1, lease_owner = NULL, lease_expires_at = NULL, "
                 # not_before is kept: the effect was due then, so it goes back to the head of
                 # the line instead of behind everything accepted while it was claimed.
@@ -484,6 +589,12 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
             in_flight = effect.state is EffectState.CLAIMED
             if in_flight:
                 reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
+                conn.execute(
+                    f"INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, 'cancelled', 'cancelled', ?, NULL, ?) "
+                    "ON CONFLICT (effect_id, fence) DO NOTHING",
+                    cancelled_attempt(effect, reason, now),
+                )
             # An attempt in flight may land: a later retry must go out flagged as a redelivery.
             rows = conn.execute(
                 "UPDATE oncewire_effects SET state = 'cancelled', last_error = ?, "
@@ -519,6 +630,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         expires_at: float | None,
     ) -> Receipt | None:
         conn: sqlite3.Connection = tx.conn
+        tx.check_open()  # never write outside the caller's transaction (autocommit)
         with translate_errors("reserving a receipt"):
             inserted = conn.execute(
                 "INSERT INTO oncewire_receipts (key, digest, payload, created_at, expires_at) "
@@ -534,6 +646,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
 
     def complete_receipt_in_tx(self, tx: Any, *, key: str, result_json: str) -> None:
         conn: sqlite3.Connection = tx.conn
+        tx.check_open()  # never write outside the caller's transaction (autocommit)
         with translate_errors("completing a receipt"):
             conn.execute(
                 "UPDATE oncewire_receipts SET result = ? WHERE key = ?", (result_json, key)
