@@ -11,6 +11,9 @@ whether the command ran at all:
 * an exit code in ``not_sent_exit_codes`` (default 75, EX_TEMPFAIL) -> ``NotSent``: the command
   promises it changed nothing;
 * anything else, a signal, or a timeout -> ``MaybeSent``: it ran and we cannot know how far.
+
+When the dispatcher gives up on an attempt (its ``attempt_timeout``), it calls
+:meth:`SubprocessSink.cancel`, which kills that attempt's child.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class SubprocessSink:
         self.keep_history = keep_history
         self.history: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._children: dict[tuple[str, int], subprocess.Popen[str]] = {}  # (key, fence)
 
     def _environment(self, attempt: Attempt) -> dict[str, str]:
         env = dict(os.environ if self.env is None else self.env)
@@ -72,15 +76,22 @@ class SubprocessSink:
             )
         except OSError as exc:
             return NotSent(f"could not start {self.argv[0]}: {exc}")
+        slot = (attempt.key, attempt.fence)
+        with self._lock:
+            self._children[slot] = process
         try:
-            stdout, stderr = process.communicate(
-                canonical_json(attempt.payload), timeout=self.timeout_seconds
-            )
-        except subprocess.TimeoutExpired:
-            process.kill()
-            stdout, stderr = process.communicate()
-            self._remember(attempt, process, stdout, stderr)
-            return MaybeSent(f"{self.argv[0]} timed out after {self.timeout_seconds}s")
+            try:
+                stdout, stderr = process.communicate(
+                    canonical_json(attempt.payload), timeout=self.timeout_seconds
+                )
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
+                self._remember(attempt, process, stdout, stderr)
+                return MaybeSent(f"{self.argv[0]} timed out after {self.timeout_seconds}s")
+        finally:
+            with self._lock:
+                self._children.pop(slot, None)
         self._remember(attempt, process, stdout, stderr)
         code = process.returncode
         if code == 0:
@@ -97,6 +108,13 @@ class SubprocessSink:
         if code < 0:
             reason = f"killed by signal {-code}"
         return MaybeSent(reason)
+
+    def cancel(self, attempt: Attempt) -> None:
+        """Kill the child running ``attempt`` (the dispatcher gave up on it)."""
+        with self._lock:
+            process = self._children.get((attempt.key, attempt.fence))
+        if process is not None and process.poll() is None:
+            process.kill()
 
     def _remember(
         self, attempt: Attempt, process: subprocess.Popen[str], stdout: str, stderr: str
