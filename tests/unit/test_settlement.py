@@ -270,3 +270,44 @@ def test_invalid_dispatcher_settings_are_refused(ledger: Ledger, kwargs: dict[st
     arguments: dict[str, Any] = {"sinks": {"send": lambda a: None}, **kwargs}
     with pytest.raises(ConfigurationError):
         Dispatcher(ledger, **arguments)
+
+
+def test_every_settlement_carries_the_attempt_history_fields() -> None:
+    from oncewire.dispatch import settling
+    from oncewire.storage.records import Claim
+
+    claim = Claim(
+        7,
+        "k",
+        "send",
+        "{}",
+        attempt=1,
+        max_attempts=3,
+        fence=4,
+        redelivery=True,
+        deadline=None,
+        lease_expires_at=0.0,
+    )
+    cases = {
+        "done": settling.read_value(Done(1)),
+        "not_sent": settling.read_value(NotSent("busy")),
+        "maybe_sent": settling.read_value(MaybeSent("reset")),
+        "rejected": settling.read_value(Rejected("no")),
+        "timeout": settling.timed_out(2.0),
+        "error": settling.read_value(NotSent),
+        "undecodable": settling.undecodable(ValueError("bad")),
+    }
+    for label, verdict in cases.items():
+        item = settling.settlement(
+            claim,
+            verdict,
+            policy=NO_JITTER,
+            now=100.0,
+            attempt_number=claim.fence,
+            started_at=90.0,
+            finished_at=95.0,
+        )
+        assert (item.id, item.fence, item.outcome) == (7, 4, label)
+        assert (item.attempt, item.redelivery) == (4, True)
+        assert (item.started_at, item.finished_at) == (90.0, 95.0)
+        assert item.refund_attempt is (label == "not_sent")

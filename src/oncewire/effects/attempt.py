@@ -15,6 +15,9 @@ class Attempt:
     ``redelivery`` is True when an earlier attempt may have reached the receiver: a receiver
     that deduplicates by ``key`` turns that into one effect; one that cannot should say so.
     ``fence`` grows with every claim; a receiver may refuse a write carrying an older fence.
+    ``attempt`` counts every call of a sink for this effect, not-sent ones included, so it never
+    repeats for one effect; ``Effect.attempts`` counts only those charged against
+    ``max_attempts`` (a ``NotSent`` attempt gives its charge back).
     """
 
     key: str
