@@ -73,9 +73,7 @@ def test_a_settlement_without_attempt_fields_uses_the_effects_own(
     assert row == (1, claim.fence, "w1", "not_sent", "pending", "503", None, T0 + 1.0)
 
 
-def test_a_stale_settlement_writes_no_row(
-    store: Store, arrange: Arrange, raw: RawDatabase
-) -> None:
+def test_a_stale_settlement_writes_no_row(store: Store, arrange: Arrange, raw: RawDatabase) -> None:
     effect = arrange.add("k-1")
     (claim,) = arrange.claim(owner="w1")
     stale = Settlement(claim.id, claim.fence + 7, EffectState.DONE, result_json="1")

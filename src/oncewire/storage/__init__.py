@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.storage.base import Store, Transaction
+from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
 
 __all__ = ["Store", "Transaction", "open_store"]
 
 
-def open_store(url_or_path: str, *, create: bool = True) -> Store:
+def open_store(
+    url_or_path: str,
+    *,
+    create: bool = True,
+    open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+) -> Store:
     """Open (and migrate) the store at ``url_or_path``.
 
     ``postgresql://...`` selects PostgreSQL; ``sqlite:///path``, ``sqlite:path`` or a plain path
-    selects SQLite. With ``create=False`` a missing database is an error instead of a new file.
+    selects SQLite. With ``create=False`` a missing database is an error instead of a new file,
+    and a database without oncewire's schema is refused without being changed.
+
+    A transient failure while opening (the server restarting, a connection terminated, the
+    SQLite file locked by another writer) is retried with backoff for ``open_timeout_seconds``;
+    a permanent one (not a database, read-only, corrupt, no access, a foreign or newer schema)
+    is raised at once.
     """
     text = str(url_or_path)
     if not text:
@@ -20,7 +32,7 @@ def open_store(url_or_path: str, *, create: bool = True) -> Store:
     if text.startswith(("postgresql://", "postgres://")):
         from oncewire.storage.postgres import PostgresStore
 
-        return PostgresStore(text, create=create)
+        return PostgresStore(text, create=create, open_timeout_seconds=open_timeout_seconds)
     from oncewire.storage.sqlite import SQLiteStore
 
-    return SQLiteStore(text, create=create)
+    return SQLiteStore(text, create=create, open_timeout_seconds=open_timeout_seconds)

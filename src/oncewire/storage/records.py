@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oncewire.core.errors import InvalidState
+from oncewire.core.errors import InvalidPayload, InvalidState
 
 __all__ = [
     "ATTEMPT_COLUMNS",
@@ -21,6 +21,7 @@ __all__ = [
     "EffectState",
     "Receipt",
     "Settlement",
+    "UndecodableText",
     "attempt_outcome",
     "cancelled_attempt",
 ]
@@ -158,11 +159,16 @@ class Effect:
             )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The effect as JSON-ready data. A stored payload or result that does not decode
+        (written by hand, by an older version, nested too deeply) is ``None`` with a
+        ``payload_error`` / ``result_error`` saying why, instead of failing the whole read."""
+        payload, payload_error = _decoded(self.payload_json, "payload")
+        result, result_error = _decoded(self.result_json, "result")
+        data = {
             "id": self.id,
             "key": self.key,
             "kind": self.kind,
-            "payload": self.payload,
+            "payload": payload,
             "digest": self.digest,
             "state": str(self.state),
             "attempts": self.attempts,
@@ -173,11 +179,16 @@ class Effect:
             "lease_owner": self.lease_owner,
             "lease_expires_at": self.lease_expires_at,
             "maybe_sent": self.maybe_sent,
-            "result": self.result,
+            "result": result,
             "last_error": self.last_error,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
+        if payload_error is not None:
+            data["payload_error"] = payload_error
+        if result_error is not None:
+            data["result_error"] = result_error
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,13 +346,45 @@ class Receipt:
         return None if self.result_json is None else loads(self.result_json)
 
     def as_dict(self) -> dict[str, Any]:
-        from oncewire.core.canonical import loads
-
-        return {
+        """JSON-ready data; an undecodable payload or result is ``None`` with an ``*_error``."""
+        payload, payload_error = _decoded(self.payload_json, "payload")
+        result, result_error = _decoded(self.result_json, "result")
+        data = {
             "key": self.key,
             "digest": self.digest,
-            "payload": loads(self.payload_json),
-            "result": self.result,
+            "payload": payload,
+            "result": result,
             "created_at": self.created_at,
             "expires_at": self.expires_at,
         }
+        if payload_error is not None:
+            data["payload_error"] = payload_error
+        if result_error is not None:
+            data["result_error"] = result_error
+        return data
+
+
+class UndecodableText(str):
+    """A stored text that was not valid UTF-8, shown with replacement characters."""
+
+    __slots__ = ()
+
+
+def _decoded(text: str | None, what: str) -> tuple[Any, str | None]:
+    """(value, None), or (None, why) when the stored text does not decode.
+
+    Readers show one bad row as such instead of failing for the whole store. ``loads`` raises
+    InvalidPayload; RecursionError (how deep it gets first depends on the process's recursion
+    limit) and any ValueError are caught too, so that no limit setting turns a read into a crash.
+    """
+    from oncewire.core.canonical import loads
+
+    if text is None:
+        return None, None
+    if isinstance(text, UndecodableText):
+        return None, f"undecodable {what}: the stored text is not valid UTF-8"
+    try:
+        return loads(text), None
+    except (InvalidPayload, RecursionError, ValueError, TypeError) as exc:
+        detail = str(exc) or type(exc).__name__
+        return None, f"undecodable {what}: {detail[:200]}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from oncewire.core.errors import ConfigurationError, EffectNotFound, InvalidState, SchemaError
 from oncewire.storage.base import Store
@@ -69,6 +69,8 @@ def _kind_filter(kinds: Sequence[str] | None) -> tuple[str, list[Any]]:
 
 
 _IDLE, _INTRANS, _INERROR = 0, 2, 3  # libpq's PQtransactionStatus
+
+T = TypeVar("T")
 
 
 class _Begun:
@@ -193,8 +195,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
         self._local = threading.local()
 
     def schema_version(self) -> int:
-        with translate_errors("reading the schema version"):
-            return current_version(self._conn()) or 0
+        return self._reading(lambda conn: current_version(conn) or 0, "reading the schema version")
 
     def inspect(self) -> Inspection:
         from oncewire.storage.postgres.inspect import inspect
@@ -289,18 +290,21 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             yield tx.conn
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        # A read on a connection the server dropped while it sat idle is run again, once, on a
-        # fresh one: reading twice changes nothing.
+        return self._reading(lambda conn: list(conn.execute(sql, params or None).fetchall()))
+
+    def _reading(self, read: Callable[[Any], T], what: str = "reading") -> T:
+        """``read(conn)`` outside any transaction. A connection the server dropped while it sat
+        idle is replaced and the read run again, once: reading twice changes nothing."""
         for retry in (False, True):
             conn = self._conn()
             try:
-                return list(conn.execute(sql, params or None).fetchall())
+                return read(conn)
             except psycopg.Error as exc:
                 if conn.broken:
                     self._forget(conn)
-                    if not retry and conn.info.transaction_status != _INTRANS:
+                    if not retry:
                         continue
-                raise translated("reading", exc) from exc
+                raise translated(what, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:

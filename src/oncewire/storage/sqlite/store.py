@@ -13,6 +13,7 @@ from oncewire.core.errors import (
     ConfigurationError,
     EffectNotFound,
     InvalidState,
+    StorageError,
 )
 from oncewire.storage.base import Store
 from oncewire.storage.inspection import Inspection
@@ -32,6 +33,7 @@ from oncewire.storage.records import (
     EffectState,
     Receipt,
     Settlement,
+    UndecodableText,
     attempt_outcome,
     cancelled_attempt,
 )
@@ -59,6 +61,21 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 _effect = Effect.from_row
+
+
+def _lenient_text(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Shown with replacement characters, and led by one so that no JSON decoder takes
+        # the repaired text for the payload that was stored.
+        return UndecodableText("\ufffd" + data.decode("utf-8", "replace"))
+
+
+def _undecodable_text(exc: BaseException | None) -> bool:
+    """The driver's own failure to decode a stored text as UTF-8 (it has no result code)."""
+    return isinstance(exc, sqlite3.OperationalError) and not hasattr(exc, "sqlite_errorcode")
+
 
 # What releasing a claim sets, as SQL over the claimed row (each takes one ``now`` parameter,
 # the error two): shared by the update and the attempt-history row written with it.
@@ -309,8 +326,23 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         return _Write(self._conn(), what)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        with translate_errors("reading"):
-            return self._conn().execute(sql, params).fetchall()
+        conn = self._conn()
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if not _undecodable_text(exc):
+                raise translated("reading", exc) from exc
+            # The driver could not decode a stored text as UTF-8 (written around oncewire):
+            # read again with that text marked undecodable, so one bad row cannot make every
+            # reader of the store fail.
+            conn.text_factory = _lenient_text
+            try:
+                with translate_errors("reading"):
+                    return conn.execute(sql, params).fetchall()
+            finally:
+                conn.text_factory = str
+        except sqlite3.Error as exc:
+            raise translated("reading", exc) from exc
 
     # -- effects -----------------------------------------------------------------------------
     def insert_effect_in_tx(
@@ -470,6 +502,31 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         lease_seconds: float,
         limit: int,
         kinds: Sequence[str] | None = None,
+    ) -> tuple[list[bool], list[Claim]]:
+        args = (settlements, owner, now, lease_seconds, limit, kinds)
+        try:
+            return self._settle_and_claim(*args)
+        except StorageError as exc:
+            if not _undecodable_text(exc.__cause__):
+                raise
+        # A claimed payload that is not valid UTF-8 (written around oncewire) failed the whole
+        # transaction, which rolled back: claim again with such text marked, so the dispatcher
+        # gets it as an undecodable payload instead of failing on every step.
+        conn = self._conn()
+        conn.text_factory = _lenient_text
+        try:
+            return self._settle_and_claim(*args)
+        finally:
+            conn.text_factory = str
+
+    def _settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        kinds: Sequence[str] | None,
     ) -> tuple[list[bool], list[Claim]]:
         expires = now + lease_seconds
         kind_clause, kind_params = _kind_filter(kinds)
