@@ -379,7 +379,7 @@ def test_a_file_that_is_not_a_database_is_refused_untouched(
     path.write_bytes(content)
     group, verb, *rest = args
     assert_clean_error(
-        run(group, verb, "--db", str(path), *rest), "not a SQLite database", "storage_error"
+        run(group, verb, "--db", str(path), *rest), "not a SQLite database", "store_unusable"
     )
     assert path.read_bytes() == content
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

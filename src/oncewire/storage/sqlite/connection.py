@@ -101,7 +101,7 @@ def open_connection(path: str, *, create: bool, busy_timeout_ms: int) -> sqlite3
     """A connection that has changed nothing yet: the caller checks the file before
     :func:`configure` switches it to WAL, so a file oncewire refuses is left as it was."""
     if path != ":memory:" and not create and not Path(path).exists():
-        raise StorageError(f"no database at {path}")
+        raise StoreUnusable(f"no database at {path}")  # a reader never waits for one to appear
     with translate_errors(f"opening {path}"):
         if create or path == ":memory:":
             # check_same_thread=False only so that close() may run on another thread; each
