@@ -143,6 +143,7 @@ def test_a_kind_mismatch_prints_the_librarys_message(
     code, _, err = cli(capsys, "effects", "accept", "--db", store_url, "k", "sms", '{"to": "a"}')
     assert code == 1
     assert err == f"error: {raised.value} [{raised.value.code}]\n"  # type: ignore[attr-defined]
+    assert "bound to kind 'mail', not 'sms'" in err
     assert raw.effect_row("k") == before
 
 
@@ -240,3 +241,21 @@ def test_every_time_the_cli_prints_is_iso_8601_with_its_zone(
     _, shown_text, _ = cli(capsys, "runs", "show", "--db", store_url, "run-1")
     stamps = re.findall(r"\S*\d{4}-\d\d-\d\d\S*", shown_text)
     assert stamps and all(ISO.match(s) for s in stamps), stamps
+
+
+def test_an_undecodable_stored_payload_is_shown_not_fatal(
+    ledger: Ledger, store_url: str, raw: RawDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger.accept("bad", "mail", {"ok": 1})
+    ledger.accept("good", "mail", {"ok": 2})
+    raw.execute("UPDATE oncewire_effects SET payload = ? WHERE key = ?", ('{"ok": ', "bad"))
+
+    code, out, _ = cli(capsys, "effects", "show", "--db", store_url, "bad")
+    assert code == 0
+    fields = dict(re.findall(r"^\s*(\w+): ?(.*)$", out.split("\n\n")[0], flags=re.M))
+    assert "payload" not in fields  # no "null" that looks like a stored null
+    assert fields["payload_error"]
+    shown = cli_json(capsys, "effects", "show", "--db", store_url, "bad")
+    assert shown["effect"]["payload"] is None and shown["effect"]["payload_error"]
+    listed = cli_json(capsys, "effects", "list", "--db", store_url)
+    assert [(e["key"], e["payload"]) for e in listed] == [("good", {"ok": 2}), ("bad", None)]

@@ -110,8 +110,8 @@ def list_effects(
 def _show_text(data: dict[str, Any], attempts: list[dict[str, Any]]) -> None:
     for name, value in data.items():
         if name in ("payload", "result"):
-            if name == "payload" and data.get("payload_error"):
-                continue  # the error line below says why there is no payload to print
+            if data.get(f"{name}_error"):
+                continue  # its error line says why there is nothing to print
             text = "" if value is None and name == "result" else _json_text(value)
         elif value is None:
             text = ""
