@@ -250,3 +250,28 @@ def test_the_urls_connect_timeout_is_honoured(silent_server: tuple[str, int]) ->
     assert caught.value.transient
     # 2 s asked for, not the default of 10 s (psycopg waits at least 2 s).
     assert 1.5 <= elapsed < 8.0
+
+
+def test_a_read_only_database_fails_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An immutable file (chattr +i: read-only even for root) is unusable, not retried."""
+    path = tmp_path / "ro.db"
+    with Ledger(str(path)) as ledger:
+        ledger.accept("k-1", "send", {})
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = DELETE")  # no -wal/-shm files left beside it
+    conn.close()
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="oncewire.storage"),
+            pytest.raises(StoreUnusable) as caught,
+            Ledger(SQLiteStore(str(path), create=False, open_timeout_seconds=60)) as ledger,
+        ):
+            ledger.accept("k-2", "send", {})
+        assert not caught.value.transient
+        assert not [r for r in caplog.records if "trying again" in r.getMessage()]
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
