@@ -70,9 +70,6 @@ class PayloadConflict(OncewireError):
         self.offered_digest = offered_digest
 
 
-class EffectNotFound(OncewireError, KeyError):
-    """No effect has this key."""
-
 class KindConflict(PayloadConflict):
     """This key is already bound to another kind of effect; nothing was changed."""
 
@@ -102,6 +99,9 @@ class KindConflict(PayloadConflict):
         self.stored_digest = stored_digest
         self.offered_digest = offered_digest
 
+
+class EffectNotFound(OncewireError, KeyError):
+    """No effect has this key."""
 
     code = "effect_not_found"
 
