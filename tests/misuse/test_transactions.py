@@ -70,11 +70,10 @@ REFUSED = [
 def test_a_refused_statement_leaves_neither_row_nor_effect(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str, statement: str
 ) -> None:
-    with pytest.raises(InvalidState, match="nothing was executed"):
-        with ledger.transaction() as tx:
-            tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
-            tx.accept("k-1", "send", {"n": 1})
-            tx.execute(statement)
+    with pytest.raises(InvalidState, match="nothing was executed"), ledger.transaction() as tx:
+        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.accept("k-1", "send", {"n": 1})
+        tx.execute(statement)
     assert raw.count(caller_table) == 0
     assert raw.count("oncewire_effects") == 0
 
@@ -146,11 +145,10 @@ def test_a_transaction_ended_around_oncewire_commits_nothing_more(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str
 ) -> None:
     """Reaching past ``tx.execute`` to the driver still cannot make oncewire write alone."""
-    with pytest.raises(InvalidState, match="no longer open"):
-        with ledger.transaction() as tx:
-            tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
-            tx._raw.conn.execute("ROLLBACK")  # type: ignore[attr-defined]
-            tx.accept("k-1", "send", {"n": 1})
+    with pytest.raises(InvalidState, match="no longer open"), ledger.transaction() as tx:
+        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx._raw.conn.execute("ROLLBACK")  # type: ignore[attr-defined]
+        tx.accept("k-1", "send", {"n": 1})
     assert raw.count(caller_table) == 0
     assert raw.count("oncewire_effects") == 0
 
@@ -158,11 +156,13 @@ def test_a_transaction_ended_around_oncewire_commits_nothing_more(
 def test_a_commit_check_refuses_a_transaction_that_already_ended(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str
 ) -> None:
-    with pytest.raises(InvalidState, match="ended before its with block"):
-        with ledger.transaction() as tx:
-            tx.accept("k-1", "send", {"n": 1})
-            tx._raw.conn.execute("ROLLBACK")  # type: ignore[attr-defined]
-            tx.execute  # noqa: B018 - the block ends normally after the driver-level rollback
+    with (
+        pytest.raises(InvalidState, match="ended before its with block"),
+        ledger.transaction() as tx,
+    ):
+        tx.accept("k-1", "send", {"n": 1})
+        tx._raw.conn.execute("ROLLBACK")  # type: ignore[attr-defined]
+        # the block ends normally after the driver-level rollback
     assert raw.count("oncewire_effects") == 0
 
 
@@ -207,10 +207,9 @@ def test_execute_after_the_block_is_refused(
 def test_wrong_placeholder_count_is_a_statement_error_on_both_backends(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str
 ) -> None:
-    with pytest.raises(StatementError) as caught:
-        with ledger.transaction() as tx:
-            tx.accept("k-1", "send", {"n": 1})
-            tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1, 2))
+    with pytest.raises(StatementError) as caught, ledger.transaction() as tx:
+        tx.accept("k-1", "send", {"n": 1})
+        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1, 2))
     assert "connection failed" not in str(caught.value)
     assert not caught.value.transient
     assert raw.count(caller_table) == 0

@@ -29,7 +29,7 @@ from typing import Any
 from oncewire.core import crash
 from oncewire.core.canonical import loads
 from oncewire.core.clock import Clock
-from oncewire.core.errors import ConfigurationError, OncewireError, SchemaError, StorageError
+from oncewire.core.errors import ConfigurationError, OncewireError, StorageError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.dispatch import settling
 from oncewire.dispatch.retry import RetryPolicy
@@ -310,7 +310,7 @@ class Dispatcher:
                 # The database went away (restart, failover, network). Outcomes not yet
                 # recorded are kept and retried: they are fenced, so a retry after a commit
                 # whose answer was lost is refused rather than applied twice.
-                if isinstance(exc, SchemaError):
+                if not exc.transient:  # a schema, a file or a statement that will not heal
                     raise
                 now = time.monotonic()
                 failing_since = failing_since or now

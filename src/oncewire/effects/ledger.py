@@ -29,7 +29,7 @@ from oncewire.core.limits import (
     check_name,
     check_seconds,
 )
-from oncewire.storage import Store, open_store
+from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, open_store
 from oncewire.storage.base import Transaction
 from oncewire.storage.records import AttemptRecord, Effect, EffectState
 
@@ -214,6 +214,8 @@ class Ledger:
     """The caller's side: ``Ledger("app.db")`` or ``Ledger("postgresql://...")``.
 
     ``max_payload_bytes`` bounds an accepted payload's canonical JSON (UTF-8 bytes).
+    ``open_timeout_seconds`` bounds how long opening rides out a busy file or a database that
+    is restarting; a permanent failure (not a database, read-only, corrupt) is raised at once.
     """
 
     def __init__(
@@ -225,12 +227,13 @@ class Ledger:
         runs_key: bytes | None = None,
         reconcile_runs_as: str | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
     ) -> None:
         self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
-            else open_store(url_or_path, create=create)
+            else open_store(url_or_path, create=create, open_timeout_seconds=open_timeout_seconds)
         )
         self.clock: Clock = clock or SystemClock()
         self.effects = EffectsView(self)

@@ -29,7 +29,7 @@ from oncewire.core.limits import (
     check_name,
     check_seconds,
 )
-from oncewire.storage import Store, open_store
+from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, open_store
 from oncewire.storage.base import Transaction
 from oncewire.storage.records import Receipt
 
@@ -77,6 +77,7 @@ class Receipts:
         clock: Clock | None = None,
         create: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
     ) -> None:
         if retention_seconds is not None:
             try:
@@ -90,7 +91,7 @@ class Receipts:
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
-            else open_store(url_or_path, create=create)
+            else open_store(url_or_path, create=create, open_timeout_seconds=open_timeout_seconds)
         )
         self.retention_seconds = retention_seconds
         self.clock: Clock = clock or SystemClock()

@@ -528,7 +528,7 @@ class RunsView(ReviewCommands, RunReads):
             tx, run_id, phases=phases, findings=findings, actions=actions
         )
         if used:
-            kind, name, at = used[0]
+            kind, name, at = min(used)  # the same id is named whatever order the rows came in
             raise RunConflict(
                 f"run {run_id!r}: {kind} id {name!r} is already used (by event {at}); "
                 "an id names one thing for the whole run; nothing was written",

@@ -6,7 +6,7 @@ from oncewire.core.errors import ConfigurationError
 from oncewire.storage.base import Store, Transaction
 from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
 
-__all__ = ["Store", "Transaction", "open_store"]
+__all__ = ["DEFAULT_OPEN_TIMEOUT_SECONDS", "Store", "Transaction", "open_store"]
 
 
 def open_store(

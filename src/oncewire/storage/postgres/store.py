@@ -294,13 +294,19 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
 
     def _reading(self, read: Callable[[Any], T], what: str = "reading") -> T:
         """``read(conn)`` outside any transaction. A connection the server dropped while it sat
-        idle is replaced and the read run again, once: reading twice changes nothing."""
+        idle is replaced and the read run again, once: reading twice changes nothing.
+
+        Inside a transaction (a read snapshot, say) a dropped connection took the transaction
+        with it: running the read again on a fresh connection would answer from another moment,
+        so the error is raised instead.
+        """
         for retry in (False, True):
             conn = self._conn()
+            idle = conn.info.transaction_status == _IDLE
             try:
                 return read(conn)
             except psycopg.Error as exc:
-                if conn.broken:
+                if conn.broken and idle:
                     self._forget(conn)
                     if not retry:
                         continue
