@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
 from oncewire.core.errors import ConfigurationError, ReplyConflict, ReplyNotFound
+from oncewire.core.limits import MAX_ATTEMPTS_LIMIT, check_count
 from oncewire.replies.splitting import Chunk, split_text
 from oncewire.replies.wire import PlatformProfile
 from oncewire.storage.base import Transaction
@@ -105,8 +106,7 @@ class RepliesView:
         """
         if not isinstance(text, str):
             raise ConfigurationError("a reply's text must be a string")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigurationError("max_attempts must be a positive integer")
+        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         inbound = self._inbound(inbound_id)
         chunks = plan_chunks(text, profile)
         reply, changed = self._ledger.store.commit_reply_in_tx(

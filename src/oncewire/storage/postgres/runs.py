@@ -363,6 +363,10 @@ class PostgresRunVerbs(PostgresRunScopeVerbs, RunVerbs):
 
     def unpinned_keyless_runs_in_tx(self, tx: Any) -> list[RunRow]:
         with translate_errors("reading keyless runs"):
+            # Adopters take turns (the mode conflicts with itself, not with readers), and the
+            # query below is a statement of its own, so a second adopter sees the first one's
+            # pins instead of pinning the same runs again and failing on the primary key.
+            tx.conn.execute("LOCK TABLE oncewire_run_key_pins IN SHARE ROW EXCLUSIVE MODE")
             rows = tx.conn.execute(
                 f"SELECT {RUN} FROM oncewire_runs r WHERE chain = 'sha256' AND NOT EXISTS "
                 "(SELECT 1 FROM oncewire_run_key_pins p WHERE p.run_id = r.run_id) "
