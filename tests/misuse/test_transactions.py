@@ -214,3 +214,27 @@ def test_wrong_placeholder_count_is_a_statement_error_on_both_backends(
     assert not caught.value.transient
     assert raw.count(caller_table) == 0
     assert raw.count("oncewire_effects") == 0
+
+
+def test_a_sqlite_trigger_body_is_one_statement_and_a_commit_after_it_is_not(
+    ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str
+) -> None:
+    """Regression: the semicolons inside CREATE TRIGGER ... BEGIN ...; END were taken for
+    statement separators, and the body's END for transaction control."""
+    if backend != "sqlite":
+        pytest.skip("BEGIN ... END trigger bodies are SQLite's syntax")
+    trigger = (
+        "CREATE TRIGGER caller_audit AFTER INSERT ON caller_rows BEGIN "
+        "INSERT INTO caller_audit VALUES (CASE WHEN new.id > 0 THEN new.id ELSE 0 END); "
+        "UPDATE caller_audit SET id = id WHERE id = new.id; END"
+    )
+    with ledger.transaction() as tx:
+        tx.execute("CREATE TABLE caller_audit (id INTEGER)")
+        tx.execute(trigger)
+        tx.execute("INSERT INTO caller_rows VALUES (7)")
+        tx.accept("k-1", "send", {"n": 1})
+    assert raw.query("SELECT id FROM caller_audit") == [(7,)]
+    assert raw.count("oncewire_effects") == 1
+    with pytest.raises(InvalidState, match="more than one statement"), ledger.transaction() as tx:
+        tx.execute(trigger.replace("caller_audit AFTER", "caller_audit2 AFTER") + "; COMMIT")
+    assert raw.query("SELECT name FROM sqlite_master WHERE name = 'caller_audit2'") == []

@@ -104,6 +104,10 @@ def scan(sql: str) -> list[Statement]:
     tokens: list[Token] = []
     non_empty = False
     i, n = 0, len(sql)
+    # A SQLite trigger's body (CREATE TRIGGER ... BEGIN stmt; stmt; END) is one statement: its
+    # semicolons sit inside BEGIN ... END, where CASE ... END may nest too.
+    first_words: list[str] = []
+    body_depth = 0
 
     def keep(token: Token) -> None:
         if len(tokens) < _TOKENS_KEPT:
@@ -119,10 +123,12 @@ def scan(sql: str) -> list[Statement]:
         elif ch == "/" and sql.startswith("/*", i):
             i = _skip_block_comment(sql, i)
         elif ch == ";":
+            i += 1
+            if body_depth > 0:
+                continue
             if non_empty:
                 statements.append(Statement(tuple(tokens)))
-            tokens, non_empty = [], False
-            i += 1
+            tokens, non_empty, first_words = [], False, []
         elif ch == "'":
             escapes = i > 0 and sql[i - 1] in "eE" and (i < 2 or not _is_word_char(sql[i - 2]))
             i = _skip_string(sql, i, "'", backslash=escapes)
@@ -143,6 +149,14 @@ def scan(sql: str) -> list[Statement]:
             keep(Token(match.group(0), word=True))
             non_empty = True
             i = match.end()
+            word = match.group(0).upper()
+            if len(first_words) < 3:
+                first_words.append(word)
+            elif first_words[0] == "CREATE" and "TRIGGER" in first_words[1:]:
+                if word == "BEGIN" or (word == "CASE" and body_depth > 0):
+                    body_depth += 1
+                elif word == "END" and body_depth > 0:
+                    body_depth -= 1
         else:
             keep(Token(ch, word=False))
             non_empty = True
