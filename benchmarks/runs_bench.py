@@ -104,7 +104,7 @@ class Target:
     def __call__(self, name: str) -> Path | str:
         if self.url is None:
             return self.folder / f"{name}.db"
-        from oncewire.lab.stores import with_search_path
+        from oncewire.lab.fixtures import with_search_path
 
         schema = f"oncewire_runs_bench_{self.tag}_{name.replace('-', '_')}"
         self._execute(f"CREATE SCHEMA {schema}")

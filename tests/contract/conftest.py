@@ -24,7 +24,7 @@ import pytest
 from oncewire.storage.base import Store
 from oncewire.storage.records import Claim, Effect, EffectState, Settlement
 from oncewire.storage.sqlite import SQLiteStore
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 T0 = 1_800_000_000.0  # every contract test's "now": verbs take time as an argument
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from oncewire.lab.crashpoints import outbox_points
 from oncewire.lab.runner import run_lab
+from oncewire.lab.suites.crashpoints import outbox_points
 
 pytestmark = pytest.mark.crash
 

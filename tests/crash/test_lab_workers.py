@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from oncewire.lab.fixtures import Backend
 from oncewire.lab.runner import run_lab
-from oncewire.lab.stores import Backend
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 pytestmark = pytest.mark.crash
 

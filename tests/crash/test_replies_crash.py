@@ -12,8 +12,8 @@ import pytest
 import oncewire.replies  # noqa: F401  (registers the replies crash points)
 from oncewire.core import crash
 from oncewire.lab.framework import LabContext
-from oncewire.lab.replies import CELLS, CrashCell, run_cell
-from oncewire.lab.replies_rig import PROFILES, footer, header
+from oncewire.lab.suites.replies import CELLS, CrashCell, run_cell
+from oncewire.lab.suites.replies_rig import PROFILES, footer, header
 from oncewire.platforms.fake import ChatView
 
 pytestmark = pytest.mark.crash
@@ -85,7 +85,7 @@ def test_seed_gap_stream_fully_visible_then_killed(tmp_path: Path) -> None:
 def test_random_kills(tmp_path: Path, seed: int) -> None:
     """A dozen replies (three platforms, streamed or not, short or long, a few wire faults)
     with the process killed eight times at random replies crash points and hits."""
-    from oncewire.lab.replies import run_random_kills
+    from oncewire.lab.suites.replies import run_random_kills
 
     result = run_random_kills(LabContext(root=tmp_path, seed=seed), count=12, kills=8)
     assert result.passed, "\n".join(result.failures)
@@ -98,8 +98,8 @@ def test_random_kills(tmp_path: Path, seed: int) -> None:
     ids=lambda c: c.cell_id,
 )
 def test_seed_gap_cells_on_postgresql(tmp_path: Path, cell: CrashCell) -> None:
-    from oncewire.lab.stores import Backend
-    from tests.pg import server_url
+    from oncewire.lab.fixtures import Backend
+    from tests.support.pg import server_url
 
     ctx = LabContext(root=tmp_path, seed=0, backend=Backend("postgresql", server_url()))
     try:

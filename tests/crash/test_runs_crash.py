@@ -19,7 +19,7 @@ from oncewire.lab.runner import run_lab
 
 pytestmark = pytest.mark.crash
 
-WORKER = [sys.executable, "-m", "oncewire.lab.runs_worker"]
+WORKER = [sys.executable, "-m", "oncewire.lab.children.runs"]
 
 
 def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -100,8 +100,8 @@ def test_two_processes_booting_at_once_close_each_orphan_exactly_once(tmp_path: 
 
 
 def test_the_runs_suite_passes_on_postgresql(tmp_path: Path) -> None:
-    from oncewire.lab.stores import Backend
-    from tests.pg import server_url
+    from oncewire.lab.fixtures import Backend
+    from tests.support.pg import server_url
 
     evidence = run_lab(["runs"], backend=Backend("postgresql", server_url()))
     suite = evidence["suites"]["runs"]
@@ -118,7 +118,7 @@ def test_two_processes_booting_at_once_on_postgresql_close_each_orphan_once() ->
     import psycopg
 
     from oncewire import Ledger
-    from tests.pg import fresh_schema, server_url
+    from tests.support.pg import fresh_schema, server_url
 
     with fresh_schema(server_url(), "boot") as url:
         with Ledger(url) as ledger:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from oncewire import Ledger
-from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 pytestmark = pytest.mark.crash
 

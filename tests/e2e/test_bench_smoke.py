@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks" / "run.py"

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from oncewire import Ledger, ManualClock
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 APP = """
 import os

@@ -9,7 +9,7 @@ import pytest
 
 from oncewire import ManualClock
 from oncewire.cli import main
-from oncewire.lab.replies_rig import Rig, footer, reply_text
+from oncewire.lab.suites.replies_rig import Rig, footer, reply_text
 from oncewire.platforms.fake import Fault
 
 

@@ -29,7 +29,7 @@ def test_runs_bench_quick(tmp_path: Path) -> None:
 
 
 def test_runs_bench_quick_on_postgresql(tmp_path: Path) -> None:
-    from tests.pg import server_url
+    from tests.support.pg import server_url
 
     out = tmp_path / "bench.json"
     done = subprocess.run(

@@ -25,7 +25,7 @@ from oncewire import (
 )
 from oncewire.sinks import ReceiptsSink
 from oncewire.storage.base import Transaction
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 
 def _tickets_table(receipts: Receipts, serial: str = "INTEGER") -> None:

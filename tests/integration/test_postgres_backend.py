@@ -15,7 +15,7 @@ import pytest
 from oncewire import Dispatcher, Ledger, Receipts
 from oncewire.storage.postgres.connection import fresh_schema as fresh_schema_sql
 from oncewire.storage.postgres.connection import migrate, migrations
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from oncewire import InboundStatus, ManualClock, ReplyConflict, ReplyState
-from oncewire.lab.replies_rig import PROFILES, Rig, footer, header, reply_text
+from oncewire.lab.suites.replies_rig import PROFILES, Rig, footer, header, reply_text
 from oncewire.platforms.fake import Fault
 from oncewire.replies import ReplyEngine, rejoin
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from oncewire import ManualClock, SystemClock
-from oncewire.lab.replies_rig import Rig, footer, reply_text
+from oncewire.lab.suites.replies_rig import Rig, footer, reply_text
 from oncewire.platforms.fake import ChatView
 from oncewire.platforms.fake_process import FakePlatformClient
 from oncewire.replies import TELEGRAM_LIKE, Ambiguous, Refused, SendRequest

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from oncewire import ManualClock
-from oncewire.lab.replies_rig import LONG_BODY, PROFILES, Rig, footer, header, reply_text
+from oncewire.lab.suites.replies_rig import LONG_BODY, PROFILES, Rig, footer, header, reply_text
 from oncewire.platforms.fake import Fault
 
 # fault id -> (fault kind or None, target, expectation when the faulted op is a send)

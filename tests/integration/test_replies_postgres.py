@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from oncewire import Ledger, ManualClock
-from oncewire.lab.replies_rig import footer, header, reply_text
+from oncewire.lab.suites.replies_rig import footer, header, reply_text
 from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import TELEGRAM_LIKE, ReplyEngine, ReplyState
 from oncewire.storage.postgres import PostgresStore
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncewire import ManualClock
-from oncewire.lab.replies_rig import LONG_BODY, PROFILES, Rig, footer, reply_text
+from oncewire.lab.suites.replies_rig import LONG_BODY, PROFILES, Rig, footer, reply_text
 from oncewire.platforms.fake import Fault
 
 AMBIGUOUS = ("timeout", "ack_lost")

@@ -11,7 +11,7 @@ import pytest
 
 from oncewire import Ledger, ManualClock
 from oncewire.cli import main
-from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 
 @pytest.fixture(params=BACKENDS)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger
-from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 COMMANDS = 300
 

@@ -18,7 +18,7 @@ from oncewire.core.errors import (
     RunNotFound,
     TransitionRefused,
 )
-from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 
 @pytest.fixture(params=BACKENDS)

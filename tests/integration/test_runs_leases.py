@@ -15,7 +15,7 @@ import pytest
 from oncewire import Dispatcher, Done, Ledger, ManualClock
 from oncewire.core.errors import PayloadConflict, RunConflict, StaleFence, TransitionRefused
 from oncewire.core.ids import process_start_ticks, this_process_owner
-from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 CANDIDATE = {
     "candidate_id": "c-1",

@@ -17,7 +17,7 @@ from oncewire import Ledger, ManualClock
 from oncewire.core.errors import RevertBarrierHeld
 from oncewire.runs.chain import event_hash
 from oncewire.storage.postgres.connection import migrate, migrations
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 SCOPE = "scope-pg"
 LEASE = 30.0

@@ -18,7 +18,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.core.errors import RunError, StaleFence, StorageError
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 WORKERS = 8
 SECONDS = 6.0

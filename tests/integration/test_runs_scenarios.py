@@ -27,7 +27,7 @@ from oncewire.core.errors import (
     RunError,
 )
 from oncewire.runs import artifact_manifest
-from tests.runs_db import BACKENDS, Row, RunsDatabase, runs_database
+from tests.support.runs_db import BACKENDS, Row, RunsDatabase, runs_database
 
 SCOPE = "session-1"
 LEASE = 30.0

@@ -15,7 +15,7 @@ import pytest
 
 from oncewire import Ledger, ManualClock
 from oncewire.core.errors import ConfigurationError, HistoryTampered, TransitionRefused
-from tests.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 SCOPE = "scope-t"
 KEY = b"held-outside-the-database"

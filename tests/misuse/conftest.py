@@ -16,7 +16,7 @@ import pytest
 
 from oncewire import Ledger, ManualClock
 from tests.contract.conftest import PostgresRaw, RawDatabase, SQLiteRaw
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 BACKENDS = ("sqlite", "postgresql")
 

@@ -18,7 +18,7 @@ from oncewire import Ledger, ManualClock
 from oncewire.cli import main
 from oncewire.storage.records import EffectState, Settlement
 from tests.contract.conftest import RawDatabase
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:

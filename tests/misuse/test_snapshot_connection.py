@@ -11,7 +11,7 @@ import pytest
 
 from oncewire.core.errors import StorageError
 from oncewire.storage.postgres import PostgresStore
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 
 def test_a_dropped_connection_inside_a_snapshot_is_an_error_not_a_later_answer() -> None:

@@ -30,7 +30,7 @@ from oncewire.core.errors import (
 )
 from oncewire.storage import open_store
 from oncewire.storage.sqlite import SQLiteStore
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 
 def _digest(path: Path) -> str:

@@ -71,13 +71,13 @@ def command(
     """
     import os
 
-    from oncewire.lab.framework import suites
+    from oncewire.lab.fixtures import Backend
     from oncewire.lab.runner import format_report, run_lab
-    from oncewire.lab.stores import Backend
+    from oncewire.lab.suites import SUITES
 
     if list_suites:
-        for name, found in suites().items():
-            click.echo(f"{name:12} {found.description}")
+        for found in SUITES:
+            click.echo(f"{found.name:12} {found.description}")
         return
     name = "postgresql" if backend.startswith("postgres") else "sqlite"
     evidence = run_lab(

@@ -1,8 +1,10 @@
 """The lab's machinery: suites, scenarios, child processes and progress.
 
-A suite is a function ``(LabContext) -> list[ScenarioResult]`` registered under a name. It runs
-real child processes through :meth:`LabContext.child` (each with a deadline, its pid and return
-code kept for the evidence) and checks invariants by opening the stores itself.
+A suite is a function ``(LabContext) -> list[ScenarioResult]`` with a name: each suite module
+defines ``SUITE = Suite(name, description, run)``, and :mod:`oncewire.lab.suites` lists them in
+the one tuple ``SUITES``. This module imports no suite. A suite runs real child processes
+through :meth:`LabContext.child` (each with a deadline, its pid and return code kept for the
+evidence) and checks invariants by opening the stores itself.
 """
 
 from __future__ import annotations
@@ -17,19 +19,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from oncewire.lab.stores import Backend, StorePair, initialise
+from oncewire.lab.fixtures import Backend, StorePair, initialise
 
 __all__ = [
     "CHILD_DEADLINE_SECONDS",
+    "EFFECTS_CHILD",
     "LabContext",
     "ProcessRecord",
+    "Progress",
     "ScenarioResult",
     "Suite",
-    "suite",
-    "suites",
+    "SuiteFn",
 ]
 
 CHILD_DEADLINE_SECONDS = 60.0
+# The outbox suites' child process (``python -m`` module); the others name their own.
+EFFECTS_CHILD = "oncewire.lab.children.effects"
 
 
 @dataclass
@@ -147,9 +152,9 @@ class LabContext:
         env: Mapping[str, str] | None = None,
         stdin: str | None = None,
         deadline_seconds: float = CHILD_DEADLINE_SECONDS,
-        module: str = "oncewire.lab.worker",
+        module: str = EFFECTS_CHILD,
     ) -> ProcessRecord:
-        """Run ``python -m oncewire.lab.worker ROLE ARGS`` to completion (or its deadline).
+        """Run ``python -m MODULE ROLE ARGS`` to completion (or its deadline).
 
         ``arm`` arms a crash point in the child (and its own children); ``token`` makes it fire
         at most once across that process tree.
@@ -198,7 +203,7 @@ class LabContext:
         )
 
     def spawn(
-        self, role: str, args: Sequence[str], *, module: str = "oncewire.lab.worker"
+        self, role: str, args: Sequence[str], *, module: str = EFFECTS_CHILD
     ) -> subprocess.Popen[str]:
         """Start a worker without waiting (the caller kills and reaps it)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_CRASH")}
@@ -217,25 +222,8 @@ SuiteFn = Callable[[LabContext], list[ScenarioResult]]
 
 @dataclass(frozen=True)
 class Suite:
+    """A named suite; ``oncewire lab --suite NAME`` runs it (the order is ``SUITES``'s)."""
+
     name: str
     description: str
     run: SuiteFn
-    order: int = 100  # where it runs when all suites run (the seed's scenarios first)
-
-
-_SUITES: dict[str, Suite] = {}
-
-
-def suite(name: str, description: str, *, order: int = 100) -> Callable[[SuiteFn], SuiteFn]:
-    def register(fn: SuiteFn) -> SuiteFn:
-        _SUITES[name] = Suite(name, description, fn, order)
-        return fn
-
-    return register
-
-
-def suites() -> dict[str, Suite]:
-    """Every registered suite, in registration order (importing the built-in ones first)."""
-    from oncewire.lab import crashpoints, outbox, replies, runs, torture, workers  # noqa: F401
-
-    return {s.name: s for s in sorted(_SUITES.values(), key=lambda s: s.order)}

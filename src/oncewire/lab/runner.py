@@ -15,8 +15,9 @@ from typing import Any
 
 from oncewire import __version__
 from oncewire.core.errors import ConfigurationError
-from oncewire.lab.framework import LabContext, Progress, ScenarioResult, suites
-from oncewire.lab.stores import Backend
+from oncewire.lab.fixtures import Backend
+from oncewire.lab.framework import LabContext, Progress, ScenarioResult
+from oncewire.lab.suites import by_name
 
 __all__ = ["format_report", "run_lab"]
 
@@ -24,7 +25,7 @@ EXPERIMENT = "oncewire-crash-lab-v1"
 
 
 def _run(ctx: LabContext, names: Sequence[str]) -> dict[str, Any]:
-    available = suites()
+    available = by_name()
     report: dict[str, Any] = {}
     for name in names:
         started = time.monotonic()
@@ -57,7 +58,7 @@ def run_lab(
     progress: Progress | None = None,
     backend: Backend | None = None,
 ) -> dict[str, Any]:
-    available = suites()
+    available = by_name()
     chosen = list(names) or list(available)
     unknown = [n for n in chosen if n not in available]
     if unknown:

@@ -1,4 +1,4 @@
-"""The two stores of the outbox experiments, and how the lab reads them.
+"""What the lab's suites and child processes share: the stores, and reading them directly.
 
 The *caller* store holds the caller's own ``operations`` table beside oncewire's outbox, so that
 an operation and its effect are accepted in one transaction. The *downstream* store is the
@@ -6,6 +6,7 @@ receiving service: its ``tickets`` table and oncewire's receipts. On SQLite they
 the scenario's folder; on PostgreSQL two schemas of the database given to the lab.
 
 The lab reads both with the plain driver (sqlite3 or psycopg), not through the code under test.
+Every name here is public inside the lab: a suite reaches for nothing private in another module.
 """
 
 from __future__ import annotations
@@ -18,11 +19,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from oncewire import Ledger, Receipts
 from oncewire.core.errors import ConfigurationError
-from oncewire.effects import Ledger
-from oncewire.receipts import Receipts
 
-__all__ = ["FIXTURE", "KIND", "Backend", "StorePair", "initialise", "snapshot"]
+__all__ = [
+    "FIXTURE",
+    "KIND",
+    "Backend",
+    "StorePair",
+    "accept_all",
+    "claims_held_by",
+    "dialect_of",
+    "initialise",
+    "placeholders",
+    "rows",
+    "snapshot",
+    "terminate_connections",
+    "with_search_path",
+]
 
 KIND = "ticket"
 FIXTURE: dict[str, Any] = {
@@ -30,6 +44,16 @@ FIXTURE: dict[str, Any] = {
     "title": "Investigate the synthetic queue backlog",
     "priority": "normal",
 }
+
+
+def dialect_of(url: str) -> str:
+    """``postgresql`` for a PostgreSQL URL, ``sqlite`` for anything else (a file)."""
+    return "postgresql" if url.startswith(("postgresql:", "postgres:")) else "sqlite"
+
+
+def placeholders(dialect: str, text: str) -> str:
+    """The lab writes ``?`` placeholders; PostgreSQL's driver wants ``%s``."""
+    return text.replace("?", "%s") if dialect == "postgresql" else text
 
 
 def with_search_path(url: str, schema: str, application_name: str | None = None) -> str:
@@ -54,8 +78,8 @@ class StorePair:
         return ["--caller", self.caller, "--downstream", self.downstream]
 
     def sql(self, text: str) -> str:
-        """The lab writes ``?`` placeholders; PostgreSQL's driver wants ``%s``."""
-        return text.replace("?", "%s") if self.dialect == "postgresql" else text
+        """``text`` with this pair's placeholders (the lab writes ``?``)."""
+        return placeholders(self.dialect, text)
 
 
 @dataclass(frozen=True)
@@ -121,7 +145,8 @@ def initialise(pair: StorePair) -> None:
         )
 
 
-def _rows(dialect: str, where: str, sql: str) -> list[dict[str, Any]]:
+def rows(dialect: str, where: str, sql: str) -> list[dict[str, Any]]:
+    """Every row of ``sql`` as a dict, read with the plain driver (read-only on SQLite)."""
     if dialect == "postgresql":
         import psycopg
         from psycopg.rows import dict_row
@@ -134,7 +159,7 @@ def _rows(dialect: str, where: str, sql: str) -> list[dict[str, Any]]:
 
 
 def snapshot(pair: StorePair) -> dict[str, list[dict[str, Any]]]:
-    effects = _rows(
+    effects = rows(
         pair.dialect,
         pair.caller,
         "SELECT key, state, attempts, maybe_sent, fence, lease_owner, result, last_error "
@@ -143,16 +168,16 @@ def snapshot(pair: StorePair) -> dict[str, list[dict[str, Any]]]:
     for effect in effects:
         effect["maybe_sent"] = int(effect["maybe_sent"])
     return {
-        "operations": _rows(
+        "operations": rows(
             pair.dialect, pair.caller, "SELECT id, payload FROM operations ORDER BY id"
         ),
         "effects": effects,
-        "tickets": _rows(
+        "tickets": rows(
             pair.dialect,
             pair.downstream,
             "SELECT id, operation_id, payload, attempt, redelivery FROM tickets ORDER BY id",
         ),
-        "receipts": _rows(
+        "receipts": rows(
             pair.dialect,
             pair.downstream,
             "SELECT key, digest, result FROM oncewire_receipts ORDER BY key",
@@ -162,13 +187,13 @@ def snapshot(pair: StorePair) -> dict[str, list[dict[str, Any]]]:
 
 def claims_held_by(pair: StorePair, pid: int) -> int:
     """How many effects a worker process holds claimed right now (read around oncewire)."""
-    rows = _rows(
+    found = rows(
         pair.dialect,
         pair.caller,
         "SELECT COUNT(*) AS n FROM oncewire_effects WHERE state = 'claimed' "
         f"AND lease_owner LIKE '%:{int(pid)}:%'",
     )
-    return int(rows[0]["n"])
+    return int(found[0]["n"])
 
 
 def terminate_connections(url: str, application_name: str) -> int:
@@ -176,9 +201,27 @@ def terminate_connections(url: str, application_name: str) -> int:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
+        killed = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = %s AND pid <> pg_backend_pid()",
             (application_name,),
         ).fetchall()
-    return sum(1 for row in rows if row[0])
+    return sum(1 for row in killed if row[0])
+
+
+def accept_all(pair: StorePair, operations: int, first: int = 0) -> list[str]:
+    """Accept ``operations`` effects (with their operation rows), 50 per transaction."""
+    keys = [f"op-{i:05d}" for i in range(first, first + operations)]
+    with Ledger(pair.caller) as ledger:
+        for start in range(0, operations, 50):
+            with ledger.transaction() as tx:
+                for key in keys[start : start + 50]:
+                    payload = {**FIXTURE, "title": f"{FIXTURE['title']} #{key}"}
+                    tx.execute(
+                        pair.sql(
+                            "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, 0)"
+                        ),
+                        (key, str(payload)),
+                    )
+                    tx.accept(key, KIND, payload, max_attempts=25)
+    return keys

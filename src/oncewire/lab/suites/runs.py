@@ -1,7 +1,7 @@
 """Suite ``runs``: a run-ledger process killed with SIGKILL mid-review, mid-repair and between
 its candidate and its completion delivery, then reconciled by restarted processes.
 
-Each scenario runs :mod:`oncewire.lab.runs_worker` on a fresh store of the lab's backend (a
+Each scenario runs :mod:`oncewire.lab.children.runs` on a fresh store of the lab's backend (a
 SQLite file, or a schema of its PostgreSQL database) with a crash point armed, observes exit
 -9, and then:
 
@@ -24,14 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oncewire.effects import Ledger
-from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, suite
-from oncewire.lab.runs_worker import CONTENT, RUN_ID
-from oncewire.lab.stores import _rows
+from oncewire import Ledger
+from oncewire.lab.children.runs import CONTENT, RUN_ID
+from oncewire.lab.fixtures import dialect_of, rows
+from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
 
-__all__ = ["MODULE", "run_runs", "snapshot"]
+__all__ = ["MODULE", "SUITE", "run_runs", "snapshot"]
 
-MODULE = "oncewire.lab.runs_worker"
+MODULE = "oncewire.lab.children.runs"
 KILLED = -signal.SIGKILL
 LEASE_SECONDS = 2.5
 # Every run-ledger table, in the order its rows were written.
@@ -48,9 +48,9 @@ TABLES = {
 
 def snapshot(db: str) -> dict[str, list[dict[str, Any]]]:
     """Every run-ledger table, read around oncewire (``db`` is a file or a PostgreSQL URL)."""
-    dialect = "postgresql" if db.startswith(("postgresql://", "postgres://")) else "sqlite"
+    dialect = dialect_of(db)
     return {
-        table: _rows(dialect, db, f"SELECT * FROM {table} ORDER BY {order}")
+        table: rows(dialect, db, f"SELECT * FROM {table} ORDER BY {order}")
         for table, order in TABLES.items()
     }
 
@@ -171,7 +171,6 @@ def _before_publish(result: ScenarioResult, db: dict[str, list[dict[str, Any]]])
     )
 
 
-@suite("runs", "run ledger: SIGKILL mid-review, mid-repair and before delivery; reconcile")
 def run_runs(ctx: LabContext) -> list[ScenarioResult]:
     cells = [
         # start, candidate, start_review: the third command commits, the reviewer never answers
@@ -200,3 +199,8 @@ def run_runs(ctx: LabContext) -> list[ScenarioResult]:
         ctx.progress.update(f"runs: {name}")
         results.append(_scenario(ctx, name, role, arm, status, check))
     return results
+
+
+SUITE = Suite(
+    "runs", "run ledger: SIGKILL mid-review, mid-repair and before delivery; reconcile", run_runs
+)

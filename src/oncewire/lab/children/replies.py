@@ -1,4 +1,4 @@
-"""The replies lab's application process: ``python -m oncewire.lab.replies_worker answer ...``.
+"""The replies suite's application process: ``python -m oncewire.lab.children.replies ...``.
 
 It plays a chat application around the reply engine, on the rig in ``--directory``: boot
 recovery (deliver what is committed, list what is unanswered), admit the inbound message (a
@@ -22,7 +22,7 @@ from typing import Any
 
 from oncewire.core import crash
 from oncewire.core.clock import SystemClock
-from oncewire.lab.replies_rig import LONG_BODY, PROFILES, Rig, footer, reply_text
+from oncewire.lab.suites.replies_rig import LONG_BODY, PROFILES, Rig, footer, reply_text
 from oncewire.platforms.fake import Fault
 
 BODIES = {"short": "the answer, computed before the crash.", "long": LONG_BODY}
@@ -112,7 +112,7 @@ def many(folder: Path, *, seed: int, count: int, db: str | None = None) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncewire.lab.replies_worker")
+    parser = argparse.ArgumentParser(prog="python -m oncewire.lab.children.replies")
     parser.add_argument("role", choices=["answer", "many"])
     parser.add_argument("--directory", type=Path, required=True)
     parser.add_argument("--db", help="the application's store (default: DIRECTORY/app.db)")

@@ -19,11 +19,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from oncewire.lab.framework import LabContext, ScenarioResult, suite
-from oncewire.lab.stores import claims_held_by, snapshot, terminate_connections
-from oncewire.lab.torture import _accept_all
+from oncewire.lab.fixtures import accept_all, claims_held_by, snapshot, terminate_connections
+from oncewire.lab.framework import LabContext, ScenarioResult, Suite
 
-__all__ = ["run_workers"]
+__all__ = ["SUITE", "run_workers"]
 
 WORKERS = 4
 LEASE_SECONDS = 2.0
@@ -46,11 +45,6 @@ def _finish(process: subprocess.Popen[str]) -> dict[str, Any]:
     }
 
 
-@suite(
-    "workers",
-    "four workers, random SIGKILLs, a SIGSTOP past the lease, dropped connections",
-    order=40,
-)
 def run_workers(ctx: LabContext) -> list[ScenarioResult]:
     result = ScenarioResult(f"four_workers[{ctx.backend.name}]")
     rng = random.Random(f"workers/{ctx.seed}")
@@ -58,7 +52,7 @@ def run_workers(ctx: LabContext) -> list[ScenarioResult]:
     kills_option = ctx.options.get("kills")
     kills_wanted = DEFAULT_KILLS if kills_option is None else min(int(kills_option), 6)
     stores = ctx.stores("workers", ctx.backend.name)
-    keys = _accept_all(stores, operations)
+    keys = accept_all(stores, operations)
     args = [
         *stores.args(),
         "--seed",
@@ -207,3 +201,10 @@ def run_workers(ctx: LabContext) -> list[ScenarioResult]:
     }
     result.details = {"events": events, "workers": finished}
     return [result]
+
+
+SUITE = Suite(
+    "workers",
+    "four workers, random SIGKILLs, a SIGSTOP past the lease, dropped connections",
+    run_workers,
+)

@@ -17,31 +17,13 @@ import time
 from collections import Counter
 from typing import Any
 
-from oncewire.effects import Ledger
-from oncewire.lab.framework import LabContext, ScenarioResult, suite
-from oncewire.lab.stores import FIXTURE, KIND, StorePair, snapshot
+from oncewire.lab.fixtures import accept_all, snapshot
+from oncewire.lab.framework import LabContext, ScenarioResult, Suite
 
-__all__ = ["run_torture"]
+__all__ = ["SUITE", "run_torture"]
 
 DEFAULT_OPERATIONS = 400
 DEFAULT_KILLS = 8
-
-
-def _accept_all(pair: StorePair, operations: int, first: int = 0) -> list[str]:
-    keys = [f"op-{i:05d}" for i in range(first, first + operations)]
-    with Ledger(pair.caller) as ledger:
-        for start in range(0, operations, 50):
-            with ledger.transaction() as tx:
-                for key in keys[start : start + 50]:
-                    payload = {**FIXTURE, "title": f"{FIXTURE['title']} #{key}"}
-                    tx.execute(
-                        pair.sql(
-                            "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, 0)"
-                        ),
-                        (key, str(payload)),
-                    )
-                    tx.accept(key, KIND, payload, max_attempts=25)
-    return keys
 
 
 def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
@@ -52,7 +34,7 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
     mode = "dedup" if deduplicate else "no_dedup"
     result = ScenarioResult(f"torture[{mode}]")
     stores = ctx.stores("torture", mode)
-    keys = _accept_all(stores, operations)
+    keys = accept_all(stores, operations)
     rng = random.Random(f"torture/{seed}/{mode}")
     args = [*stores.args(), "--seed", str(seed), "--concurrency", "2"]
     if not deduplicate:
@@ -82,7 +64,7 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
                 process.returncode == 0, f"a dispatcher failed: exit {process.returncode}"
             )
             # It drained before the kill landed: give the next round fresh work to interrupt.
-            keys += _accept_all(stores, max(20, operations // max(1, kills_wanted)), len(keys))
+            keys += accept_all(stores, max(20, operations // max(1, kills_wanted)), len(keys))
     final = ctx.child("torture", args, deadline_seconds=300)
     result.processes.append(final)
     result.require(final.exit_code == 0, f"the final dispatcher failed: {final.stderr[-500:]}")
@@ -131,8 +113,10 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
     return result
 
 
-@suite(
-    "torture", "seeded random SIGKILLs of a busy dispatcher, with and without receipts", order=30
-)
 def run_torture(ctx: LabContext) -> list[ScenarioResult]:
     return [_scenario(ctx, True), _scenario(ctx, False)]
+
+
+SUITE = Suite(
+    "torture", "seeded random SIGKILLs of a busy dispatcher, with and without receipts", run_torture
+)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from oncewire.lab.stores import with_search_path
+from oncewire.lab.fixtures import with_search_path
 
 DEFAULT_URL = "postgresql://127.0.0.1:5432/test"
 

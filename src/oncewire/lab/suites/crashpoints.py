@@ -19,10 +19,10 @@ from collections import Counter
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
-from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, suite
-from oncewire.lab.stores import FIXTURE, snapshot
+from oncewire.lab.fixtures import FIXTURE, snapshot
+from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
 
-__all__ = ["OUTBOX_PREFIXES", "outbox_points", "run_crashpoints"]
+__all__ = ["OUTBOX_PREFIXES", "SUITE", "outbox_points", "run_crashpoints"]
 
 OUTBOX_PREFIXES = ("effects.", "dispatch.", "receipts.")
 KEYS = ("operation-001", "operation-002", "operation-003")
@@ -116,7 +116,6 @@ def _cell(ctx: LabContext, point: str, deduplicate: bool) -> ScenarioResult:
     return result
 
 
-@suite("crashpoints", "every registered outbox crash point x deduplication on/off", order=20)
 def run_crashpoints(ctx: LabContext) -> list[ScenarioResult]:
     results = []
     for point in outbox_points():
@@ -124,3 +123,8 @@ def run_crashpoints(ctx: LabContext) -> list[ScenarioResult]:
             ctx.progress.update(f"crashpoints: {point} dedup={'on' if deduplicate else 'off'}")
             results.append(_cell(ctx, point, deduplicate))
     return results
+
+
+SUITE = Suite(
+    "crashpoints", "every registered outbox crash point x deduplication on/off", run_crashpoints
+)

@@ -1,32 +1,36 @@
 """The replies rig: an application around the reply engine and the journaled fake platforms.
 
-Used by the ``replies`` lab suite, its child processes and the tests. The "application" admits
-an inbound message, answers it with a scripted text (streamed or not) and writes the answer to
-its own ``transcript`` table in the same transaction as the reply record. Every reply is framed
-by a header and a footer, so the oracle can find its copies on screen and tell complete ones
-from partial ones.
+Used by the ``replies`` lab suite, its child process (:mod:`oncewire.lab.children.replies`)
+and the tests. The "application" admits an inbound message, answers it with a scripted text
+(streamed or not) and writes the answer to its own ``transcript`` table in the same transaction
+as the reply record. Every reply is framed by a header and a footer, so the oracle can find its
+copies on screen and tell complete ones from partial ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oncewire.core.clock import Clock
-from oncewire.effects.ledger import Ledger, LedgerTransaction
-from oncewire.inbound.service import Admission
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
-from oncewire.replies.engine import Delivery, ReplyEngine
-from oncewire.replies.wire import (
+from oncewire import (
     DISCORD_LIKE,
     NON_EDITABLE,
     TELEGRAM_LIKE,
+    Admission,
+    Clock,
+    Delivery,
+    InboundStatus,
+    Ledger,
+    LedgerTransaction,
     Platform,
     PlatformProfile,
+    ReplyEngine,
+    ReplyState,
 )
+from oncewire.lab.fixtures import placeholders
+from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.storage import Store, open_store
-from oncewire.storage.replies import InboundStatus, ReplyState
 from oncewire.storage.sqlite import SQLiteStore
 
 __all__ = [
@@ -34,11 +38,13 @@ __all__ = [
     "LONG_BODY",
     "PROFILES",
     "Rig",
+    "check_reply",
     "deltas",
     "footer",
     "header",
     "persisted",
     "reply_text",
+    "snapshot",
 ]
 
 PROFILES: dict[str, PlatformProfile] = {
@@ -58,8 +64,7 @@ def _open(db: str, synchronous: str) -> Store:
 
 
 def _sql(ledger: Ledger, text: str) -> str:
-    """The rig writes ``?`` placeholders; PostgreSQL's driver wants ``%s``."""
-    return text.replace("?", "%s") if ledger.store.dialect == "postgresql" else text
+    return placeholders(ledger.store.dialect, text)
 
 
 def persisted(ledger: Ledger, inbound_id: int) -> list[str]:
@@ -279,9 +284,3 @@ def snapshot(ledger: Ledger) -> dict[str, Any]:
         item["ops"] = [op.as_dict() for op in ledger.replies.ops(reply.id)]
         out["replies"].append(item)
     return out
-
-
-def iter_cells() -> Iterator[tuple[str, str]]:
-    for platform in PROFILES:
-        for mode in ("off", "one", "many"):
-            yield platform, mode

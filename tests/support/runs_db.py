@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, server_url
 
 __all__ = ["BACKENDS", "Row", "RunsDatabase", "runs_database"]
 

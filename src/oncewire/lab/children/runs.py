@@ -1,4 +1,4 @@
-"""Child-process roles for the ``runs`` lab suite: ``python -m oncewire.lab.runs_worker ROLE``.
+"""Child-process roles for the ``runs`` lab suite: ``python -m oncewire.lab.children.runs ROLE``.
 
 review     start a run, record a candidate, review it (pass) and terminate it verified
 repair     start, candidate, a review with issues, a repair that binds its action ledger and
@@ -19,8 +19,8 @@ import os
 import sys
 from typing import Any
 
+from oncewire import Ledger
 from oncewire.core import crash
-from oncewire.effects import Ledger
 from oncewire.runs import artifact_manifest
 
 SCOPE = "lab-session"
@@ -118,7 +118,9 @@ def reconcile(db: str, owner: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncewire.lab.runs_worker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m oncewire.lab.children.runs", description=__doc__
+    )
     parser.add_argument("role", choices=["review", "repair", "deliver", "reconcile"])
     parser.add_argument("--db", required=True, help="a SQLite file or a postgresql:// URL")
     parser.add_argument("--lease-seconds", type=float, default=1.0)

@@ -1,4 +1,4 @@
-"""Child-process roles for the lab: ``python -m oncewire.lab.worker ROLE ...``.
+"""The outbox suites' child process: ``python -m oncewire.lab.children.effects ROLE ...``.
 
 accept    accept one operation and its effect in one transaction of the caller's store
 dispatch  run a dispatcher until idle; the sink runs ``service`` as a separate process
@@ -20,22 +20,30 @@ import sys
 import time
 from typing import Any
 
+from oncewire import (
+    Attempt,
+    Dispatcher,
+    Done,
+    Ledger,
+    MaybeSent,
+    NotSent,
+    Receipts,
+    RetryPolicy,
+    SubprocessSink,
+)
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, loads
 from oncewire.core.errors import PayloadConflict
-from oncewire.dispatch import Dispatcher, RetryPolicy
-from oncewire.effects import Attempt, Done, Ledger, MaybeSent, NotSent
-from oncewire.lab.stores import KIND
-from oncewire.receipts import Receipts
-from oncewire.sinks import SubprocessSink
-from oncewire.storage.base import Transaction
+from oncewire.lab.fixtures import KIND, dialect_of, placeholders
+from oncewire.storage import Transaction
 
 EXIT_CONFLICT = 3
 LAB_RETRY = RetryPolicy(base_seconds=0.02, cap_seconds=0.25)
+MODULE = "oncewire.lab.children.effects"
 
 
 def _sql(url: str, text: str) -> str:
-    return text.replace("?", "%s") if url.startswith(("postgresql:", "postgres:")) else text
+    return placeholders(dialect_of(url), text)
 
 
 def accept(caller: str, key: str, payload: Any) -> dict[str, Any]:
@@ -85,7 +93,7 @@ def service(downstream: str, key: str, payload: Any, deduplicate: bool) -> dict[
 
 
 def dispatch(caller: str, downstream: str, deduplicate: bool) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "oncewire.lab.worker", "service"]
+    argv = [sys.executable, "-m", MODULE, "service"]
     argv += ["--caller", caller, "--downstream", downstream]
     if not deduplicate:
         argv.append("--no-deduplication")
@@ -163,7 +171,7 @@ def torture(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncewire.lab.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
     parser.add_argument("role", choices=["accept", "dispatch", "service", "torture"])
     parser.add_argument("--caller", required=True, help="the caller's store (path or URL)")
     parser.add_argument("--downstream", required=True, help="the downstream store")

@@ -13,10 +13,10 @@ import signal
 from typing import Any
 
 from oncewire.core.canonical import canonical_json
-from oncewire.lab.framework import LabContext, ScenarioResult, suite
-from oncewire.lab.stores import FIXTURE, StorePair, snapshot
+from oncewire.lab.fixtures import FIXTURE, StorePair, snapshot
+from oncewire.lab.framework import LabContext, ScenarioResult, Suite
 
-__all__ = ["run_outbox"]
+__all__ = ["SUITE", "run_outbox"]
 
 KEY = "operation-001"
 KILLED = -signal.SIGKILL
@@ -172,7 +172,6 @@ def _changed_payload(ctx: LabContext) -> ScenarioResult:
     return result
 
 
-@suite("outbox", "the five two-store outbox scenarios with real SIGKILL", order=10)
 def run_outbox(ctx: LabContext) -> list[ScenarioResult]:
     return [
         _dispatch_crash(ctx, "crash_before_dispatch", CRASH_BEFORE_DISPATCH, True),
@@ -181,3 +180,6 @@ def run_outbox(ctx: LabContext) -> list[ScenarioResult]:
         _acceptance_crash(ctx),
         _changed_payload(ctx),
     ]
+
+
+SUITE = Suite("outbox", "the five two-store outbox scenarios with real SIGKILL", run_outbox)

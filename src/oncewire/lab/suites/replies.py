@@ -1,6 +1,6 @@
 """Suite ``replies``: the reply engine killed with SIGKILL at each of its crash windows.
 
-Each cell runs the application process (:mod:`oncewire.lab.replies_worker`) on a fresh folder
+Each cell runs the application process (:mod:`oncewire.lab.children.replies`) on a fresh folder
 (its database and the fake platforms' journals) and kills it, either at an armed crash point
 or, from outside, while the fake platform parks an operation (``hold``: before the platform
 accepts it, so it is never seen; ``hold_after``: after it is accepted and journaled). The lab
@@ -33,14 +33,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncewire.effects.ledger import Ledger
-from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, suite
-from oncewire.lab.replies_rig import check_reply, footer, snapshot
+from oncewire import Ledger
+from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
+from oncewire.lab.suites.replies_rig import (
+    PROFILES,
+    check_reply,
+    footer,
+    header,
+    persisted,
+    snapshot,
+)
 from oncewire.platforms.fake import ChatView
+from oncewire.replies import OpKind, OpState, ReplyState
 
 __all__ = [
     "CELLS",
     "MODULE",
+    "SUITE",
     "CrashCell",
     "check_many",
     "run_cell",
@@ -48,7 +57,7 @@ __all__ = [
     "run_replies",
 ]
 
-MODULE = "oncewire.lab.replies_worker"
+MODULE = "oncewire.lab.children.replies"
 KILLED = -signal.SIGKILL
 HOLD_WAIT_SECONDS = 30.0
 RANDOM_COUNT = 12  # inbound messages in the seeded random-kill scenario
@@ -62,7 +71,7 @@ class CrashCell:
     mode: str  # off, one (whole answer in one stream delta) or many
     size: str  # short or long (over both caps)
     kill: str  # a crash point name, or "hold" / "hold_after" (killed from outside)
-    expect: str  # exact, one_copy or marked_dupes (see replies_rig.check_reply)
+    expect: str  # exact, one_copy or marked_dupes (see suites.replies_rig.check_reply)
     seed_gap: bool = False  # one of the peer gateway's known failures
 
     @property
@@ -247,8 +256,6 @@ def run_cell(ctx: LabContext, cell: CrashCell) -> ScenarioResult:
 
 
 def _visible(folder: Path, cell: CrashCell, chat: str) -> list[dict[str, object]]:
-    from oncewire.lab.replies_rig import PROFILES
-
     profile = PROFILES[cell.platform]
     return [
         {
@@ -309,9 +316,7 @@ def check_many(
 ) -> dict[str, int]:
     """Every inbound answered once and delivered; at most one unmarked complete copy each; a
     marker, a second copy or a leftover piece only where the record holds an ambiguous send."""
-    from oncewire.lab.replies_rig import PROFILES, header, persisted
-    from oncewire.lab.replies_worker import spec
-    from oncewire.storage.replies import OpKind, OpState, ReplyState
+    from oncewire.lab.children.replies import spec
 
     view = ChatView(sorted(folder.glob("*.jsonl")))
     totals = {"replies": 0, "exact": 0, "marked_copies": 0, "marked_pieces": 0, "leftovers": 0}
@@ -364,7 +369,6 @@ def check_many(
     return totals
 
 
-@suite("replies", "the reply engine killed at each crash window, restarted, checked on screen")
 def run_replies(ctx: LabContext) -> list[ScenarioResult]:
     results = []
     for cell in CELLS:
@@ -373,3 +377,10 @@ def run_replies(ctx: LabContext) -> list[ScenarioResult]:
     ctx.progress.update("replies: random kills")
     results.append(run_random_kills(ctx, count=RANDOM_COUNT, kills=RANDOM_KILLS))
     return results
+
+
+SUITE = Suite(
+    "replies",
+    "the reply engine killed at each crash window, restarted, checked on screen",
+    run_replies,
+)

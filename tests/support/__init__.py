@@ -1,0 +1,2 @@
+"""What the tests share beyond fixtures: where the PostgreSQL server is (:mod:`.pg`) and a
+run-ledger database read and edited around oncewire on either backend (:mod:`.runs_db`)."""
