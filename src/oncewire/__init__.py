@@ -41,7 +41,6 @@ from oncewire.core.errors import (
     StoreUnreachable,
     StoreUnusable,
     TransitionRefused,
-    UnknownSink,
 )
 from oncewire.core.ids import this_process_owner
 from oncewire.dispatch import Dispatcher, DispatchStats, RetryPolicy
@@ -160,7 +159,6 @@ __all__ = [
     "SubprocessSink",
     "SystemClock",
     "TransitionRefused",
-    "UnknownSink",
     "Verdict",
     "Verification",
     "__version__",

@@ -10,9 +10,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "BranchBusy",
     "ConfigurationError",
     "CrashPointUnknown",
     "EffectNotFound",
+    "HistoryHidden",
+    "HistoryTampered",
     "InboundNotFound",
     "InvalidPayload",
     "InvalidState",
@@ -22,6 +25,10 @@ __all__ = [
     "ReceiptNotFound",
     "ReplyConflict",
     "ReplyNotFound",
+    "RevertBarrierHeld",
+    "RunConflict",
+    "RunError",
+    "RunNotFound",
     "SchemaError",
     "StaleFence",
     "StatementError",
@@ -29,7 +36,7 @@ __all__ = [
     "StoreBusy",
     "StoreUnreachable",
     "StoreUnusable",
-    "UnknownSink",
+    "TransitionRefused",
 ]
 
 
@@ -100,22 +107,25 @@ class KindConflict(PayloadConflict):
         self.offered_digest = offered_digest
 
 
-class EffectNotFound(OncewireError, KeyError):
-    """No effect has this key."""
+class _NotFound(OncewireError, KeyError):
+    """Nothing has this key or id (the base of every ``...NotFound``; never raised itself)."""
 
-    code = "effect_not_found"
+    code = "not_found"
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])
 
 
-class ReceiptNotFound(OncewireError, KeyError):
+class EffectNotFound(_NotFound):
+    """No effect has this key."""
+
+    code = "effect_not_found"
+
+
+class ReceiptNotFound(_NotFound):
     """No receipt has this key."""
 
     code = "receipt_not_found"
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class InvalidState(OncewireError):
@@ -128,12 +138,6 @@ class StaleFence(OncewireError):
     """The lease this write relied on has been superseded; the write was refused."""
 
     code = "stale_fence"
-
-
-class UnknownSink(OncewireError):
-    """No sink is registered for this effect kind."""
-
-    code = "unknown_sink"
 
 
 class StorageError(OncewireError):
@@ -190,22 +194,16 @@ class CrashPointUnknown(ConfigurationError):
     code = "crash_point_unknown"
 
 
-class InboundNotFound(OncewireError, KeyError):
+class InboundNotFound(_NotFound):
     """No inbound message has this id."""
 
     code = "inbound_not_found"
 
-    def __str__(self) -> str:
-        return str(self.args[0])
 
-
-class ReplyNotFound(OncewireError, KeyError):
+class ReplyNotFound(_NotFound):
     """No reply record matches."""
 
     code = "reply_not_found"
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class ReplyConflict(OncewireError):
@@ -215,16 +213,6 @@ class ReplyConflict(OncewireError):
 
 
 # -- runs ---------------------------------------------------------------------------------------
-__all__ += [
-    "BranchBusy",
-    "HistoryHidden",
-    "HistoryTampered",
-    "RevertBarrierHeld",
-    "RunConflict",
-    "RunError",
-    "RunNotFound",
-    "TransitionRefused",
-]
 
 
 class RunError(OncewireError):
@@ -233,13 +221,10 @@ class RunError(OncewireError):
     code = "run_error"
 
 
-class RunNotFound(RunError, KeyError):
+class RunNotFound(RunError, _NotFound):
     """No run, checkpoint, branch or delivery has this id."""
 
     code = "run_not_found"
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class RunConflict(RunError):
@@ -269,7 +254,7 @@ class HistoryHidden(TransitionRefused):
 class RevertBarrierHeld(TransitionRefused):
     """A revert holds this scope and requires recovery: no new runs or actions are admitted."""
 
-    code = "revert_barrier"
+    code = "revert_barrier_held"
 
 
 class HistoryTampered(RunError):
