@@ -46,6 +46,7 @@ except ImportError:  # run from a checkout without an installed package
 
 from oncewire import Ledger, ManualClock  # noqa: E402
 from oncewire.core.canonical import digest  # noqa: E402
+from oncewire.runs import append  # noqa: E402
 from oncewire.runs.chain import verify_chain  # noqa: E402
 
 BUSY_TIMEOUT_MS = 10_000
@@ -166,7 +167,7 @@ def commands(path: Path | str, n: int) -> tuple[float, dict[str, Any]]:
         runs.start("bench-run", key="start", scope="bench", owner="bench", lease_seconds=3600)
         started = time.perf_counter()
         for i in range(n // 2):
-            runs.propose_action(
+            runs.review.propose_action(
                 "bench-run",
                 key=f"p{i}",
                 action_id=f"a{i}",
@@ -174,7 +175,9 @@ def commands(path: Path | str, n: int) -> tuple[float, dict[str, Any]]:
                 arguments=ARGUMENTS,
                 side_effect_class="workspace_write",
             )
-            runs.resolve_action("bench-run", key=f"r{i}", action_id=f"a{i}", status="succeeded")
+            runs.review.resolve_action(
+                "bench-run", key=f"r{i}", action_id=f"a{i}", status="succeeded"
+            )
         rate = (n // 2 * 2) / (time.perf_counter() - started)
     return rate, seen
 
@@ -187,7 +190,7 @@ def candidates(path: Path | str, n: int) -> float:
         runs.start("bench-run", key="start", scope="bench", owner="bench", lease_seconds=3600)
         started = time.perf_counter()
         for i in range(n):
-            runs.record_candidate(
+            runs.review.record_candidate(
                 "bench-run", key=f"c{i}", **{**CANDIDATE, "candidate_id": f"candidate-{i}"}
             )
         return n / (time.perf_counter() - started)
@@ -218,7 +221,8 @@ def build_history(ledger: Ledger, run_id: str, scope: str, events: int) -> None:
                 ),
                 ("resolve_action", {"action_id": f"a{i}", "status": "succeeded", "result": None}),
             ):
-                _, row, state = runs._append_in_tx(
+                _, row, state = append.append_in_tx(
+                    runs.context,
                     tx,
                     row,
                     state,
@@ -298,7 +302,8 @@ def reconciliation(path: Path | str, n: int) -> dict[str, float]:
                         },
                     ),
                 ):
-                    _, row, state = runs._append_in_tx(
+                    _, row, state = append.append_in_tx(
+                        runs.context,
                         tx,
                         row,
                         state,

@@ -51,29 +51,30 @@ def command(runs, run_id):
     if op == "start":
         runs.start(run_id, key=k, scope=scope, owner=me, lease_seconds=1.5)
     elif op == "candidate":
-        runs.record_candidate(run_id, key=k, **candidate(pick("c")))
+        runs.review.record_candidate(run_id, key=k, **candidate(pick("c")))
     elif op == "review":
         cid = pick("c")
-        runs.start_review(run_id, key=k, review_id=pick("rv"), candidate_id=cid, evidence_sha256=E)
+        runs.review.start_review(run_id, key=k, review_id=pick("rv"), candidate_id=cid,
+                                 evidence_sha256=E)
     elif op == "review_done":
         findings = [{"finding_id": pick("f")}] if rng.random() < 0.5 else []
         verdict = rng.choice(["pass", "issues"]) if not findings else "issues"
-        runs.complete_review(run_id, key=k, review_id=pick("rv"), verdict=verdict,
+        runs.review.complete_review(run_id, key=k, review_id=pick("rv"), verdict=verdict,
                              findings=findings)
     elif op == "repair":
-        runs.start_repair(run_id, key=k, repair_id=pick("rp"))
+        runs.review.start_repair(run_id, key=k, repair_id=pick("rp"))
     elif op == "bind":
-        runs.bind_actions(run_id, key=k, repair_id=pick("rp"))
+        runs.review.bind_actions(run_id, key=k, repair_id=pick("rp"))
     elif op == "repair_done":
-        runs.complete_repair(run_id, key=k, repair_id=pick("rp"), status="completed",
+        runs.review.complete_repair(run_id, key=k, repair_id=pick("rp"), status="completed",
                              candidate=candidate(pick("c")))
     elif op == "propose":
-        runs.propose_action(run_id, key=k, action_id=pick("a", 4), kind="t", arguments={},
+        runs.review.propose_action(run_id, key=k, action_id=pick("a", 4), kind="t", arguments={},
                             side_effect_class=rng.choice(["read_only", "external"]))
     elif op == "resolve":
-        runs.resolve_action(run_id, key=k, action_id=pick("a", 4), status="succeeded")
+        runs.review.resolve_action(run_id, key=k, action_id=pick("a", 4), status="succeeded")
     elif op == "terminate":
-        runs.terminate(run_id, key=k, status=rng.choice(["verified", "review_unavailable"]),
+        runs.review.terminate(run_id, key=k, status=rng.choice(["verified", "review_unavailable"]),
                        reason="storm")
     elif op == "checkpoint":
         runs.checkpoint(pick("cp"), scope=scope)

@@ -30,9 +30,9 @@ with Ledger(url) as ledger:
     runs.start("live", key="start", scope="s", owner="appender", lease_seconds=3600)
     print("started", flush=True)
     for n in range(commands // 2):
-        runs.propose_action("live", key=f"p{n}", action_id=f"a{n}", kind="read",
+        runs.review.propose_action("live", key=f"p{n}", action_id=f"a{n}", kind="read",
                             arguments={"n": n}, side_effect_class="read_only")
-        runs.resolve_action("live", key=f"r{n}", action_id=f"a{n}", status="succeeded",
+        runs.review.resolve_action("live", key=f"r{n}", action_id=f"a{n}", status="succeeded",
                             result={"n": n})
 print("done", flush=True)
 """

@@ -57,7 +57,7 @@ def test_bad_requests_are_typed_errors_that_write_nothing(ledger: Ledger, db: Ru
     runs = ledger.runs
     before = snapshot(db)
     with pytest.raises(InvalidPayload):
-        runs.propose_action(
+        runs.review.propose_action(
             "r",
             key="nan",
             action_id="a",
@@ -66,21 +66,21 @@ def test_bad_requests_are_typed_errors_that_write_nothing(ledger: Ledger, db: Ru
             side_effect_class="external",
         )
     with pytest.raises(TransitionRefused):
-        runs.propose_action(
+        runs.review.propose_action(
             "r", key="cls", action_id="a", kind="k", arguments={}, side_effect_class="magic"
         )
     with pytest.raises(TransitionRefused):
-        runs.terminate("r", key="t", status="running", reason="not a terminal")
+        runs.review.terminate("r", key="t", status="running", reason="not a terminal")
     with pytest.raises(TransitionRefused):
-        runs.resolve_action("r", key="res", action_id="never-proposed", status="succeeded")
+        runs.review.resolve_action("r", key="res", action_id="never-proposed", status="succeeded")
     with pytest.raises(TransitionRefused):
-        runs.complete_review("r", key="cr", review_id="none", verdict="pass")
+        runs.review.complete_review("r", key="cr", review_id="none", verdict="pass")
     with pytest.raises(ConfigurationError):
-        runs.terminate("r", key="", status="failed", reason="x")
+        runs.review.terminate("r", key="", status="failed", reason="x")
     with pytest.raises(ConfigurationError):
         runs.start("r2", key="k", scope="s2", workflow_name="no-such-workflow")
     with pytest.raises(RunNotFound):
-        runs.terminate("nope", key="t", status="failed", reason="x")
+        runs.review.terminate("nope", key="t", status="failed", reason="x")
     with pytest.raises(RunNotFound):
         runs.get("nope")
     with pytest.raises(BranchBusy):
@@ -98,7 +98,7 @@ def test_checkpoints_forks_and_holds_are_idempotent_and_exclusive(ledger: Ledger
     assert runs.checkpoint("cp", scope="s", reason="r") == first
     runs.fork(scope="s", checkpoint_id="cp", branch="b")
     runs.fork(scope="s", checkpoint_id="cp", branch="b")  # the same fork again: a no-op
-    runs.propose_action(
+    runs.review.propose_action(
         "r", key="p", action_id="a", kind="read", arguments={}, side_effect_class="read_only"
     )
     runs.checkpoint("cp-2", scope="s", reason="later")

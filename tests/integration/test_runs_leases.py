@@ -54,14 +54,16 @@ def test_a_replay_returns_the_original_outcome_and_another_request_conflicts(
 ) -> None:
     runs = ledger.runs
     runs.start("r", key="start", scope="s", owner="w")
-    first = runs.record_candidate("r", key="cand", **CANDIDATE)
-    runs.start_review("r", key="rev", review_id="v", candidate_id="c-1", evidence_sha256="e" * 64)
+    first = runs.review.record_candidate("r", key="cand", **CANDIDATE)
+    runs.review.start_review(
+        "r", key="rev", review_id="v", candidate_id="c-1", evidence_sha256="e" * 64
+    )
     events = count(db, "oncewire_run_events")
-    again = runs.record_candidate("r", key="cand", **CANDIDATE)
+    again = runs.review.record_candidate("r", key="cand", **CANDIDATE)
     assert again.replayed and again.event == first.event
     assert again.run.status == "candidate"  # as it stood after that event, not "reviewing"
     with pytest.raises(RunConflict):
-        runs.record_candidate("r", key="cand", **{**CANDIDATE, "candidate_id": "c-2"})
+        runs.review.record_candidate("r", key="cand", **{**CANDIDATE, "candidate_id": "c-2"})
     with pytest.raises(RunConflict):
         runs.start("r", key="another-start", scope="s", owner="w")
     assert count(db, "oncewire_run_events") == events
@@ -71,10 +73,10 @@ def test_a_refused_command_writes_nothing(ledger: Ledger, db: RunsDatabase) -> N
     runs = ledger.runs
     runs.start("r", key="start", scope="s", owner="w")
     with pytest.raises(TransitionRefused):
-        runs.terminate("r", key="t", status="verified", reason="nothing reviewed")
+        runs.review.terminate("r", key="t", status="verified", reason="nothing reviewed")
     assert count(db, "oncewire_run_events") == 1
     # The key was not consumed: the same key may carry a legal command later.
-    runs.terminate("r", key="t", status="cancelled", reason="withdrawn")
+    runs.review.terminate("r", key="t", status="cancelled", reason="withdrawn")
 
 
 def test_a_lease_holder_renews_and_a_stale_owner_is_fenced_out(
@@ -95,7 +97,7 @@ def test_a_lease_holder_renews_and_a_stale_owner_is_fenced_out(
     with pytest.raises(StaleFence):
         runs.renew("r", owner="worker-1", fence=1, lease_seconds=10)
     with pytest.raises(StaleFence):
-        runs.record_candidate("r", key="late", fence=1, **CANDIDATE)
+        runs.review.record_candidate("r", key="late", fence=1, **CANDIDATE)
 
 
 def test_an_action_linked_to_a_cancelled_effect_is_resolved_from_the_outbox(
@@ -103,15 +105,17 @@ def test_an_action_linked_to_a_cancelled_effect_is_resolved_from_the_outbox(
 ) -> None:
     runs = ledger.runs
     runs.start("r", key="start", scope="s", owner="dead", lease_seconds=10)
-    runs.record_candidate("r", key="cand", **CANDIDATE)
-    runs.start_review("r", key="rev", review_id="v", candidate_id="c-1", evidence_sha256="e" * 64)
-    runs.complete_review(
+    runs.review.record_candidate("r", key="cand", **CANDIDATE)
+    runs.review.start_review(
+        "r", key="rev", review_id="v", candidate_id="c-1", evidence_sha256="e" * 64
+    )
+    runs.review.complete_review(
         "r", key="rev-done", review_id="v", verdict="issues", findings=[{"finding_id": "f"}]
     )
-    runs.start_repair("r", key="rep", repair_id="p", finding_ids=["f"])
+    runs.review.start_repair("r", key="rep", repair_id="p", finding_ids=["f"])
     with ledger.transaction() as tx:  # the tool call goes through the outbox
         tx.accept("ticket-1", "create_ticket", {"title": "fix it"})
-    runs.propose_action(
+    runs.review.propose_action(
         "r",
         key="act",
         action_id="a",
@@ -144,16 +148,18 @@ def test_a_proposal_and_its_effect_commit_together_or_not_at_all(
         "side_effect_class": "external",
         "effect_key": "ticket-1",
     }
-    runs.propose_action("r", key="act", dispatch=("create_ticket", {"title": "fix it"}), **proposal)
+    runs.review.propose_action(
+        "r", key="act", dispatch=("create_ticket", {"title": "fix it"}), **proposal
+    )
     effect = ledger.effects.get("ticket-1")
     assert (effect.kind, effect.payload) == ("create_ticket", {"title": "fix it"})
-    again = runs.propose_action(
+    again = runs.review.propose_action(
         "r", key="act", dispatch=("create_ticket", {"title": "fix it"}), **proposal
     )
     assert again.replayed
     events = count(db, "oncewire_run_events")
     with pytest.raises(PayloadConflict):  # the outbox refuses: the proposal rolls back with it
-        runs.propose_action(
+        runs.review.propose_action(
             "r",
             key="act-2",
             dispatch=("create_ticket", {"title": "something else"}),
@@ -170,7 +176,7 @@ def test_an_action_whose_effect_was_delivered_is_resolved_from_the_outbox(
     with Ledger(db.url, clock=clock) as ledger:
         runs = ledger.runs
         runs.start("r", key="start", scope="s", owner="dead", lease_seconds=10)
-        runs.propose_action(
+        runs.review.propose_action(
             "r",
             key="act",
             action_id="a",

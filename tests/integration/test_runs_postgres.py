@@ -52,7 +52,7 @@ def start(ledger: Ledger, run_id: str = "run-1", **kw: Any) -> Any:
 
 
 def propose(ledger: Ledger, n: int, run_id: str = "run-1", **kw: Any) -> Any:
-    return ledger.runs.propose_action(
+    return ledger.runs.review.propose_action(
         run_id,
         key=f"action-{n}",
         action_id=f"action-{n}",
@@ -152,7 +152,7 @@ def test_a_rehashed_edit_is_caught_at_the_next_event(ledger: Ledger, url: str) -
 # -- what the schema refuses ---------------------------------------------------------------------
 def test_the_schema_refuses_what_would_break_a_run(ledger: Ledger, url: str) -> None:
     start(ledger)
-    ledger.runs.record_candidate(
+    ledger.runs.review.record_candidate(
         "run-1",
         key="candidate",
         candidate_id="c-1",
@@ -162,7 +162,7 @@ def test_the_schema_refuses_what_would_break_a_run(ledger: Ledger, url: str) -> 
         artifact_ids=["artifact-1"],
         version_ids=["version-1"],
     )
-    ledger.runs.start_review(
+    ledger.runs.review.start_review(
         "run-1", key="review", review_id="r-1", candidate_id="c-1", evidence_sha256="e" * 64
     )
     head = ledger.runs.events("run-1")[-1]

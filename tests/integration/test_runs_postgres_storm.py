@@ -71,9 +71,9 @@ class Worker:
             lease = rng.choice([0.01, 30.0])
             runs.start(run_id, key="start", scope=scope, owner=f"w{wid}", lease_seconds=lease)
         elif op == "candidate":
-            runs.record_candidate(run_id, key=f"c{wid}-{n}", **CANDIDATE)
+            runs.review.record_candidate(run_id, key=f"c{wid}-{n}", **CANDIDATE)
         elif op == "propose":
-            runs.propose_action(
+            runs.review.propose_action(
                 run_id,
                 key=f"p{wid}-{n}",
                 action_id=f"a{wid}-{n}",
@@ -82,7 +82,9 @@ class Worker:
                 side_effect_class="workspace_write",
             )
         elif op == "terminate":
-            runs.terminate(run_id, key=f"t{wid}-{n}", status="review_unavailable", reason="x")
+            runs.review.terminate(
+                run_id, key=f"t{wid}-{n}", status="review_unavailable", reason="x"
+            )
         elif op == "checkpoint":
             self.checkpoints[scope].append(
                 runs.checkpoint(f"cp-{wid}-{n}", scope=scope).checkpoint_id

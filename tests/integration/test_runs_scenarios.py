@@ -105,13 +105,13 @@ def start(
 
 
 def candidate(ledger: Ledger, run_id: str = "run-1", key: str = "candidate:1") -> Any:
-    return ledger.runs.record_candidate(run_id, key=key, **CANDIDATE)
+    return ledger.runs.review.record_candidate(run_id, key=key, **CANDIDATE)
 
 
 def start_review(
     ledger: Ledger, run_id: str = "run-1", review_id: str = "review-1", attempt: int = 1
 ) -> Any:
-    return ledger.runs.start_review(
+    return ledger.runs.review.start_review(
         run_id,
         key=f"{review_id}:start",
         review_id=review_id,
@@ -129,7 +129,7 @@ def complete_review(
     verdict: str = "pass",
     findings: list[dict[str, Any]] | None = None,
 ) -> Any:
-    return ledger.runs.complete_review(
+    return ledger.runs.review.complete_review(
         run_id,
         key=f"{review_id}:complete",
         review_id=review_id,
@@ -141,7 +141,7 @@ def complete_review(
 
 
 def terminate_verified(ledger: Ledger, run_id: str = "run-1") -> Any:
-    return ledger.runs.terminate(
+    return ledger.runs.review.terminate(
         run_id, key="terminal:1", status="verified", reason="review_passed"
     )
 
@@ -353,7 +353,7 @@ def test_a_reverted_candidate_and_review_cannot_authorise_a_transition(ledger: L
     with pytest.raises(HistoryHidden):
         start_review(ledger, review_id="review-hidden", attempt=2)
     with pytest.raises(HistoryHidden):
-        ledger.runs.terminate(
+        ledger.runs.review.terminate(
             "run-1", key="terminal:hidden", status="verified", reason="hidden_review_passed"
         )
     with pytest.raises(HistoryHidden):
@@ -388,7 +388,7 @@ def test_a_newer_failed_review_cannot_be_rehashed_away_to_resurrect_an_old_pass(
         ),
     )
     with pytest.raises(HistoryTampered):
-        ledger.runs.terminate(
+        ledger.runs.review.terminate(
             "run-1", key="terminal:no-fallback", status="verified", reason="must_not_fallback"
         )
     assert db.query("SELECT COUNT(*) FROM oncewire_run_events WHERE terminal")[0][0] == 0
@@ -425,7 +425,7 @@ def test_an_unresolved_revert_barrier_denies_new_work_but_keeps_late_evidence(
     ledger: Ledger, db: RunsDatabase
 ) -> None:
     start(ledger)
-    ledger.runs.propose_action(
+    ledger.runs.review.propose_action(
         "run-1",
         key="action:admitted",
         action_id="admitted-before-revert",
@@ -440,7 +440,7 @@ def test_an_unresolved_revert_barrier_denies_new_work_but_keeps_late_evidence(
     with pytest.raises(RevertBarrierHeld):
         start(ledger, "run-2", turn="turn-2", branch="other-branch")
     with pytest.raises(RevertBarrierHeld):
-        ledger.runs.propose_action(
+        ledger.runs.review.propose_action(
             "run-1",
             key="action:blocked",
             action_id="blocked-proposal",
@@ -448,7 +448,7 @@ def test_an_unresolved_revert_barrier_denies_new_work_but_keeps_late_evidence(
             arguments={},
             side_effect_class="external",
         )
-    late = ledger.runs.resolve_action(
+    late = ledger.runs.review.resolve_action(
         "run-1",
         key="action:admitted:failed",
         action_id="admitted-before-revert",
@@ -768,7 +768,7 @@ def crash_mid_repair(ledger: Ledger, clock: ManualClock, *, bind_ledger: bool) -
         findings=[{"finding_id": "finding-1", "severity": "major", "claim": "Outruns evidence."}],
     )
     checkpoint = ledger.runs.checkpoint("pre-repair", scope=SCOPE, reason="pre_repair")
-    ledger.runs.start_repair(
+    ledger.runs.review.start_repair(
         "run-1",
         key="repair-1:start",
         repair_id="repair-1",
@@ -776,8 +776,8 @@ def crash_mid_repair(ledger: Ledger, clock: ManualClock, *, bind_ledger: bool) -
         checkpoint_id=checkpoint.checkpoint_id,
     )
     if bind_ledger:
-        ledger.runs.bind_actions("run-1", key="repair-1:bind", repair_id="repair-1")
-        ledger.runs.propose_action(
+        ledger.runs.review.bind_actions("run-1", key="repair-1:bind", repair_id="repair-1")
+        ledger.runs.review.propose_action(
             "run-1",
             key="repair-write:proposed",
             action_id="repair-write",
@@ -873,4 +873,4 @@ def test_one_unreconcilable_run_does_not_deny_the_others_their_recovery(
     monkeypatch.setattr(recovery, "reconcile_run", original)
     assert [r.run_id for r in ledger.runs.reconcile(owner="daemon-NEW")] == ["run-root-1"]
     with pytest.raises(RunError):
-        ledger.runs.terminate("run-root-1", key="late", status="verified", reason="late")
+        ledger.runs.review.terminate("run-root-1", key="late", status="verified", reason="late")

@@ -51,12 +51,12 @@ def ledger(db: RunsDatabase) -> Iterator[Ledger]:
 def verified_run(ledger: Ledger, run_id: str = "run-1", scope: str = SCOPE) -> None:
     runs = ledger.runs
     runs.start(run_id, key="start", scope=scope, owner="worker")
-    runs.record_candidate(run_id, key="candidate", **CANDIDATE)
-    runs.start_review(
+    runs.review.record_candidate(run_id, key="candidate", **CANDIDATE)
+    runs.review.start_review(
         run_id, key="review", review_id="r-1", candidate_id="c-1", evidence_sha256="e" * 64
     )
-    runs.complete_review(run_id, key="review-done", review_id="r-1", verdict="pass")
-    runs.terminate(run_id, key="terminal", status="verified", reason="review_passed")
+    runs.review.complete_review(run_id, key="review-done", review_id="r-1", verdict="pass")
+    runs.review.terminate(run_id, key="terminal", status="verified", reason="review_passed")
 
 
 def unkeyed(run_id: str, seq: int, type_: str, prev: str, payload: str) -> str:
@@ -151,7 +151,7 @@ def test_with_the_key_an_honest_history_verifies_and_without_it_is_refused_unjud
         with pytest.raises(ConfigurationError, match="ONCEWIRE_RUNS_KEY"):
             keyless.runs.verify("run-1")
         with pytest.raises(ConfigurationError, match="ONCEWIRE_RUNS_KEY"):
-            keyless.runs.terminate("run-1", key="again", status="failed", reason="x")
+            keyless.runs.review.terminate("run-1", key="again", status="failed", reason="x")
     assert len(db.query("SELECT id FROM oncewire_run_events")) == events
 
 
@@ -228,12 +228,12 @@ def test_an_edited_run_row_is_refused_by_the_next_command_and_shown_failed(
 ) -> None:
     runs = ledger.runs
     runs.start("run-1", key="start", scope=SCOPE, owner="worker")
-    runs.record_candidate("run-1", key="candidate", **CANDIDATE)
+    runs.review.record_candidate("run-1", key="candidate", **CANDIDATE)
     db.tamper(("UPDATE oncewire_runs SET status = 'reviewing' WHERE run_id = 'run-1'", ()))
     with pytest.raises(HistoryTampered):
-        runs.terminate("run-1", key="t", status="review_unavailable", reason="x")
+        runs.review.terminate("run-1", key="t", status="review_unavailable", reason="x")
     with pytest.raises(HistoryTampered):  # the incremental check, on an ordinary command
-        runs.start_review(
+        runs.review.start_review(
             "run-1", key="review", review_id="r-1", candidate_id="c-1", evidence_sha256="e" * 64
         )
     run = runs.get("run-1")
@@ -247,7 +247,7 @@ def test_an_un_abandoned_run_row_fails_verification(ledger: Ledger, db: RunsData
     runs = ledger.runs
     runs.start("run-1", key="start", scope=SCOPE, owner="worker")
     checkpoint = runs.checkpoint("cp", scope=SCOPE)
-    runs.record_candidate("run-1", key="candidate", **CANDIDATE)
+    runs.review.record_candidate("run-1", key="candidate", **CANDIDATE)
     assert runs.revert(scope=SCOPE, checkpoint_id=checkpoint.checkpoint_id).abandoned == ["run-1"]
     db.tamper(
         (
@@ -259,7 +259,7 @@ def test_an_un_abandoned_run_row_fails_verification(ledger: Ledger, db: RunsData
     result = runs.verify("run-1")[0]
     assert not result.ok and "release" in (result.reason or "")
     with pytest.raises(TransitionRefused, match="abandoned"):  # its own history says so
-        runs.start_review(
+        runs.review.start_review(
             "run-1", key="review", review_id="r-1", candidate_id="c-1", evidence_sha256="e" * 64
         )
 
@@ -269,7 +269,7 @@ def test_an_edited_head_event_is_refused_by_the_next_command(
 ) -> None:
     runs = ledger.runs
     runs.start("run-1", key="start", scope=SCOPE, owner="worker")
-    runs.record_candidate("run-1", key="candidate", **CANDIDATE)
+    runs.review.record_candidate("run-1", key="candidate", **CANDIDATE)
     db.tamper(
         (
             "UPDATE oncewire_run_events SET payload = replace(payload, 'c-1', 'c-2') WHERE seq = 2",
@@ -277,7 +277,7 @@ def test_an_edited_head_event_is_refused_by_the_next_command(
         ),
     )
     with pytest.raises(HistoryTampered) as refused:
-        runs.start_review(
+        runs.review.start_review(
             "run-1", key="review", review_id="r-1", candidate_id="c-1", evidence_sha256="e" * 64
         )
     assert refused.value.code == "history_tampered" and refused.value.fields["seq"] == 2
@@ -325,8 +325,8 @@ def test_the_database_refuses_a_terminal_while_a_phase_is_open(
 ) -> None:
     runs = ledger.runs
     runs.start("run-1", key="start", scope=SCOPE, owner="worker")
-    runs.record_candidate("run-1", key="candidate", **CANDIDATE)
-    runs.start_review(
+    runs.review.record_candidate("run-1", key="candidate", **CANDIDATE)
+    runs.review.start_review(
         "run-1", key="review", review_id="r-1", candidate_id="c-1", evidence_sha256="e" * 64
     )
     head = db.query("SELECT head_seq, head_hash FROM oncewire_runs")[0]

@@ -30,9 +30,11 @@ def candidate(candidate_id: str = "c-1") -> dict[str, Any]:
 def reviewed(ledger: Ledger, verdict: str = "pass", **findings: Any) -> None:
     runs = ledger.runs
     runs.start("r1", key="start", scope="s1", owner="w")
-    runs.record_candidate("r1", key="cand", **candidate())
-    runs.start_review("r1", key="rv-open", review_id="rv", candidate_id="c-1", evidence_sha256=E)
-    runs.complete_review(
+    runs.review.record_candidate("r1", key="cand", **candidate())
+    runs.review.start_review(
+        "r1", key="rv-open", review_id="rv", candidate_id="c-1", evidence_sha256=E
+    )
+    runs.review.complete_review(
         "r1", key="rv-done", review_id="rv", verdict=verdict, findings=findings.get("f", ())
     )
 
@@ -64,17 +66,17 @@ def test_a_reused_review_id_is_refused_and_the_run_stays_healthy(
     reviewed(ledger)
     before = snapshot(raw)
     with pytest.raises(RunConflict, match="'rv'"):
-        ledger.runs.start_review(
+        ledger.runs.review.start_review(
             "r1", key="rv-again", review_id="rv", candidate_id="c-1", evidence_sha256=E
         )
     assert snapshot(raw) == before
     assert_healthy(ledger)
     # The run goes on: a new review id is accepted and the run can be verified to the end.
-    ledger.runs.start_review(
+    ledger.runs.review.start_review(
         "r1", key="rv2-open", review_id="rv2", candidate_id="c-1", evidence_sha256=E
     )
-    ledger.runs.complete_review("r1", key="rv2-done", review_id="rv2", verdict="pass")
-    done = ledger.runs.terminate("r1", key="end", status="verified", reason="review_passed")
+    ledger.runs.review.complete_review("r1", key="rv2-done", review_id="rv2", verdict="pass")
+    done = ledger.runs.review.terminate("r1", key="end", status="verified", reason="review_passed")
     assert done.run.status == "verified"
     assert_healthy(ledger)
 
@@ -82,7 +84,7 @@ def test_a_reused_review_id_is_refused_and_the_run_stays_healthy(
 def test_the_same_start_review_again_is_a_replay_not_a_conflict(ledger: Ledger) -> None:
     reviewed(ledger)
     first = ledger.runs.events("r1")[2]
-    again = ledger.runs.start_review(
+    again = ledger.runs.review.start_review(
         "r1", key="rv-open", review_id="rv", candidate_id="c-1", evidence_sha256=E
     )
     assert again.replayed and again.event.hash == first.hash
@@ -95,7 +97,7 @@ def test_a_repair_id_that_names_an_earlier_review_is_refused(
     reviewed(ledger, verdict="issues", f=[{"finding_id": "f1"}])
     before = snapshot(raw)
     with pytest.raises(RunConflict, match="'rv'"):
-        ledger.runs.start_repair("r1", key="rp", repair_id="rv", finding_ids=["f1"])
+        ledger.runs.review.start_repair("r1", key="rp", repair_id="rv", finding_ids=["f1"])
     assert snapshot(raw) == before
     assert_healthy(ledger)
 
@@ -103,18 +105,20 @@ def test_a_repair_id_that_names_an_earlier_review_is_refused(
 def test_a_reused_repair_id_is_refused(ledger: Ledger, raw: RawDatabase) -> None:
     reviewed(ledger, verdict="issues", f=[{"finding_id": "f1"}])
     runs = ledger.runs
-    runs.start_repair("r1", key="rp", repair_id="rp", finding_ids=["f1"])
-    runs.bind_actions("r1", key="rp-bind", repair_id="rp")
-    runs.complete_repair(
+    runs.review.start_repair("r1", key="rp", repair_id="rp", finding_ids=["f1"])
+    runs.review.bind_actions("r1", key="rp-bind", repair_id="rp")
+    runs.review.complete_repair(
         "r1", key="rp-done", repair_id="rp", status="completed", candidate=candidate("c-2")
     )
-    runs.start_review("r1", key="rv2", review_id="rv2", candidate_id="c-2", evidence_sha256=E)
-    runs.complete_review(
+    runs.review.start_review(
+        "r1", key="rv2", review_id="rv2", candidate_id="c-2", evidence_sha256=E
+    )
+    runs.review.complete_review(
         "r1", key="rv2-done", review_id="rv2", verdict="issues", findings=[{"finding_id": "f2"}]
     )
     before = snapshot(raw)
     with pytest.raises(RunConflict, match="'rp'"):
-        runs.start_repair("r1", key="rp-again", repair_id="rp", finding_ids=["f2"])
+        runs.review.start_repair("r1", key="rp-again", repair_id="rp", finding_ids=["f2"])
     assert snapshot(raw) == before
     assert_healthy(ledger)
 
@@ -124,15 +128,17 @@ def test_a_reused_finding_id_is_a_typed_refusal_not_a_storage_error(
 ) -> None:
     reviewed(ledger, verdict="issues", f=[{"finding_id": "f1"}])
     runs = ledger.runs
-    runs.start_review("r1", key="rv2", review_id="rv2", candidate_id="c-1", evidence_sha256=E)
+    runs.review.start_review(
+        "r1", key="rv2", review_id="rv2", candidate_id="c-1", evidence_sha256=E
+    )
     before = snapshot(raw)
     with pytest.raises(RunConflict, match="'f1'"):
-        runs.complete_review(
+        runs.review.complete_review(
             "r1", key="rv2-done", review_id="rv2", verdict="issues", findings=[{"finding_id": "f1"}]
         )
     assert snapshot(raw) == before
     assert_healthy(ledger)
-    runs.complete_review(
+    runs.review.complete_review(
         "r1", key="rv2-done-2", review_id="rv2", verdict="issues", findings=[{"finding_id": "f9"}]
     )
     assert_healthy(ledger)
@@ -141,7 +147,7 @@ def test_a_reused_finding_id_is_a_typed_refusal_not_a_storage_error(
 def test_a_reused_action_id_is_refused_after_it_resolved(ledger: Ledger, raw: RawDatabase) -> None:
     reviewed(ledger)
     runs = ledger.runs
-    runs.propose_action(
+    runs.review.propose_action(
         "r1",
         key="a1",
         action_id="act",
@@ -149,10 +155,12 @@ def test_a_reused_action_id_is_refused_after_it_resolved(ledger: Ledger, raw: Ra
         arguments={"n": 1},
         side_effect_class="external",
     )
-    runs.resolve_action("r1", key="a1-done", action_id="act", status="succeeded", result={"ok": 1})
+    runs.review.resolve_action(
+        "r1", key="a1-done", action_id="act", status="succeeded", result={"ok": 1}
+    )
     before = snapshot(raw)
     with pytest.raises(RunConflict, match="'act'"):
-        runs.propose_action(
+        runs.review.propose_action(
             "r1",
             key="a2",
             action_id="act",
@@ -169,11 +177,11 @@ def test_a_reused_action_id_is_refused_after_it_resolved(ledger: Ledger, raw: Ra
 def test_an_action_proposed_twice_while_open_stays_a_transition_refusal(ledger: Ledger) -> None:
     reviewed(ledger)
     runs = ledger.runs
-    runs.propose_action(
+    runs.review.propose_action(
         "r1", key="a1", action_id="act", kind="http", arguments={}, side_effect_class="external"
     )
     with pytest.raises(TransitionRefused, match="already proposed"):
-        runs.propose_action(
+        runs.review.propose_action(
             "r1", key="a2", action_id="act", kind="http", arguments={}, side_effect_class="external"
         )
     assert_healthy(ledger)
@@ -198,7 +206,7 @@ def test_a_branch_name_reused_for_another_fork_is_refused(ledger: Ledger, raw: R
     runs = ledger.runs
     runs.start("r0", key="start", scope="s1", owner="w")
     early = runs.checkpoint("cp-early", scope="s1")
-    runs.record_candidate("r0", key="cand", **candidate())
+    runs.review.record_candidate("r0", key="cand", **candidate())
     late = runs.checkpoint("cp-late", scope="s1")
     runs.fork(scope="s1", checkpoint_id=early.checkpoint_id, branch="b")
     runs.fork(scope="s1", checkpoint_id=early.checkpoint_id, branch="b")  # the same fork: a replay

@@ -39,14 +39,14 @@ def write_runs(url: str, key: bytes | None, clock: ManualClock, prefix: str = ""
     with open_ledger(url, key, clock) as ledger:
         runs = ledger.runs
         runs.start(f"{prefix}done", key="s", scope=f"{prefix}s1", owner="w")
-        runs.record_candidate(f"{prefix}done", key="c", **CANDIDATE)
-        runs.start_review(
+        runs.review.record_candidate(f"{prefix}done", key="c", **CANDIDATE)
+        runs.review.start_review(
             f"{prefix}done", key="r", review_id="r", candidate_id="c-1", evidence_sha256=E
         )
-        runs.complete_review(f"{prefix}done", key="rd", review_id="r", verdict="pass")
-        runs.terminate(f"{prefix}done", key="t", status="verified", reason="review_passed")
+        runs.review.complete_review(f"{prefix}done", key="rd", review_id="r", verdict="pass")
+        runs.review.terminate(f"{prefix}done", key="t", status="verified", reason="review_passed")
         runs.start(f"{prefix}open", key="s", scope=f"{prefix}s2", owner="w", lease_seconds=5)
-        runs.record_candidate(f"{prefix}open", key="c", **CANDIDATE)
+        runs.review.record_candidate(f"{prefix}open", key="c", **CANDIDATE)
 
 
 def stored(raw: RawDatabase) -> tuple[Any, ...]:
@@ -67,7 +67,7 @@ def every_reader_refuses(ledger: Ledger, match: str) -> None:
         lambda: runs.list(),
         lambda: runs.project("s1"),
         lambda: runs.reconcile(owner="rescuer"),
-        lambda: runs.record_candidate("open", key="c2", **CANDIDATE),
+        lambda: runs.review.record_candidate("open", key="c2", **CANDIDATE),
     ):
         with pytest.raises(ConfigurationError, match=match) as refused:
             read()
@@ -114,7 +114,7 @@ def test_a_keyless_store_opened_with_a_key_is_refused_until_the_key_is_adopted(
             ledger.runs.adopt_key()
     assert stored(raw) == before and raw.count("oncewire_run_key_pins") == 0
     with open_ledger(store_url, None, clock) as ledger:
-        ledger.runs.terminate("open", key="t", status="review_unavailable", reason="stopped")
+        ledger.runs.review.terminate("open", key="t", status="review_unavailable", reason="stopped")
     with open_ledger(store_url, KEY, clock) as ledger:
         assert sorted(ledger.runs.adopt_key()) == ["done", "open"]
         assert ledger.runs.adopt_key() == []  # nothing left to pin
@@ -140,7 +140,7 @@ def test_a_pinned_keyless_run_rehashed_without_the_key_is_tampered(
     clock = ManualClock()
     write_runs(store_url, None, clock)
     with open_ledger(store_url, None, clock) as ledger:
-        ledger.runs.terminate("open", key="t", status="review_unavailable", reason="stopped")
+        ledger.runs.review.terminate("open", key="t", status="review_unavailable", reason="stopped")
     with open_ledger(store_url, KEY, clock) as ledger:
         ledger.runs.adopt_key()
         # Someone with database access moves the pin to another head, or forges a pin.

@@ -89,7 +89,7 @@ def _run_one(
     grace: float,
 ) -> int:
     from oncewire.dispatch import Dispatcher
-    from oncewire.effects import Ledger
+    from oncewire.ledger import Ledger
 
     _configure_logging()
     sinks = load_sinks(app)

@@ -219,7 +219,7 @@ def _effect_checks(store: Store, now: float, sinks: Mapping[str, Any] | None) ->
 
 
 def _runs(store: Store, runs_key: bytes | None) -> Check:
-    from oncewire.effects import Ledger
+    from oncewire.ledger import Ledger
 
     try:
         results = Ledger(store, runs_key=runs_key).runs.verify()

@@ -23,7 +23,8 @@ from oncewire.cli.common import (
     when,
     yes_option,
 )
-from oncewire.effects import EffectState, Ledger
+from oncewire.effects import EffectState
+from oncewire.ledger import Ledger
 
 __all__ = ["group"]
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import click
 
 from oncewire.cli.common import db_option, emit, json_option, stamped, table
-from oncewire.effects.ledger import Ledger
+from oncewire.ledger import Ledger
 from oncewire.storage.replies import InboundStatus, ReplyState
 
 __all__ = ["inbound_group", "replies_group"]

@@ -7,7 +7,7 @@ import os
 import click
 
 from oncewire.cli.common import db_option, emit, json_option, stamped, table, when, yes_option
-from oncewire.effects import Ledger
+from oncewire.ledger import Ledger
 
 __all__ = ["group"]
 

@@ -37,7 +37,7 @@ from oncewire.dispatch.runner import Call, SinkRunner
 from oncewire.dispatch.settling import Label, Verdict
 from oncewire.dispatch.sinkspec import SinkSpec, inspect_sinks
 from oncewire.effects.attempt import Attempt
-from oncewire.effects.ledger import Ledger
+from oncewire.ledger import Ledger
 from oncewire.storage.records import Claim, EffectState, Settlement
 
 __all__ = ["DispatchStats", "Dispatcher", "Sink"]

@@ -1,7 +1,7 @@
 """Admitting inbound messages once, durably, and asking what is still unanswered.
 
 A platform re-delivers: a webhook retries, a websocket resumes, a reconnect replays, a restart
-re-reads. :meth:`InboundView.admit` is an insert-on-conflict on (platform, bot, chat, thread,
+re-reads. :meth:`Inbox.admit` is an insert-on-conflict on (platform, bot, chat, thread,
 platform message id), so whichever copy arrives first is the message and every later copy is
 reported as a re-delivery (and counted), never processed again.
 """
@@ -11,17 +11,17 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oncewire.core.canonical import canonical_json, digest_json
+from oncewire.core.clock import Clock
 from oncewire.core.errors import InboundNotFound
 from oncewire.core.limits import MAX_KEY_CHARS, check_name
+from oncewire.core.states import coerce_states
+from oncewire.storage import Store
 from oncewire.storage.replies import Inbound, InboundStatus
 
-if TYPE_CHECKING:
-    from oncewire.effects.ledger import Ledger
-
-__all__ = ["DEFAULT_MAX_STARTS", "Admission", "InboundView"]
+__all__ = ["DEFAULT_MAX_STARTS", "Admission", "InboundView", "Inbox"]
 
 DEFAULT_MAX_STARTS = 3  # starts of answering before an inbound is quarantined
 
@@ -41,11 +41,12 @@ def _text_field(name: str, value: object, *, empty: bool = False) -> str:
     return check_name(name, value, MAX_KEY_CHARS, empty=empty)
 
 
-class InboundView:
-    """``ledger.inbound``."""
+class Inbox:
+    """Inbound messages, admitted once: ``ledger.inbound``."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
 
     def admit(
         self,
@@ -60,7 +61,7 @@ class InboundView:
         """Record the message once; say whether it is new or a re-delivery."""
         payload_json = canonical_json(payload)
         payload_digest = digest_json(payload_json)
-        inbound, new = self._ledger.store.admit_inbound(
+        inbound, new = self._store.admit_inbound(
             platform=_text_field("platform", platform),
             bot=_text_field("bot", bot),
             chat=_text_field("chat", chat),
@@ -68,12 +69,12 @@ class InboundView:
             platform_message_id=_text_field("platform_message_id", platform_message_id),
             payload_json=payload_json,
             digest=payload_digest,
-            now=self._ledger.clock.now(),
+            now=self._clock.now(),
         )
         return Admission(inbound, new, payload_changed=inbound.digest != payload_digest)
 
     def get(self, inbound_id: int) -> Inbound:
-        inbound = self._ledger.store.get_inbound(inbound_id)
+        inbound = self._store.get_inbound(inbound_id)
         if inbound is None:
             raise InboundNotFound(f"no inbound message {inbound_id}", inbound_id=inbound_id)
         return inbound
@@ -85,13 +86,9 @@ class InboundView:
         limit: int = 100,
         after_id: int = 0,
     ) -> list[Inbound]:
-        if status is None:
-            statuses: builtins.list[InboundStatus] = []
-        elif isinstance(status, str):
-            statuses = [InboundStatus(status)]
-        else:
-            statuses = [InboundStatus(s) for s in status]
-        return self._ledger.store.list_inbound(statuses=statuses, limit=limit, after_id=after_id)
+        return self._store.list_inbound(
+            statuses=coerce_states(InboundStatus, status), limit=limit, after_id=after_id
+        )
 
     def unanswered(self, limit: int = 100) -> builtins.list[Inbound]:
         """Admitted but not answered yet (received, or answering when a process died)."""
@@ -103,10 +100,10 @@ class InboundView:
         A message that keeps killing the process that answers it is set aside on its own,
         without stopping recovery for anyone else.
         """
-        now = self._ledger.clock.now()
-        inbound = self._ledger.store.start_inbound(inbound_id, now=now)
+        now = self._clock.now()
+        inbound = self._store.start_inbound(inbound_id, now=now)
         if inbound.attempts > max_starts:
-            self._ledger.store.quarantine_inbound(
+            self._store.quarantine_inbound(
                 inbound_id,
                 reason=f"answering started {inbound.attempts - 1} times without finishing",
                 now=now,
@@ -115,6 +112,7 @@ class InboundView:
         return inbound
 
     def quarantine(self, inbound_id: int, reason: str) -> Inbound:
-        return self._ledger.store.quarantine_inbound(
-            inbound_id, reason=reason, now=self._ledger.clock.now()
-        )
+        return self._store.quarantine_inbound(inbound_id, reason=reason, now=self._clock.now())
+
+
+InboundView = Inbox  # deprecated name (0.1.0 renames it); kept for one release

@@ -1,7 +1,7 @@
 """replies: one record per inbound message owning every wire operation, and the reply engine."""
 
 from oncewire.replies.engine import DEFAULT_NOTICE, Delivery, RecoveryReport, ReplyEngine
-from oncewire.replies.service import RepliesView, plan_chunks
+from oncewire.replies.service import Replies, RepliesView, plan_chunks
 from oncewire.replies.splitting import Chunk, measure, rejoin, split_text
 from oncewire.replies.wire import (
     DISCORD_LIKE,
@@ -40,6 +40,7 @@ __all__ = [
     "RecoveryReport",
     "Refused",
     "RejectedPermanently",
+    "Replies",
     "RepliesView",
     "Reply",
     "ReplyEngine",

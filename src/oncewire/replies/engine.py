@@ -44,7 +44,7 @@ from oncewire.replies.wire import (
 from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState
 
 if TYPE_CHECKING:
-    from oncewire.effects.ledger import Ledger, LedgerTransaction
+    from oncewire.ledger import Ledger, LedgerTransaction
 
 __all__ = ["DEFAULT_NOTICE", "Delivery", "RecoveryReport", "ReplyEngine"]
 

@@ -15,21 +15,20 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
+from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, ReplyConflict, ReplyNotFound
 from oncewire.core.limits import MAX_ATTEMPTS_LIMIT, check_count
+from oncewire.core.states import coerce_states
+from oncewire.inbound.service import Inbox
 from oncewire.replies.splitting import Chunk, split_text
 from oncewire.replies.wire import PlatformProfile
-from oncewire.storage.base import Transaction
+from oncewire.storage import Store, Transaction
 from oncewire.storage.replies import Inbound, Reply, ReplyOp, ReplyState, SendRequest
 
-if TYPE_CHECKING:
-    from oncewire.effects.ledger import Ledger
-
-__all__ = ["DEFAULT_REPLY_ATTEMPTS", "RepliesView", "plan_chunks"]
+__all__ = ["DEFAULT_REPLY_ATTEMPTS", "Replies", "RepliesView", "plan_chunks"]
 
 DEFAULT_REPLY_ATTEMPTS = 8
 
@@ -57,14 +56,17 @@ def _request(
     )
 
 
-class RepliesView:
-    """``ledger.replies``."""
+class Replies:
+    """Reply records and their wire operations: ``ledger.replies`` (it reads ``inbox`` for
+    the message a reply answers)."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
+    def __init__(self, store: Store, clock: Clock, *, inbox: Inbox) -> None:
+        self._store = store
+        self._clock = clock
+        self._inbox = inbox
 
     def _inbound(self, inbound_id: int) -> Inbound:
-        return self._ledger.inbound.get(inbound_id)
+        return self._inbox.get(inbound_id)
 
     def open(
         self,
@@ -78,13 +80,13 @@ class RepliesView:
     ) -> Reply:
         """The inbound's reply record, opened (before any preview is sent) if it has none."""
         inbound = self._inbound(inbound_id)
-        return self._ledger.store.open_reply(
+        return self._store.open_reply(
             inbound_id=inbound_id,
             request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
             cap=profile.cap,
             unit=profile.unit,
             max_attempts=max_attempts,
-            now=self._ledger.clock.now(),
+            now=self._clock.now(),
         )
 
     def commit_in_tx(
@@ -109,7 +111,7 @@ class RepliesView:
         check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         inbound = self._inbound(inbound_id)
         chunks = plan_chunks(text, profile)
-        reply, changed = self._ledger.store.commit_reply_in_tx(
+        reply, changed = self._store.commit_reply_in_tx(
             tx,
             inbound_id=inbound_id,
             request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
@@ -119,7 +121,7 @@ class RepliesView:
             final_text=text,
             plan_json=canonical_json([c.as_dict() for c in chunks]),
             planned_sends=[(slot, chunk.text) for slot, chunk in enumerate(chunks)],
-            now=self._ledger.clock.now(),
+            now=self._clock.now(),
         )
         if not changed and reply.final_text != text:
             raise ReplyConflict(
@@ -139,20 +141,20 @@ class RepliesView:
         **options: object,
     ) -> Reply:
         """Commit the final text in a transaction of its own."""
-        with self._ledger.transaction() as tx:
+        with self._store.transaction() as tx:
             return self.commit_in_tx(tx, inbound_id, text, profile, **options)  # type: ignore[arg-type]
 
     def get(self, reply_id: int) -> Reply:
-        reply = self._ledger.store.get_reply(reply_id)
+        reply = self._store.get_reply(reply_id)
         if reply is None:
             raise ReplyNotFound(f"no reply {reply_id}", reply_id=reply_id)
         return reply
 
     def for_inbound(self, inbound_id: int) -> Reply | None:
-        return self._ledger.store.reply_for_inbound(inbound_id)
+        return self._store.reply_for_inbound(inbound_id)
 
     def ops(self, reply_id: int) -> list[ReplyOp]:
-        return self._ledger.store.reply_ops(reply_id)
+        return self._store.reply_ops(reply_id)
 
     def chunks(self, reply: Reply) -> list[Chunk]:
         return [Chunk.from_dict(item) for item in reply.plan]
@@ -164,22 +166,21 @@ class RepliesView:
         limit: int = 100,
         after_id: int = 0,
     ) -> list[Reply]:
-        if state is None:
-            states: builtins.list[ReplyState] = []
-        elif isinstance(state, str):
-            states = [ReplyState(state)]
-        else:
-            states = [ReplyState(s) for s in state]
-        return self._ledger.store.list_replies(states=states, limit=limit, after_id=after_id)
+        return self._store.list_replies(
+            states=coerce_states(ReplyState, state), limit=limit, after_id=after_id
+        )
 
     def undelivered(self, limit: int = 100) -> builtins.list[Reply]:
         """Committed but not yet delivered (whatever their schedule)."""
         return self.list(ReplyState.COMMITTED, limit=limit)
 
     def due(self, limit: int = 100) -> builtins.list[Reply]:
-        return self._ledger.store.list_replies(
-            states=[ReplyState.COMMITTED], due_before=self._ledger.clock.now(), limit=limit
+        return self._store.list_replies(
+            states=[ReplyState.COMMITTED], due_before=self._clock.now(), limit=limit
         )
 
     def counts(self) -> dict[ReplyState, int]:
-        return self._ledger.store.count_replies()
+        return self._store.count_replies()
+
+
+RepliesView = Replies  # deprecated name (0.1.0 renames it); kept for one release

@@ -1,10 +1,12 @@
 """runs: an event-sourced run ledger with idempotent commands, a hash-chained history,
 branches, an action ledger, completion deliveries and boot reconciliation.
 
-Reach it as ``ledger.runs`` (see :class:`oncewire.runs.service.RunsView`).
+Reach it as ``ledger.runs`` (see :class:`oncewire.runs.service.Runs`); the review preset's
+commands as ``ledger.runs.review``.
 """
 
-from oncewire.runs.branches import Barrier, Checkpoint, Revert
+from oncewire.runs.append import RunContext
+from oncewire.runs.branches import Barrier, Branch, Checkpoint, Revert
 from oncewire.runs.deliveries import artifact_manifest
 from oncewire.runs.machine import Transition, Workflow
 from oncewire.runs.records import (
@@ -23,8 +25,8 @@ from oncewire.runs.records import (
     Verification,
 )
 from oncewire.runs.recovery import reconcile as reconcile
-from oncewire.runs.review import REVIEW
-from oncewire.runs.service import DEFAULT_LEASE_SECONDS, Outcome, RunsView
+from oncewire.runs.review import REVIEW, ReviewCommands
+from oncewire.runs.service import DEFAULT_LEASE_SECONDS, Outcome, Runs, RunsView
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -34,15 +36,19 @@ __all__ = [
     "WORLD_CHANGING",
     "ActionStatus",
     "Barrier",
+    "Branch",
     "Checkpoint",
     "Delivery",
     "Outcome",
     "Projection",
     "ReconcileReport",
     "Revert",
+    "ReviewCommands",
     "Run",
+    "RunContext",
     "RunEvent",
     "RunStatus",
+    "Runs",
     "RunsView",
     "SideEffectClass",
     "Transition",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oncewire.core.canonical import canonical_json
 from oncewire.core.errors import (
@@ -30,18 +30,30 @@ from oncewire.core.errors import (
     RunNotFound,
     TransitionRefused,
 )
+from oncewire.runs import append
+from oncewire.runs.append import RunContext
 from oncewire.runs.records import Projection
 from oncewire.runs.verify import fold
 from oncewire.runs.views import event_view, run_view
-from oncewire.storage.runs import BarrierRow, BranchRow, CheckpointRow, EventRow
+from oncewire.storage import Store, Transaction
+from oncewire.storage.runs import BarrierRow, BranchRow, CheckpointRow, EventRow, RunRow
 
-if TYPE_CHECKING:
-    from oncewire.runs.service import RunsView
-
-__all__ = ["Barrier", "Branches", "Checkpoint", "Revert", "visible"]
+__all__ = ["Barrier", "Branch", "Branches", "Checkpoint", "Revert", "visible"]
 
 Segment = tuple[str, int, int | None]
 BARRIER_STATES = ("reverting", "recovery_required", "resolved")
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A branch of a scope: what it shows (``segments``: ``(branch, after, upto)`` cursor
+    ranges of the scope's events) and the branch it was forked from."""
+
+    scope: str
+    branch: str
+    parent: str | None
+    segments: list[tuple[str, int, int | None]]
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,20 +124,26 @@ def _checkpoint(row: CheckpointRow) -> Checkpoint:
     )
 
 
+def _branch(row: BranchRow) -> Branch:
+    return Branch(row.scope, row.branch, row.parent, _segments(row.view_json), row.created_at)
+
+
 class Branches:
-    def __init__(self, runs: RunsView) -> None:
-        self._runs = runs
+    """Checkpoints, forks, reverts and barriers of the run ledger: ``ledger.runs.branches``."""
+
+    def __init__(self, context: RunContext) -> None:
+        self._ctx = context
 
     @property
-    def store(self) -> Any:
-        return self._runs.store
+    def store(self) -> Store:
+        return self._ctx.store
 
-    def ensure_in_tx(self, tx: Any, scope: str, branch: str, now: float) -> BranchRow:
+    def ensure_in_tx(self, tx: Transaction, scope: str, branch: str, now: float) -> BranchRow:
         row = self.store.get_branch_in_tx(tx, scope, branch)
         if row is None:
             row = BranchRow(scope, branch, None, _view_json([(branch, 0, None)]), now)
             self.store.put_branch_in_tx(tx, row)
-        return row  # type: ignore[no-any-return]
+        return row
 
     def checkpoint(
         self,
@@ -138,7 +156,7 @@ class Branches:
         metadata: dict[str, Any] | None = None,
     ) -> Checkpoint:
         """A cursor into ``branch``'s history (its current head by default)."""
-        now = self._runs.now()
+        now = self._ctx.now()
         with self.store.transaction() as tx:
             view = self.ensure_in_tx(tx, scope, branch, now)
             at = self.store.scope_cursor_in_tx(tx, scope) if cursor is None else cursor
@@ -156,6 +174,12 @@ class Branches:
                 # The same checkpoint asked for again (a retry that did not hear back) is a
                 # replay, even after its branch moved on; any other use of its id is refused.
                 stored = self.store.get_checkpoint_in_tx(tx, checkpoint_id)
+                if stored is None:  # the insert met a row this transaction cannot read
+                    raise RunConflict(
+                        f"checkpoint id {checkpoint_id!r} could not be written or read back; "
+                        "nothing was written",
+                        checkpoint_id=checkpoint_id,
+                    )
                 same = (stored.scope, stored.branch, stored.reason, stored.metadata_json) == (
                     scope,
                     branch,
@@ -179,9 +203,9 @@ class Branches:
             raise RunNotFound(f"no checkpoint {checkpoint_id!r}")
         return _checkpoint(row)
 
-    def fork(self, *, scope: str, checkpoint_id: str, branch: str) -> BranchRow:
+    def fork(self, *, scope: str, checkpoint_id: str, branch: str) -> Branch:
         """A new branch that sees the checkpoint's history, then its own events."""
-        now = self._runs.now()
+        now = self._ctx.now()
         with self.store.transaction() as tx:
             cp = self.store.get_checkpoint_in_tx(tx, checkpoint_id)
             if cp is None or cp.scope != scope:
@@ -195,14 +219,14 @@ class Branches:
                         "nothing was written",
                         branch=branch,
                     )
-                return existing  # type: ignore[no-any-return]
+                return _branch(existing)
             row = BranchRow(scope, branch, cp.branch, view, now)
             self.store.put_branch_in_tx(tx, row)
-        return row
+        return _branch(row)
 
     def revert(self, *, scope: str, branch: str, checkpoint_id: str) -> Revert:
         """Show ``branch`` up to the checkpoint again, in one transaction."""
-        now = self._runs.now()
+        now = self._ctx.now()
         with self.store.transaction() as tx:
             cp = self.store.get_checkpoint_in_tx(tx, checkpoint_id)
             if cp is None or cp.scope != scope:
@@ -216,7 +240,7 @@ class Branches:
             abandoned: list[str] = []
             for run in self.store.branch_runs_in_tx(tx, scope, branch):
                 if run.active and not self._head_visible_in_tx(tx, run, branch, shown):
-                    self._runs._abandon_in_tx(tx, run, reason="reverted")
+                    append.abandon_in_tx(self._ctx, tx, run, reason="reverted")
                     abandoned.append(run.run_id)
             # The releases just written belong to the hidden tail too: the branch shows its
             # own events again only from here on.
@@ -250,7 +274,9 @@ class Branches:
             sorted(r for r, flag in hidden.items() if flag),
         )
 
-    def _head_visible_in_tx(self, tx: Any, run: Any, branch: str, segments: list[Segment]) -> bool:
+    def _head_visible_in_tx(
+        self, tx: Transaction, run: RunRow, branch: str, segments: list[Segment]
+    ) -> bool:
         head_event = self.store.event_at_in_tx(tx, run.run_id, run.head_seq)
         return head_event is not None and visible(head_event.id, branch, segments)
 
@@ -260,7 +286,7 @@ class Branches:
         """Take or move a revert barrier on ``scope`` (one held barrier per scope)."""
         if state not in BARRIER_STATES:
             raise ConfigurationError(f"a barrier's state is one of {', '.join(BARRIER_STATES)}")
-        now = self._runs.now()
+        now = self._ctx.now()
         with self.store.transaction() as tx:
             # This barrier first: a backend with concurrent writers orders barrier holders on
             # that read, so the held barrier read next is current.
@@ -310,7 +336,7 @@ class Branches:
                 f"branch {branch!r} shows events of run {latest.run_id!r}, which has no run row",
                 run_id=latest.run_id,
             )
-        result = self._runs._audit(row)
+        result = append.audit(self._ctx, row)
         events = store.run_events(row.run_id)
         shown = [e for e in events if visible(e.id, e.branch, segments, upto)]
         if not result.ok:

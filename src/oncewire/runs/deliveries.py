@@ -13,17 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, digest
 from oncewire.core.errors import ConfigurationError, RunConflict, RunNotFound, TransitionRefused
 from oncewire.core.ids import new_id
+from oncewire.runs.append import RunContext
 from oncewire.runs.records import Delivery
 from oncewire.storage.runs import DeliveryRow
-
-if TYPE_CHECKING:
-    from oncewire.runs.service import RunsView
 
 __all__ = ["Deliveries", "artifact_manifest", "delivery"]
 
@@ -72,8 +70,10 @@ def delivery(row: DeliveryRow) -> Delivery:
 
 
 class Deliveries:
-    def __init__(self, runs: RunsView) -> None:
-        self._runs = runs
+    """Completion deliveries of the run ledger: ``ledger.runs.deliveries``."""
+
+    def __init__(self, context: RunContext) -> None:
+        self._ctx = context
 
     def commit(
         self,
@@ -109,7 +109,7 @@ class Deliveries:
             "review_status": review_status,
         }
         request_digest = digest(request)
-        now = self._runs.now()
+        now = self._ctx.now()
         row = DeliveryRow(
             delivery_id=new_id(),
             idempotency_key=key,
@@ -130,8 +130,8 @@ class Deliveries:
             created_at=now,
             published_at=None,
         )
-        with self._runs.store.transaction() as tx:
-            stored = self._runs.store.insert_delivery_in_tx(tx, row)
+        with self._ctx.store.transaction() as tx:
+            stored = self._ctx.store.insert_delivery_in_tx(tx, row)
         if stored.request_digest != request_digest:
             raise RunConflict(
                 f"delivery key {key!r} is bound to another message; nothing was written",
@@ -142,13 +142,13 @@ class Deliveries:
 
     def publish(self, delivery_id: str) -> Delivery:
         """Mark a committed delivery published (a published one is returned unchanged)."""
-        now = self._runs.now()
-        with self._runs.store.transaction() as tx:
-            row = self._runs.store.get_delivery_in_tx(tx, delivery_id)
+        now = self._ctx.now()
+        with self._ctx.store.transaction() as tx:
+            row = self._ctx.store.get_delivery_in_tx(tx, delivery_id)
             if row is None:
                 raise RunNotFound(f"no delivery {delivery_id!r}")
             if row.status == "committed":
-                self._runs.store.settle_delivery_in_tx(
+                self._ctx.store.settle_delivery_in_tx(
                     tx,
                     delivery_id,
                     review_status=row.review_status,
@@ -158,7 +158,7 @@ class Deliveries:
         return self.get(delivery_id)
 
     def get(self, delivery_id: str) -> Delivery:
-        row = self._runs.store.get_delivery(delivery_id)
+        row = self._ctx.store.get_delivery(delivery_id)
         if row is None:
             raise RunNotFound(f"no delivery {delivery_id!r}")
         return delivery(row)

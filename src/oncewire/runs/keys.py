@@ -16,13 +16,10 @@ re-hash one.
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING
 
 from oncewire.core.errors import ConfigurationError, TransitionRefused
+from oncewire.storage import Store
 from oncewire.storage.runs import KeyPinRow, RunRow
-
-if TYPE_CHECKING:
-    from oncewire.runs.service import RunsView
 
 __all__ = ["KEY_ENV", "adopt_key", "chain_key", "key_id", "pin_mac", "pin_problem"]
 
@@ -107,8 +104,8 @@ def pin_problem(key: bytes, row: RunRow, pin: KeyPinRow) -> str | None:
     return None
 
 
-def adopt_key(runs: RunsView) -> list[str]:
-    """Pin every keyless run of the store under ``runs``' key, in one transaction; returns the
+def adopt_key(store: Store, key: bytes | None, *, now: float) -> list[str]:
+    """Pin every keyless run of ``store`` under ``key``, in one transaction; returns the
     run ids pinned (none when there is nothing left to pin).
 
     Refused with :class:`TransitionRefused` while a keyless run is still active (finish or
@@ -116,14 +113,12 @@ def adopt_key(runs: RunsView) -> list[str]:
     with :class:`ConfigurationError` without a key. Pinning writes no event and changes no
     history; a pinned run that failed verification keeps failing it.
     """
-    key = runs.key
     if not key:
         raise ConfigurationError(f"adopting a key needs one: runs_key=..., or {KEY_ENV}")
     fingerprint = key_id(key)
     assert fingerprint is not None
-    now = runs.now()
-    with runs.store.transaction() as tx:
-        rows = runs.store.unpinned_keyless_runs_in_tx(tx)
+    with store.transaction() as tx:
+        rows = store.unpinned_keyless_runs_in_tx(tx)
         active = [row.run_id for row in rows if row.active]
         if active:
             raise TransitionRefused(
@@ -131,7 +126,7 @@ def adopt_key(runs: RunsView) -> list[str]:
                 f"{KEY_ENV} unset before adopting a key; nothing was pinned",
                 run_ids=active,
             )
-        runs.store.insert_key_pins_in_tx(
+        store.insert_key_pins_in_tx(
             tx,
             [
                 KeyPinRow(

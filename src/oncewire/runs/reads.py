@@ -9,25 +9,26 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from oncewire.core.errors import RunNotFound
-from oncewire.runs.keys import chain_key, pin_problem
+from oncewire.runs import append
+from oncewire.runs.append import RunContext
 from oncewire.runs.records import Run, RunEvent, Verification
-from oncewire.runs.verify import Audit, audit
+from oncewire.runs.verify import Audit
 from oncewire.runs.views import event_view as _event
 from oncewire.runs.views import run_view
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.runs import RunRow
 
 __all__ = ["RunReads"]
 
 
 class RunReads:
-    """The reading half of :class:`~oncewire.runs.service.RunsView`."""
+    """The reading half of :class:`~oncewire.runs.service.Runs`, over its context."""
 
-    key: bytes | None
+    context: RunContext
 
     @property
-    def store(self) -> Store:  # provided by RunsView
-        raise NotImplementedError
+    def store(self) -> Store:
+        return self.context.store
 
     def snapshot(self) -> AbstractContextManager[None]:
         """Reads inside the block see one moment of the store (``with runs.snapshot(): ...``),
@@ -79,7 +80,7 @@ class RunReads:
                 scope=scope, statuses=list(status), limit=limit, after_run_id=after_run_id
             )
             for row in rows:
-                self._chain_key(row)
+                append.chain_key(self.context, row)
         return rows
 
     def verify(self, run_id: str | None = None, *, page: int = 500) -> builtins.list[Verification]:
@@ -115,28 +116,4 @@ class RunReads:
             row = self.store.get_run(run_id)
             if row is None:
                 raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-            return row, self._audit(row)
-
-    def _audit(self, row: RunRow, *, snapshots: Sequence[int] = ()) -> Audit:
-        """Audit ``row`` against the events and projections read now: call it inside a
-        transaction or snapshot that ``row`` was read in."""
-        with self.store.read_snapshot():
-            pin = self.store.run_key_pin(row.run_id) if row.chain == "sha256" and self.key else None
-            chain = chain_key(row, self.key, pin)
-            events = self.store.run_events(row.run_id)
-            projections = self.store.run_projections(row.run_id)
-        result = audit(row, events, projections, chain, snapshots=snapshots)
-        if pin is not None and self.key and result.ok:
-            problem = pin_problem(self.key, row, pin)
-            if problem is not None:
-                verification = Verification(
-                    row.run_id, False, len(events), row.head_seq, problem, row.status
-                )
-                return Audit(verification, None, {})
-        return result
-
-    def _chain_key(self, row: RunRow) -> bytes | None:
-        """The key ``row``'s chain is verified with; :class:`ConfigurationError` when this
-        ledger's key does not fit it (read inside the caller's transaction or snapshot)."""
-        pin = self.store.run_key_pin(row.run_id) if row.chain == "sha256" and self.key else None
-        return chain_key(row, self.key, pin)
+            return row, append.audit(self.context, row)

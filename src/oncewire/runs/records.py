@@ -215,6 +215,10 @@ class ReconcileReport:
     reason: str | None = None
     error: str | None = None
     finished_at: float | None = None
+    # As stored (``runs.reports()``): the sweep that wrote it, by whom and when.
+    pass_id: str | None = None
+    owner: str | None = None
+    created_at: float | None = None
 
     @property
     def ok(self) -> bool:

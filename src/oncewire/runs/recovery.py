@@ -16,18 +16,16 @@ sweep: one run's failure cannot deny the others their recovery.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
 from oncewire.core.ids import new_id, owner_is_dead_locally
+from oncewire.runs import append
+from oncewire.runs.append import RunContext
 from oncewire.runs.machine import fast_digest
 from oncewire.runs.records import ReconcileReport
-from oncewire.runs.review_recovery import recovery_plan
+from oncewire.runs.review.recovery import recovery_plan
 from oncewire.storage.runs import DeliveryRow, ReportRow, RunRow
-
-if TYPE_CHECKING:
-    from oncewire.runs.service import RunsView
 
 __all__ = ["RECOVERY_REASON", "reconcile", "reconcile_delivery", "reconcile_run"]
 
@@ -55,7 +53,7 @@ def _report_row(pass_id: str, owner: str, report: ReconcileReport, now: float) -
 
 
 def reconcile_run(
-    runs: RunsView,
+    ctx: RunContext,
     run_id: str,
     *,
     owner: str,
@@ -64,7 +62,7 @@ def reconcile_run(
     dead_owners: frozenset[str] = frozenset(),
 ) -> ReconcileReport | None:
     """Reconcile one run in one transaction; None when it needs nothing (any more)."""
-    store = runs.store
+    store = ctx.store
     with store.transaction() as tx:
         context = store.command_context_in_tx(tx, run_id, "")
         if context is None or not context.run.active:
@@ -78,7 +76,7 @@ def reconcile_run(
                 "run", run_id, run_id, "deferred", row.status, "revert_barrier"
             )
         else:
-            result = runs._audit(row)
+            result = append.audit(ctx, row)
             if not result.ok or result.state is None:
                 store.abandon_run_in_tx(tx, run_id, reason="safety_boundary", now=now)
                 report = ReconcileReport(
@@ -95,19 +93,20 @@ def reconcile_run(
                 effect_states: dict[str, str] = {}
                 for action in state["unresolved"].values():
                     if action.get("effect_key"):
-                        effect = runs._ledger.store.get_effect(action["effect_key"])
+                        effect = ctx.effects.find(action["effect_key"])
                         if effect is not None:
                             effect_states[action["effect_key"]] = str(effect.state)
                 steps, abandon = recovery_plan(state, effect_states, reason=RECOVERY_REASON)
                 if abandon is not None:
-                    runs._abandon_in_tx(tx, row, reason=abandon)
+                    append.abandon_in_tx(ctx, tx, row, reason=abandon)
                     report = ReconcileReport(
                         "run", run_id, run_id, "abandoned", row.status, abandon
                     )
                 else:
                     fence = row.fence + 1
                     for index, (command, request) in enumerate(steps):
-                        _, row, state = runs._append_in_tx(
+                        _, row, state = append.append_in_tx(
+                            ctx,
                             tx,
                             row,
                             state,
@@ -138,10 +137,10 @@ def _digest(command: str, request: dict[str, object]) -> str:
 
 
 def reconcile_delivery(
-    runs: RunsView, delivery_id: str, *, owner: str, now: float, pass_id: str
+    ctx: RunContext, delivery_id: str, *, owner: str, now: float, pass_id: str
 ) -> ReconcileReport | None:
     """Settle one committed delivery in one transaction; None when a live run protects it."""
-    store = runs.store
+    store = ctx.store
     with store.transaction() as tx:
         row: DeliveryRow | None = store.get_delivery_in_tx(tx, delivery_id)
         if row is None or row.status != "committed":
@@ -196,7 +195,7 @@ def reconcile_delivery(
 
 
 def _failed(
-    runs: RunsView,
+    ctx: RunContext,
     subject: str,
     subject_id: str,
     run_id: str | None,
@@ -209,8 +208,8 @@ def _failed(
     error = f"{type(exc).__name__}: {exc}"
     report = ReconcileReport(subject, subject_id, run_id, "failed", None, None, error=error)
     try:
-        with runs.store.transaction() as tx:
-            runs.store.insert_report_in_tx(tx, _report_row(pass_id, owner, report, now))
+        with ctx.store.transaction() as tx:
+            ctx.store.insert_report_in_tx(tx, _report_row(pass_id, owner, report, now))
     except Exception as second:  # the store itself is failing: the returned report says so
         report = ReconcileReport(
             subject,
@@ -225,38 +224,38 @@ def _failed(
 
 
 def reconcile(
-    runs: RunsView, *, owner: str, limit: int = 100_000, dead_owners: Sequence[str] = ()
+    ctx: RunContext, *, owner: str, limit: int = 100_000, dead_owners: Sequence[str] = ()
 ) -> list[ReconcileReport]:
     """One sweep: every run whose lease expired (or whose owner is known dead: named in
     ``dead_owners``, or a process on this host that is certainly gone), then every orphaned
     committed delivery."""
-    now = runs.now()
+    now = ctx.now()
     pass_id = new_id()
     dead = frozenset(dead_owners) | frozenset(
-        o for o in runs.store.active_run_owners() if owner_is_dead_locally(o)
+        o for o in ctx.store.active_run_owners() if owner_is_dead_locally(o)
     )
-    expired = runs.store.expired_runs(now=now, limit=limit, dead_owners=sorted(dead))
+    expired = ctx.store.expired_runs(now=now, limit=limit, dead_owners=sorted(dead))
     # A key that does not fit a run's history (a keyed run and no key or another key, a keyless
     # run and a key) is the caller's configuration: refused before anything is judged or
     # written, never taken for tampering and abandoned as a safety boundary.
-    with runs.store.read_snapshot():
+    with ctx.store.read_snapshot():
         for row in expired:
-            runs._chain_key(row)
+            append.chain_key(ctx, row)
     reports: list[ReconcileReport] = []
     # Each run is reconciled in its own transaction; the runs' sweep is flushed to disk once,
     # before it returns. A power loss mid-sweep loses only reconciliations that the next boot
     # redoes (each step is idempotent); a killed process loses none of them. Deliveries keep a
     # flush per commit: settling one is what lets it be published.
-    with runs.store.group_commit():
-        reports += _sweep_runs(runs, expired, owner=owner, now=now, pass_id=pass_id, dead=dead)
-    for item in runs.store.committed_deliveries(now=now, limit=limit):
+    with ctx.store.group_commit():
+        reports += _sweep_runs(ctx, expired, owner=owner, now=now, pass_id=pass_id, dead=dead)
+    for item in ctx.store.committed_deliveries(now=now, limit=limit):
         try:
             report = reconcile_delivery(
-                runs, item.delivery_id, owner=owner, now=now, pass_id=pass_id
+                ctx, item.delivery_id, owner=owner, now=now, pass_id=pass_id
             )
         except Exception as exc:
             report = _failed(
-                runs,
+                ctx,
                 "delivery",
                 item.delivery_id,
                 item.run_id,
@@ -271,7 +270,7 @@ def reconcile(
 
 
 def _sweep_runs(
-    runs: RunsView,
+    ctx: RunContext,
     expired: Sequence[RunRow],
     *,
     owner: str,
@@ -283,11 +282,11 @@ def _sweep_runs(
     for row in expired:
         try:
             report = reconcile_run(
-                runs, row.run_id, owner=owner, now=now, pass_id=pass_id, dead_owners=dead
+                ctx, row.run_id, owner=owner, now=now, pass_id=pass_id, dead_owners=dead
             )
         except Exception as exc:  # reported below, never swallowed; the sweep goes on
             report = _failed(
-                runs, "run", row.run_id, row.run_id, exc, owner=owner, now=now, pass_id=pass_id
+                ctx, "run", row.run_id, row.run_id, exc, owner=owner, now=now, pass_id=pass_id
             )
         if report is not None:
             reports.append(report)

@@ -47,18 +47,18 @@ def _begin(ledger: Ledger, lease: float) -> None:
         lease_seconds=lease,
         params={"budgets": {"max_review_attempts": 2, "max_repair_rounds": 1}},
     )
-    ledger.runs.record_candidate(RUN_ID, key="candidate-1", **CANDIDATE)
+    ledger.runs.review.record_candidate(RUN_ID, key="candidate-1", **CANDIDATE)
 
 
 def _review(ledger: Ledger, review_id: str, verdict: str, findings: list[dict[str, Any]]) -> None:
-    ledger.runs.start_review(
+    ledger.runs.review.start_review(
         RUN_ID,
         key=f"{review_id}:start",
         review_id=review_id,
         candidate_id=CANDIDATE["candidate_id"],
         evidence_sha256=CANDIDATE["evidence_sha256"],
     )
-    ledger.runs.complete_review(
+    ledger.runs.review.complete_review(
         RUN_ID, key=f"{review_id}:complete", review_id=review_id, verdict=verdict, findings=findings
     )
 
@@ -66,14 +66,16 @@ def _review(ledger: Ledger, review_id: str, verdict: str, findings: list[dict[st
 def review(ledger: Ledger, lease: float) -> dict[str, Any]:
     _begin(ledger, lease)
     _review(ledger, "review-1", "pass", [])
-    outcome = ledger.runs.terminate(RUN_ID, key="terminal", status="verified", reason="passed")
+    outcome = ledger.runs.review.terminate(
+        RUN_ID, key="terminal", status="verified", reason="passed"
+    )
     return {"status": outcome.run.status}
 
 
 def repair(ledger: Ledger, lease: float) -> dict[str, Any]:
     _begin(ledger, lease)
     _review(ledger, "review-1", "issues", [{"finding_id": "f-1", "severity": "major"}])
-    runs = ledger.runs
+    runs = ledger.runs.review
     runs.start_repair(RUN_ID, key="repair-1:start", repair_id="repair-1", finding_ids=["f-1"])
     runs.bind_actions(RUN_ID, key="repair-1:bind", repair_id="repair-1")
     runs.propose_action(
@@ -106,7 +108,7 @@ def deliver(ledger: Ledger, lease: float) -> dict[str, Any]:
         lease_seconds=lease,
     )
     ledger.runs.deliveries.publish(delivery.delivery_id)
-    outcome = ledger.runs.terminate(
+    outcome = ledger.runs.review.terminate(
         RUN_ID, key="terminal", status="review_unavailable", reason="not_reviewed"
     )
     return {"status": outcome.run.status, "delivery_id": delivery.delivery_id}

@@ -1,0 +1,168 @@
+"""The outbox: accept intents in the caller's transaction; read, cancel and retry them.
+
+:meth:`Effects.accept_in_tx` is the one accept path: a :class:`~oncewire.ledger.LedgerTransaction`
+and a run's action ledger both go through it, so an effect is validated (``core.limits``),
+bounded (``max_payload_bytes``) and stored the same way whoever accepts it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from oncewire.core import crash
+from oncewire.core.canonical import canonical_json, digest_json
+from oncewire.core.clock import Clock
+from oncewire.core.errors import (
+    ConfigurationError,
+    EffectNotFound,
+    KindConflict,
+    PayloadConflict,
+)
+from oncewire.core.limits import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_KEY_CHARS,
+    MAX_KIND_CHARS,
+    check_count,
+    check_max_payload_bytes,
+    check_name,
+    check_seconds,
+)
+from oncewire.core.states import coerce_states
+from oncewire.storage import Store, Transaction
+from oncewire.storage.records import AttemptRecord, Effect, EffectState
+
+__all__ = ["ACCEPT_BEFORE_COMMIT", "DEFAULT_MAX_ATTEMPTS", "Effects", "EffectsView"]
+
+DEFAULT_MAX_ATTEMPTS = 10
+
+ACCEPT_BEFORE_COMMIT = crash.register(
+    "effects.accept_before_commit",
+    "the caller's rows and the accepted effect are written but not committed",
+)
+
+
+def _validate(
+    key: str, kind: str, max_attempts: int, delay_seconds: float, deadline_seconds: float | None
+) -> tuple[str, str]:
+    """(key, kind) as plain strings, or ConfigurationError before any SQL (the same refusal
+    on every backend)."""
+    key = check_name("an effect key", key, MAX_KEY_CHARS)
+    kind = check_name("an effect kind", kind, MAX_KIND_CHARS)
+    check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+    # NaN would be stored as NULL (no deadline) and Infinity as an effect never due; a bool is
+    # an int to Python but never a number of seconds anyone meant. A negative delay is "now".
+    if (
+        type(delay_seconds) is bool
+        or not isinstance(delay_seconds, int | float)
+        or not math.isfinite(delay_seconds)
+    ):
+        raise ConfigurationError(f"delay_seconds must be a finite number, not {delay_seconds!r}")
+    if deadline_seconds is not None:
+        check_seconds("deadline_seconds", deadline_seconds, positive=True)
+    return key, kind
+
+
+class Effects:
+    """Accepting, reading and operating on effects: ``ledger.effects``.
+
+    ``max_payload_bytes`` bounds an accepted payload's canonical JSON (UTF-8 bytes).
+    """
+
+    def __init__(
+        self, store: Store, clock: Clock, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
+
+    def accept_in_tx(
+        self,
+        tx: Transaction,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_seconds: float = 0.0,
+        deadline_seconds: float | None = None,
+    ) -> tuple[Effect, bool]:
+        """Record the intent in ``tx``; returns the effect and whether this call created it.
+
+        The same key with the same canonical payload returns the existing effect; with another
+        payload raises :class:`PayloadConflict`, with another kind :class:`KindConflict` (a
+        PayloadConflict too). A payload that cannot be stored and read back is
+        :class:`InvalidPayload`, a bad key, kind or option :class:`ConfigurationError`, both
+        before anything is written. The caller hits :data:`ACCEPT_BEFORE_COMMIT` when it has
+        written everything it commits with the effect.
+        """
+        key, kind = _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
+        # Refused here, before any SQL: what a reader could not load back (too deep, too large
+        # an integer, a lone surrogate) or more than the ledger's max_payload_bytes.
+        payload_json = canonical_json(payload, max_bytes=self.max_payload_bytes)
+        payload_digest = digest_json(payload_json)
+        now = self._clock.now()
+        effect, created = self._store.insert_effect_in_tx(
+            tx,
+            key=key,
+            kind=kind,
+            payload_json=payload_json,
+            digest=payload_digest,
+            max_attempts=max_attempts,
+            not_before=now + max(0.0, delay_seconds),
+            deadline=None if deadline_seconds is None else now + deadline_seconds,
+            now=now,
+        )
+        if not created and effect.kind != kind:
+            raise KindConflict(key, effect.kind, kind, effect.digest, payload_digest)
+        if not created and effect.digest != payload_digest:
+            raise PayloadConflict(key, effect.digest, payload_digest)
+        return effect, created
+
+    def get(self, key: str) -> Effect:
+        effect = self._store.get_effect(key)
+        if effect is None:
+            raise EffectNotFound(f"no effect with key {key!r}", key=key)
+        return effect
+
+    def find(self, key: str) -> Effect | None:
+        return self._store.get_effect(key)
+
+    def list(
+        self,
+        state: EffectState | str | Sequence[EffectState | str] | None = None,
+        *,
+        kind: str | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+        newest_first: bool = False,
+        before_id: int | None = None,
+    ) -> builtins.list[Effect]:
+        return self._store.list_effects(
+            states=coerce_states(EffectState, state),
+            kind=kind,
+            limit=limit,
+            after_id=after_id,
+            newest_first=newest_first,
+            before_id=before_id,
+        )
+
+    def counts(self, *, kind: str | None = None) -> dict[EffectState, int]:
+        return self._store.count_effects(kind=kind)
+
+    def attempts(self, key: str) -> builtins.list[AttemptRecord]:
+        """The effect's attempt history, oldest first: each sink call settled, each claim lost
+        (owner died, lease expired) or cancelled while in flight."""
+        return self._store.list_attempts(self.get(key).id)
+
+    def cancel(self, key: str, reason: str = "cancelled by operator") -> Effect:
+        return self._store.cancel_effect(key, now=self._clock.now(), reason=reason)
+
+    def retry(self, key: str) -> Effect:
+        return self._store.retry_effect(key, now=self._clock.now())
+
+
+EffectsView = Effects  # deprecated name (0.1.0 renames it); kept for one release

@@ -1,0 +1,172 @@
+"""The composition root: :class:`Ledger` opens a store and builds every ledger over it.
+
+``Ledger("app.db")`` or ``Ledger("postgresql://...")`` constructs, eagerly and with explicit
+dependencies, the outbox (``ledger.effects``), the inbox (``ledger.inbound``), the reply
+ledger (``ledger.replies``, which reads the inbox) and the run ledger (``ledger.runs``, whose
+action ledger accepts through the outbox). Nothing below this module imports it: the ledgers
+know only the store, the clock and the siblings they are given; the engines above
+(``Dispatcher``, ``ReplyEngine``) take a ``Ledger``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from oncewire.core.clock import Clock, SystemClock
+from oncewire.core.errors import InvalidState
+from oncewire.core.limits import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
+from oncewire.effects.outbox import ACCEPT_BEFORE_COMMIT, DEFAULT_MAX_ATTEMPTS, Effects
+from oncewire.inbound.service import Inbox
+from oncewire.replies.service import Replies
+from oncewire.runs.service import Runs
+from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, Transaction, open_store
+from oncewire.storage.records import Effect
+
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "Ledger", "LedgerTransaction"]
+
+
+class _NotOpen:
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        raise InvalidState("use the transaction inside its with block")
+
+
+_NOT_OPEN = _NotOpen()
+
+
+class LedgerTransaction:
+    """A transaction shared by the caller's own tables and the outbox.
+
+    ``with ledger.transaction() as tx`` commits on normal exit and rolls back on an exception.
+    """
+
+    def __init__(self, effects: Effects, scope: AbstractContextManager[Transaction]) -> None:
+        self._effects = effects
+        self._scope = scope
+        self._raw: Transaction = _NOT_OPEN
+        self.accepted: list[Effect] = []
+
+    def __enter__(self) -> LedgerTransaction:
+        self._raw = self._scope.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None and self.accepted:
+            ACCEPT_BEFORE_COMMIT.hit()
+        self._scope.__exit__(exc_type, exc, tb)
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """Run the caller's own SQL in this transaction."""
+        return self._raw.execute(sql, params)
+
+    def accept(
+        self,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_seconds: float = 0.0,
+        deadline_seconds: float | None = None,
+    ) -> Effect:
+        """Record the intent. Durable when this transaction commits, together with the rest.
+
+        The same key with the same canonical payload returns the existing effect; with another
+        payload raises :class:`PayloadConflict`, with another kind :class:`KindConflict` (a
+        PayloadConflict too), and the whole transaction rolls back when the exception leaves
+        the ``with`` block. A payload that cannot be stored and read back is
+        :class:`InvalidPayload`, a bad key, kind or option :class:`ConfigurationError`, both
+        before anything is written.
+        """
+        effect, created = self._effects.accept_in_tx(
+            self._raw,
+            key,
+            kind,
+            payload,
+            max_attempts=max_attempts,
+            delay_seconds=delay_seconds,
+            deadline_seconds=deadline_seconds,
+        )
+        if created:
+            self.accepted.append(effect)
+        return effect
+
+
+class Ledger:
+    """The caller's side: ``Ledger("app.db")`` or ``Ledger("postgresql://...")``.
+
+    ``max_payload_bytes`` bounds an accepted payload's canonical JSON (UTF-8 bytes), whether
+    the caller or a run's action accepts it. ``runs_key`` (held outside the database) makes
+    the run ledger's chain an HMAC. ``reconcile_runs_as`` closes, at boot, what dead owners
+    left (see :meth:`Runs.reconcile`). ``open_timeout_seconds`` bounds how long opening rides
+    out a busy file or a database that is restarting; a permanent failure (not a database,
+    read-only, corrupt) is raised at once.
+    """
+
+    def __init__(
+        self,
+        url_or_path: str | Store,
+        *,
+        clock: Clock | None = None,
+        create: bool = True,
+        runs_key: bytes | None = None,
+        reconcile_runs_as: str | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+    ) -> None:
+        check_max_payload_bytes(max_payload_bytes)  # refused before a store is opened
+        self.store = (
+            url_or_path
+            if isinstance(url_or_path, Store)
+            else open_store(url_or_path, create=create, open_timeout_seconds=open_timeout_seconds)
+        )
+        self.clock: Clock = clock or SystemClock()
+        self.effects = Effects(self.store, self.clock, max_payload_bytes=max_payload_bytes)
+        self.inbound = Inbox(self.store, self.clock)
+        self.replies = Replies(self.store, self.clock, inbox=self.inbound)
+        self.runs = Runs(self.store, self.clock, key=runs_key, effects=self.effects)
+        if reconcile_runs_as is not None:  # boot: close what dead owners left (reports kept)
+            try:
+                self.runs.reconcile(owner=reconcile_runs_as)
+            except BaseException:
+                self.store.close()  # a ledger that failed to open must not leak its store
+                raise
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self.effects.max_payload_bytes
+
+    def transaction(self) -> LedgerTransaction:
+        """One transaction for the caller's rows and the intents they accept."""
+        return LedgerTransaction(self.effects, self.store.transaction())
+
+    def accept(
+        self,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_seconds: float = 0.0,
+        deadline_seconds: float | None = None,
+    ) -> Effect:
+        """Accept one effect in a transaction of its own."""
+        with self.transaction() as tx:
+            return tx.accept(
+                key,
+                kind,
+                payload,
+                max_attempts=max_attempts,
+                delay_seconds=delay_seconds,
+                deadline_seconds=deadline_seconds,
+            )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
