@@ -171,6 +171,7 @@ class Dispatcher:
         self._finished: list[Settlement] = []  # resolved, not yet recorded
         self._first_finished: float | None = None  # time.monotonic() of the oldest of those
         self._warned_kinds: set[str] = set()
+        self._timeouts = any(spec.timeout_seconds is not None for spec in self.specs.values())
 
     @staticmethod
     def _check_grace(seconds: float) -> float:
@@ -327,21 +328,18 @@ class Dispatcher:
 
     def _has_room(self) -> bool:
         """Every call submitted has started and a sink slot is free: more work can start."""
-        running = 0
-        for call in self._calls.values():
-            if call.started_monotonic is None:
-                return False
-            running += 1
-        return running < self.concurrency
+        assert self._runner is not None
+        return self._runner.has_room()
 
     def _next_timeout(self) -> float:
         """Seconds until the first running call times out (a poll interval at most)."""
-        now = time.monotonic()
         wait = self.poll_seconds
-        for call in self._calls.values():
-            deadline = call.deadline()
-            if deadline is not None:
-                wait = min(wait, deadline - now)
+        if self._timeouts and self._runner is not None:
+            now = time.monotonic()
+            for call in self._runner.timing():
+                deadline = call.deadline()
+                if deadline is not None:
+                    wait = min(wait, deadline - now)
         return max(wait, 0.0)
 
     def _store_step(self, *, claim: bool) -> list[Claim]:
@@ -383,15 +381,16 @@ class Dispatcher:
                 self._resolve(claim, settling.undecodable(exc), None)
                 continue
             by_kind.setdefault(claim.kind, []).append((claim, attempt))
+        calls: list[Call] = []
         for kind, group in by_kind.items():
             spec = self.specs[kind]
             if spec.batch is not None and (len(group) > 1 or spec.call is None):
-                calls = [Call(spec, [c for c, _ in group], [a for _, a in group], batch=True)]
+                calls.append(Call(spec, [c for c, _ in group], [a for _, a in group], batch=True))
             else:
-                calls = [Call(spec, [c], [a], batch=False) for c, a in group]
-            for call in calls:
-                self._calls[call.id] = call
-                self._runner.submit(call)
+                calls.extend(Call(spec, [c], [a], batch=False) for c, a in group)
+        for call in calls:
+            self._calls[call.id] = call
+        self._runner.submit(calls)
 
     def _attempt_of(self, claim: Claim) -> Attempt:
         payload = loads(claim.payload_json)
@@ -414,26 +413,34 @@ class Dispatcher:
         calls whose attempt timeout passed."""
         runner = self._runner
         assert runner is not None
-        try:
-            item = runner.completions.get(timeout=timeout) if timeout > 0 else None
-            while True:
-                if item is not None:
-                    self._completed(item)
-                item = runner.completions.get_nowait()
-        except queue.Empty:
-            pass
+        completions = runner.completions
+        if timeout > 0:
+            try:
+                item = completions.get(timeout=timeout)
+            except queue.Empty:
+                item = None
+            if item is not None:
+                self._completed(item)
+        while not completions.empty():  # this thread is the only reader
+            item = completions.get_nowait()
+            if item is not None:
+                self._completed(item)
+        if not self._timeouts:
+            return
         now = time.monotonic()
-        for call in list(self._calls.values()):
+        for call in runner.timing():
             deadline = call.deadline()
-            if deadline is not None and deadline <= now and runner.abandon(call):
+            if (
+                deadline is not None
+                and deadline <= now
+                and call.id in self._calls
+                and runner.abandon(call)
+            ):
                 self._timed_out(call)
 
     def _completed(self, call: Call) -> None:
         if self._calls.pop(call.id, None) is None:
             return  # already resolved (timed out, or left behind)
-        if call.skipped:
-            self._not_started([call])
-            return
         if call.error is not None:
             what = "batch sink" if call.batch else "sink"
             verdicts = [settling.raised(call.error, what)] * len(call.claims)

@@ -40,7 +40,7 @@ _ids = itertools.count(1)
 _thread_numbers = itertools.count(1)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Call:
     """One call of a sink: one attempt, or a whole batch of one kind (``call_batch``)."""
 
@@ -50,13 +50,13 @@ class Call:
     batch: bool
     id: int = field(default_factory=lambda: next(_ids))
     # Set by the runner, under its lock.
+    started: bool = False  # the sink was called (or its coroutine created)
     started_at: float | None = None  # the dispatcher's clock, when the sink was called
-    started_monotonic: float | None = None
+    started_monotonic: float | None = None  # set only when the call has a timeout
     finished_at: float | None = None
     value: Any = None
     error: BaseException | None = None
     finished: bool = False  # the sink returned or raised; the call is in the completion queue
-    skipped: bool = False  # never started (the runner was closing); in the completion queue
     abandoned: bool = False  # timed out or left behind: whatever it returns is dropped
     future: Any = None  # the event loop's future for an async call
 
@@ -90,68 +90,103 @@ def _invoke(call: Call) -> Any:
 
 
 class SinkRunner:
+    """Runs the calls it is given; reports each one in :attr:`completions` once it finished.
+
+    A worker thread takes the next waiting call as soon as its previous call returns, under one
+    lock acquisition and one reading of the clock (the moment a call finished is the moment the
+    next one started), so a batch of plain calls costs one thread handoff, not one per call.
+    Each call is still marked started and finished on its own: a call that times out is given
+    up on alone, and the calls that had not started yet are taken by another thread.
+    """
+
     def __init__(self, concurrency: int, clock: Clock) -> None:
         self.concurrency = concurrency
         self.clock = clock
         self.completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closing = False
-        # Plain sinks.
-        self._jobs: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
+        self._running: dict[int, Call] = {}  # started, neither finished nor abandoned
+        # Plain sinks: calls not started, in order; workers block on _wakeups when idle.
+        self._waiting: deque[Call] = deque()  # guarded by _lock
+        self._wakeups: queue.SimpleQueue[bool | None] = queue.SimpleQueue()  # None: leave
         self._threads = 0  # live worker threads, not counting abandoned ones
-        self._idle = 0  # workers waiting for a job
+        self._idle = 0  # workers blocked on _wakeups with no wakeup owed to them
         # Async sinks.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._async_waiting: deque[Call] = deque()  # guarded by _lock
         self._async_running = 0  # only touched on the loop
 
+    # -- what the dispatcher looks at -----------------------------------------------------------
+    def has_room(self) -> bool:
+        """Every call submitted has started and a sink slot is free: more work can start."""
+        return (
+            not self._waiting
+            and not self._async_waiting
+            and (len(self._running) < self.concurrency)
+        )
+
+    def timing(self) -> list[Call]:
+        """The running calls that have a deadline (see :meth:`Call.deadline`)."""
+        with self._lock:
+            return [call for call in self._running.values() if call.started_monotonic is not None]
+
     # -- submitting --------------------------------------------------------------------------
-    def submit(self, call: Call) -> None:
-        if call.is_async:
+    def submit(self, calls: list[Call]) -> None:
+        """Queue ``calls`` (to start in this order, up to ``concurrency`` at a time)."""
+        plain = [call for call in calls if not call.is_async]
+        if len(plain) < len(calls):
             with self._lock:
-                self._async_waiting.append(call)
+                self._async_waiting.extend(call for call in calls if call.is_async)
             self._ensure_loop().call_soon_threadsafe(self._pump)
+        if not plain:
             return
         with self._lock:
-            spawn = self._idle == 0 and self._threads < self.concurrency
-            if spawn:
-                self._threads += 1
-        self._jobs.put(call)
-        if spawn:
+            self._waiting.extend(plain)
+            wake = min(len(plain), self._idle)
+            self._idle -= wake
+            spawn = min(len(plain) - wake, self.concurrency - self._threads)
+            self._threads += spawn
+        for _ in range(wake):
+            self._wakeups.put(True)
+        for _ in range(spawn):
             self._spawn()
 
-    def _start(self, call: Call) -> bool:
-        """Mark ``call`` started, unless it must not start (the runner is closing: then it is
-        handed back through the completion queue as never started)."""
-        with self._lock:
-            if call.abandoned:
-                return False
-            if self._closing:
-                call.skipped = True
-            else:
-                call.started_at = self.clock.now()
-                call.started_monotonic = time.monotonic()
-                return True
-        self.completions.put(call)
-        return False
+    def _begin(self, call: Call, now: float) -> None:
+        """Mark ``call`` started (under the lock)."""
+        call.started = True
+        call.started_at = now
+        if call.spec.timeout_seconds is not None:
+            call.started_monotonic = time.monotonic()
+        self._running[call.id] = call
 
-    def _finish(self, call: Call, value: Any, error: BaseException | None) -> None:
-        finished_at = self.clock.now()
-        with self._lock:
-            if call.abandoned:
-                return  # already recorded as timed out, or left behind at the end
-            call.value, call.error, call.finished_at = value, error, finished_at
-            call.finished = True
-        self.completions.put(call)
+    def _end(self, call: Call, value: Any, error: BaseException | None, now: float) -> bool:
+        """Mark ``call`` finished (under the lock); False if it was abandoned meanwhile."""
+        if call.abandoned:
+            return False  # already recorded as timed out, or left behind at the end
+        call.value, call.error, call.finished_at = value, error, now
+        call.finished = True
+        del self._running[call.id]
+        return True
+
+    def _next(self, waiting: deque[Call], now: float) -> Call | None:
+        """Take and start the next call of ``waiting`` (under the lock); None: nothing to
+        start, or the runner is closing."""
+        while waiting and not self._closing:
+            call = waiting.popleft()
+            if not call.abandoned:  # left behind before it started: never call its sink
+                self._begin(call, now)
+                return call
+        return None
 
     def abandon(self, call: Call) -> bool:
         """Give up on a started ``call``: False if it finished first (its answer is queued)."""
         with self._lock:
-            if call.finished or call.skipped:
+            if call.finished or call.abandoned:
                 return False
             call.abandoned = True
-            replace = call.started_monotonic is not None and not call.is_async
+            self._running.pop(call.id, None)
+            replace = call.started and not call.is_async
         if replace:
             self._spawn()  # that thread is lost to its call; a new one takes its place
         elif call.is_async and call.future is not None and self._loop is not None:
@@ -159,27 +194,12 @@ class SinkRunner:
         return True
 
     def take_unstarted(self) -> list[Call]:
-        """Stop starting calls; return the queued ones (their sinks were never called).
-
-        A call a worker took at this very moment comes back through the completion queue
-        instead, marked ``skipped``.
-        """
+        """Stop starting calls; return the queued ones (their sinks were never called)."""
         with self._lock:
             self._closing = True
-            unstarted = list(self._async_waiting)
+            unstarted = [*self._waiting, *self._async_waiting]
+            self._waiting.clear()
             self._async_waiting.clear()
-        stops = 0
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is None:
-                stops += 1
-            else:
-                unstarted.append(job)
-        for _ in range(stops):
-            self._jobs.put(None)
         return unstarted
 
     # -- threads -----------------------------------------------------------------------------
@@ -188,24 +208,33 @@ class SinkRunner:
         threading.Thread(target=self._work, name=name, daemon=True).start()
 
     def _work(self) -> None:
+        lock, waiting = self._lock, self._waiting
+        call: Call | None = None  # the call this thread just ran
+        value: Any = None
+        error: BaseException | None = None
         while True:
-            with self._lock:
-                self._idle += 1
-            call = self._jobs.get()
-            with self._lock:
-                self._idle -= 1
-            if call is None:
+            now = self.clock.now()
+            with lock:
+                done = call is not None and self._end(call, value, error, now)
+                lost = call is not None and not done  # abandoned: replaced by another thread
+                following = None
+                if not lost:
+                    following = self._next(waiting, now)
+                    if following is None:
+                        self._idle += 1
+            if done:
+                self.completions.put(call)
+            if lost:
                 return
-            if not self._start(call):
+            call, value, error = following, None, None
+            if call is None:
+                if self._wakeups.get() is None:
+                    return
                 continue
             try:
                 value = _invoke(call)
             except BaseException as exc:  # the sink may have acted before raising
-                self._finish(call, None, exc)
-            else:
-                self._finish(call, value, None)
-            if call.abandoned:
-                return  # another thread took this one's place when it was abandoned
+                error = exc
 
     # -- the event loop ----------------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
@@ -220,20 +249,22 @@ class SinkRunner:
 
     def _pump(self) -> None:  # on the loop
         while self._async_running < self.concurrency:
+            now = self.clock.now()
             with self._lock:
-                if not self._async_waiting:
-                    return
-                call = self._async_waiting.popleft()
-            if not self._start(call):
-                continue
+                call = self._next(self._async_waiting, now)
+            if call is None:
+                return
             self._async_running += 1
             call.future = asyncio.ensure_future(self._run_async(call))
 
     async def _run_async(self, call: Call) -> None:  # on the loop
         try:
             value = await _invoke(call)
-        except asyncio.CancelledError:
-            log.info("attempt(s) %s cancelled", ", ".join(call.keys))
+        except asyncio.CancelledError as exc:
+            if call.abandoned:  # timed out, or left behind: already recorded
+                log.info("attempt(s) %s cancelled", ", ".join(call.keys))
+            else:  # the sink's own doing: it raised, and may have acted before
+                self._finish(call, None, exc)
         except BaseException as exc:  # the sink may have acted before raising
             self._finish(call, None, exc)
         else:
@@ -242,6 +273,13 @@ class SinkRunner:
             self._async_running -= 1
             self._pump()
 
+    def _finish(self, call: Call, value: Any, error: BaseException | None) -> None:
+        now = self.clock.now()
+        with self._lock:
+            done = self._end(call, value, error, now)
+        if done:
+            self.completions.put(call)
+
     # -- the end -----------------------------------------------------------------------------
     def close(self) -> None:
         """Stop idle workers and the event loop. Abandoned threads are daemons: left behind."""
@@ -249,7 +287,7 @@ class SinkRunner:
             self._closing = True
             threads = self._threads
         for _ in range(threads):
-            self._jobs.put(None)
+            self._wakeups.put(None)
         loop, thread = self._loop, self._loop_thread
         self._loop = self._loop_thread = None
         if loop is None or thread is None:
