@@ -378,7 +378,7 @@ class Dispatcher:
             try:
                 attempt = self._attempt_of(claim)
             except Exception as exc:  # a row written by hand or by an older version
-                self._resolve(claim, settling.undecodable(exc), None)
+                self._resolve([claim], [settling.undecodable(exc)], None)
                 continue
             by_kind.setdefault(claim.kind, []).append((claim, attempt))
         calls: list[Call] = []
@@ -451,8 +451,7 @@ class Dispatcher:
             verdicts = settling.read_batch(call.value, len(call.claims))
         else:
             verdicts = [settling.read_value(call.value)]
-        for claim, verdict in zip(call.claims, verdicts, strict=True):
-            self._resolve(claim, verdict, call)
+        self._resolve(call.claims, verdicts, call)
 
     def _timed_out(self, call: Call) -> None:
         del self._calls[call.id]
@@ -463,8 +462,7 @@ class Dispatcher:
             timeout,
             _shown(call.keys),
         )
-        for claim in call.claims:
-            self._resolve(claim, settling.timed_out(timeout), call)
+        self._resolve(call.claims, [settling.timed_out(timeout)] * len(call.claims), call)
         if call.spec.cancel is not None:
             for attempt in call.attempts:
                 try:
@@ -477,60 +475,81 @@ class Dispatcher:
     def _not_started(self, calls: Sequence[Call]) -> None:
         for call in calls:
             self._calls.pop(call.id, None)
-            for claim in call.claims:
-                self.stats.not_started += 1
-                verdict = settling.not_started(
-                    "the dispatcher stopped before this attempt started; nothing was sent"
-                )
-                self._resolve(claim, verdict, call)
+            self.stats.not_started += len(call.claims)
+            verdict = settling.not_started(
+                "the dispatcher stopped before this attempt started; nothing was sent"
+            )
+            self._resolve(call.claims, [verdict] * len(call.claims), call)
 
-    def _resolve(self, claim: Claim, verdict: Verdict, call: Call | None) -> None:
-        """Turn one attempt's verdict into a settlement to record, and say it in the log."""
-        finished_at = self.clock.now()
+    def _resolve(
+        self, claims: Sequence[Claim], verdicts: Sequence[Verdict], call: Call | None
+    ) -> None:
+        """Turn each attempt's verdict into a settlement to record, and say it in the log."""
+        now = self.clock.now()
         started_at = call.started_at if call is not None else None
+        finished_at = now
         if call is not None and call.finished_at is not None:
             finished_at = call.finished_at
-        item = settling.settlement(
-            claim,
-            verdict,
-            policy=self.retry,
-            now=self.clock.now(),
-            attempt_number=claim.fence,
-            started_at=started_at,
-            finished_at=finished_at,
-        )
-        self._finished.append(item)
+        info = log.isEnabledFor(logging.INFO)
+        stats = self.stats
+        for claim, verdict in zip(claims, verdicts, strict=True):
+            item = settling.settlement(
+                claim,
+                verdict,
+                policy=self.retry,
+                now=now,
+                attempt_number=claim.fence,
+                started_at=started_at,
+                finished_at=finished_at,
+            )
+            self._finished.append(item)
+            label = verdict.label
+            if label is Label.DONE:
+                if not info and verdict.result_error is None:
+                    continue  # nothing to count, nothing to say
+            elif label is Label.TIMEOUT:
+                stats.timeouts += 1
+            elif label is Label.ERROR:
+                stats.errors += 1
+            elif label is Label.UNDECODABLE:
+                stats.undecodable += 1
+            self._say(claim, verdict, item, started_at, finished_at)
         if self._first_finished is None:
             self._first_finished = time.monotonic()
         with self._inflight_lock:
-            self._inflight.pop(claim.id, None)
+            for claim in claims:
+                self._inflight.pop(claim.id, None)
+
+    def _say(
+        self,
+        claim: Claim,
+        verdict: Verdict,
+        item: Settlement,
+        started_at: float | None,
+        finished_at: float,
+    ) -> None:
         label = verdict.label
-        if label is Label.TIMEOUT:
-            self.stats.timeouts += 1
-        elif label is Label.ERROR:
-            self.stats.errors += 1
-        elif label is Label.UNDECODABLE:
-            self.stats.undecodable += 1
-        ms = (finished_at - started_at) * 1000.0 if started_at is not None else 0.0
         if verdict.misuse or label is Label.UNDECODABLE:
             level = logging.ERROR
         elif verdict.result_error is not None:
             level = logging.WARNING
         else:
             level = logging.INFO
-        if log.isEnabledFor(level):
-            log.log(
-                level,
-                "attempt key=%s kind=%s attempt=%d redelivery=%s outcome=%s ms=%.1f -> %s%s",
-                claim.key,
-                claim.kind,
-                item.attempt,
-                "yes" if claim.redelivery else "no",
-                label,
-                ms,
-                item.state,
-                f": {item.last_error}" if item.last_error and level > logging.INFO else "",
-            )
+        if not log.isEnabledFor(level):
+            return
+        ms = (finished_at - started_at) * 1000.0 if started_at is not None else 0.0
+        log.log(
+            level,
+            "attempt key=%s kind=%s attempt=%d redelivery=%s outcome=%s ms=%.1f -> %s%s",
+            claim.key,
+            claim.kind,
+            item.attempt,
+            "yes" if claim.redelivery else "no",
+            label,
+            ms,
+            item.state,
+            f": {item.last_error}" if item.last_error and level > logging.INFO else "",
+        )
 
     # -- stopping ----------------------------------------------------------------------------
     def _stopping(self, grace: float) -> None:

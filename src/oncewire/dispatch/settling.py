@@ -108,13 +108,32 @@ def _not_an_outcome(value: Any) -> str | None:
     return None
 
 
+# What a sink answers most: nothing (``None``, or ``Done()``), which is stored as JSON null.
+_DONE_NULL = Verdict(Label.DONE, result_json="null")
+# Exact builtin types that can only be a plain result: never an awaitable, a generator, an
+# outcome class or an exception, so the careful look at the answer is not needed for them.
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, tuple})
+
+
+def _done(result: Any) -> Verdict:
+    try:
+        return Verdict(Label.DONE, result_json=canonical_json(result))
+    except OncewireError as exc:
+        return Verdict(Label.DONE, result_error=bounded(f"result not stored: {exc}"))
+
+
 def read_value(value: Any) -> Verdict:
     """A sink's answer for one attempt."""
+    # The common answers first, by exact type; anything else gets the careful reading below.
+    if value is None:
+        return _DONE_NULL
+    kind = type(value)
+    if kind is Done:
+        return _DONE_NULL if value.result is None else _done(value.result)
+    if kind in _PLAIN_TYPES:
+        return _plain_result(value)
     if isinstance(value, Done):
-        try:
-            return Verdict(Label.DONE, result_json=canonical_json(value.result))
-        except OncewireError as exc:
-            return Verdict(Label.DONE, result_error=bounded(f"result not stored: {exc}"))
+        return _done(value.result)
     if isinstance(value, NotSent):
         return Verdict(Label.NOT_SENT, value.reason, retry_after=value.retry_after)
     if isinstance(value, MaybeSent):
@@ -124,7 +143,12 @@ def read_value(value: Any) -> Verdict:
     wrong = _not_an_outcome(value)
     if wrong is not None:
         return _misuse(wrong)
-    try:  # a plain value means Done(value), if it can be stored
+    return _plain_result(value)
+
+
+def _plain_result(value: Any) -> Verdict:
+    """A plain value means Done(value), if it can be stored."""
+    try:
         return Verdict(Label.DONE, result_json=canonical_json(value))
     except OncewireError as exc:
         return _misuse(
@@ -196,6 +220,20 @@ def settlement(
     claims the effect had that were not charged (``fence - attempts``); without a deadline,
     ``policy.max_not_sent`` of them make it ``dead``.
     """
+    label = verdict.label
+    if label is Label.DONE:  # the common case, spelled out: no dictionaries to merge
+        return Settlement(
+            claim.id,
+            claim.fence,
+            EffectState.DONE,
+            verdict.result_json,
+            verdict.result_error,
+            attempt=attempt_number,
+            redelivery=claim.redelivery,
+            outcome="done",
+            started_at=started_at,
+            finished_at=finished_at,
+        )
     facts: dict[str, Any] = {
         "attempt": attempt_number,
         "redelivery": claim.redelivery,
@@ -204,11 +242,6 @@ def settlement(
         "finished_at": finished_at,
     }
     ids = (claim.id, claim.fence)
-    label = verdict.label
-    if label is Label.DONE:
-        return Settlement(
-            *ids, EffectState.DONE, verdict.result_json, verdict.result_error, **facts
-        )
     reason = bounded(verdict.reason)
     if label is Label.REJECTED:
         return Settlement(*ids, EffectState.REJECTED, None, reason, **facts)
