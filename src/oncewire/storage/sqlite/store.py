@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
@@ -58,6 +59,28 @@ _EFFECT_COLUMNS = EFFECT_COLUMNS
 _RECEIPT_COLUMNS = RECEIPT_COLUMNS
 _WAITING = "('pending', 'uncertain')"
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+# Settlements are written a chunk at a time, one statement over a VALUES list per chunk. The
+# list is padded to a power of two with rows of NULLs (which match no effect), so a handful of
+# statement texts, each prepared once and cached, serve every number of settlements.
+_SETTLE_CHUNK = 128
+_NULLS = (None,) * (9 * _SETTLE_CHUNK)
+
+
+@functools.cache
+def _values(rows: int, width: int) -> str:
+    row = f"({', '.join('?' * width)})"
+    return ", ".join([row] * rows)
+
+
+def _chunks(items: Sequence[Settlement]) -> Iterator[tuple[Sequence[Settlement], int]]:
+    """``items`` in chunks of at most ``_SETTLE_CHUNK``, each with its padded size."""
+    for start in range(0, len(items), _SETTLE_CHUNK):
+        chunk = items[start : start + _SETTLE_CHUNK]
+        size = 1
+        while size < len(chunk):
+            size *= 2
+        yield chunk, size
 
 
 _effect = Effect.from_row
@@ -441,16 +464,14 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         self, conn: sqlite3.Connection, items: Sequence[Settlement], now: float
     ) -> None:
         """One attempt-history row per settlement that will apply (still claimed under its
-        fence), read from the claim before the settlement clears its owner."""
-        conn.executemany(
-            f"INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
-            "SELECT id, CASE WHEN ? > 0 THEN ? ELSE attempts END, fence, lease_owner, "
-            "  MAX(maybe_sent, ?), ?, ?, ?, ?, ? "
-            "FROM oncewire_effects WHERE id = ? AND fence = ? AND state = 'claimed' "
-            "ON CONFLICT (effect_id, fence) DO NOTHING",
-            [
-                (
-                    item.attempt,
+        fence), read from the claim before the settlement clears its owner: one statement per
+        chunk of settlements (see :func:`_chunks`)."""
+        for chunk, size in _chunks(items):
+            params: list[Any] = []
+            for item in chunk:
+                params += (
+                    item.id,
+                    item.fence,
                     item.attempt,
                     int(item.redelivery),
                     attempt_outcome(item),
@@ -458,12 +479,20 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
                     item.last_error,
                     item.started_at,
                     now if item.finished_at is None else item.finished_at,
-                    item.id,
-                    item.fence,
                 )
-                for item in items
-            ],
-        )
+            params += _NULLS[: 9 * (size - len(chunk))]
+            conn.execute(
+                f"WITH v (id, fence, attempt, redelivery, outcome, state, error, started_at, "
+                f"  finished_at) AS (VALUES {_values(size, 9)}) "
+                f"INSERT INTO oncewire_attempts ({ATTEMPT_COLUMNS}) "
+                "SELECT e.id, CASE WHEN v.attempt > 0 THEN v.attempt ELSE e.attempts END, "
+                "  e.fence, e.lease_owner, MAX(e.maybe_sent, v.redelivery), v.outcome, v.state, "
+                "  v.error, v.started_at, v.finished_at "
+                "FROM v JOIN oncewire_effects AS e ON e.id = v.id AND e.fence = v.fence "
+                "WHERE e.state = 'claimed' "
+                "ON CONFLICT (effect_id, fence) DO NOTHING",
+                params,
+            )
 
     def list_attempts(self, effect_id: int) -> list[AttemptRecord]:
         rows = self._read(
@@ -472,26 +501,39 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         )
         return [AttemptRecord.from_row(row) for row in rows]
 
-    def _settle_in_tx(self, conn: sqlite3.Connection, item: Settlement, now: float) -> bool:
-        cursor = conn.execute(
-            "UPDATE oncewire_effects SET state = ?, result = ?, last_error = ?, "
-            "not_before = COALESCE(?, not_before), maybe_sent = MAX(maybe_sent, ?), "
-            "attempts = attempts - ?, "  # a refunded (not-sent) attempt does not count
-            "lease_owner = NULL, lease_expires_at = NULL, updated_at = ? "
-            "WHERE id = ? AND fence = ? AND state = 'claimed'",
-            (
-                str(item.state),
-                item.result_json,
-                item.last_error,
-                item.not_before,
-                int(item.maybe_sent),
-                int(item.refund_attempt),
-                now,
-                item.id,
-                item.fence,
-            ),
-        )
-        return cursor.rowcount == 1
+    def _settle_in_tx(
+        self, conn: sqlite3.Connection, items: Sequence[Settlement], now: float
+    ) -> list[bool]:
+        """Apply each settlement whose effect is still claimed under its fence; which did."""
+        applied: set[tuple[int, int]] = set()
+        for chunk, size in _chunks(items):
+            params: list[Any] = []
+            for item in chunk:
+                params += (
+                    item.id,
+                    item.fence,
+                    str(item.state),
+                    item.result_json,
+                    item.last_error,
+                    item.not_before,
+                    int(item.maybe_sent),
+                    int(item.refund_attempt),  # a refunded (not-sent) attempt does not count
+                )
+            params += _NULLS[: 8 * (size - len(chunk))]
+            params.append(now)
+            rows = conn.execute(
+                "WITH v (id, fence, state, result, last_error, not_before, maybe_sent, refund) "
+                f"  AS (VALUES {_values(size, 8)}) "
+                "UPDATE oncewire_effects AS e SET state = v.state, result = v.result, "
+                "  last_error = v.last_error, not_before = COALESCE(v.not_before, e.not_before), "
+                "  maybe_sent = MAX(e.maybe_sent, v.maybe_sent), attempts = e.attempts - v.refund, "
+                "  lease_owner = NULL, lease_expires_at = NULL, updated_at = ? "
+                "FROM v WHERE e.id = v.id AND e.fence = v.fence AND e.state = 'claimed' "
+                "RETURNING id, fence",
+                params,
+            ).fetchall()
+            applied.update((row[0], row[1]) for row in rows)
+        return [(item.id, item.fence) in applied for item in items]
 
     def settle_and_claim(
         self,
@@ -533,7 +575,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
         with self._write("settling and claiming effects") as conn:
             if settlements:
                 self._record_attempts_in_tx(conn, settlements, now)
-            applied = [self._settle_in_tx(conn, item, now) for item in settlements]
+            applied = self._settle_in_tx(conn, settlements, now)
             if limit <= 0:
                 return applied, []
             rows = conn.execute(
