@@ -411,6 +411,54 @@ def test_not_sent_without_a_deadline_stops_at_max_not_sent(
     assert stats.claimed == 5
 
 
+def test_an_operators_retry_gives_a_never_sent_effect_a_fresh_count(
+    ledger: Ledger, raw: RawDatabase
+) -> None:
+    """Regression: the not-sent count was ``fence - attempts``, and a retry resets only the
+    attempts, so a retried "never sent" effect died again on its first NotSent."""
+    ledger.accept("k", "send", {})
+    policy = RetryPolicy(base_seconds=0.0, jitter=0.0, max_not_sent=3)
+    Dispatcher(ledger, {"send": lambda a: NotSent("429")}, retry=policy).run(
+        until_idle=True, handle_signals=False
+    )
+    assert raw.effect_row("k")["state"] == "dead"
+    ledger.effects.retry("k")
+    assert raw.query("SELECT not_sent FROM oncewire_effects WHERE key = ?", ("k",)) == [(0,)]
+    answers = iter([NotSent("429"), NotSent("429"), "ok"])
+    stats = Dispatcher(ledger, {"send": lambda a: next(answers)}, retry=policy).run(
+        until_idle=True, handle_signals=False
+    )
+    row = raw.effect_row("k")
+    assert (row["state"], row["result"], stats.claimed) == ("done", '"ok"', 3)
+
+
+def test_max_not_sent_counts_not_sent_attempts_in_a_row(ledger: Ledger, raw: RawDatabase) -> None:
+    """A charged attempt (one that may have been sent) starts the not-sent count again."""
+    ledger.accept("k", "send", {}, max_attempts=5)
+    policy = RetryPolicy(base_seconds=0.0, jitter=0.0, max_not_sent=3)
+    answers = iter(
+        [NotSent("429"), NotSent("429"), MaybeSent("reset"), NotSent("429"), NotSent("429"), "ok"]
+    )
+    Dispatcher(ledger, {"send": lambda a: next(answers)}, retry=policy).run(
+        until_idle=True, handle_signals=False
+    )
+    row = raw.effect_row("k")
+    assert (row["state"], row["result"], row["attempts"]) == ("done", '"ok"', 2)
+    outcomes = raw.query(
+        "SELECT outcome FROM oncewire_attempts a JOIN oncewire_effects e ON e.id = a.effect_id "
+        "WHERE e.key = ? ORDER BY a.fence",
+        ("k",),
+    )
+    assert [o for (o,) in outcomes] == [
+        "not_sent",
+        "not_sent",
+        "maybe_sent",
+        "not_sent",
+        "not_sent",
+        "done",
+    ]
+
+
 def test_not_sent_with_a_deadline_is_bounded_by_it(ledger: Ledger, raw: RawDatabase) -> None:
     ledger.accept("k", "send", {}, deadline_seconds=3600)
     policy = RetryPolicy(base_seconds=0.0, jitter=0.0, max_not_sent=2)

@@ -21,8 +21,9 @@ class RetryPolicy:
     ``max_not_sent`` bounds an effect without a deadline that its receiver keeps turning away
     before anything is sent (``NotSent``, a long 429 storm): such attempts do not count against
     ``max_attempts``, so without this cap they could go on forever. At the ``max_not_sent``-th
-    not-sent attempt the effect is ``dead`` ("never sent"). An effect with a deadline is bounded
-    by its deadline instead.
+    not-sent attempt in a row the effect is ``dead`` ("never sent"); a charged attempt or an
+    operator's retry starts the count again. An effect with a deadline is bounded by its
+    deadline instead.
     """
 
     base_seconds: float = 0.5

@@ -216,9 +216,9 @@ def settlement(
     """How to close ``claim`` after ``verdict``.
 
     A not-sent attempt (the sink said ``NotSent``, or it was never called) gives its attempt
-    back: it does not count against ``max_attempts``. Its number of not-sent attempts is the
-    claims the effect had that were not charged (``fence - attempts``); without a deadline,
-    ``policy.max_not_sent`` of them make it ``dead``.
+    back: it does not count against ``max_attempts``. The store counts not-sent attempts in a
+    row (a charged attempt or an operator's retry starts the count again); without a deadline,
+    ``policy.max_not_sent`` of them in a row make it ``dead``.
     """
     label = verdict.label
     if label is Label.DONE:  # the common case, spelled out: no dictionaries to merge
@@ -251,7 +251,7 @@ def settlement(
         refund = {"refund_attempt": True, **facts}
         if not verdict.started:  # due again at once, where it was in the line
             return Settlement(*ids, EffectState.PENDING, None, reason, **refund)
-        not_sent = claim.fence - claim.attempt + 1  # counting this one
+        not_sent = claim.not_sent + 1  # in a row, counting this one
         not_before = now + policy.delay(not_sent, verdict.retry_after)
         if claim.deadline is not None:
             if not_before > claim.deadline:

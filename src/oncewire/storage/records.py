@@ -205,11 +205,12 @@ class Claim:
     redelivery: bool
     deadline: float | None
     lease_expires_at: float
+    not_sent: int = 0  # not-sent attempts in a row before this one
 
     @classmethod
     def from_row(cls, row: Sequence[Any], lease_expires_at: float) -> Claim:
         """A row returned by a claim as ``id, key, kind, payload, attempts, max_attempts, fence,
-        maybe_sent, deadline``, on any backend."""
+        maybe_sent, deadline, not_sent``, on any backend."""
         return cls(
             id=row[0],
             key=row[1],
@@ -221,6 +222,7 @@ class Claim:
             redelivery=bool(row[7]),
             deadline=row[8],
             lease_expires_at=lease_expires_at,
+            not_sent=row[9],
         )
 
 

@@ -468,6 +468,8 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             "  last_error = v.last_error, not_before = COALESCE(v.not_before, e.not_before), "
             "  maybe_sent = e.maybe_sent OR v.maybe_sent, lease_owner = NULL, "
             "  attempts = e.attempts - v.refund, "  # a refunded (not-sent) attempt does not count
+            # not-sent attempts in a row: a charged attempt ends the run
+            "  not_sent = CASE WHEN v.refund = 1 THEN e.not_sent + 1 ELSE 0 END, "
             "  lease_expires_at = NULL, updated_at = %s "
             "FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[], "
             "            %s::float8[], %s::boolean[], %s::int[]) "
@@ -517,7 +519,7 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
                 "  fence = e.fence + 1, lease_owner = %s, lease_expires_at = %s, updated_at = %s "
                 "FROM due WHERE e.id = due.id "
                 "RETURNING e.id, e.key, e.kind, e.payload, e.attempts, e.max_attempts, e.fence, "
-                "  e.maybe_sent, e.deadline",
+                "  e.maybe_sent, e.deadline, e.not_sent",
                 (now, now, *params, limit, owner, expires, now),
             ).fetchall()
         claims = [Claim.from_row(row, expires) for row in rows]
@@ -655,7 +657,8 @@ class PostgresStore(PostgresRunVerbs, PostgresReplyVerbs, Store):
             effect = self._locked_effect(conn, key)
             effect.check_retryable()
             row = conn.execute(
-                "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_before = %s, "
+                "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_sent = 0, "
+                "not_before = %s, "
                 # A deadline that has passed would kill the retry at once: the operator's retry
                 # lifts it. A deadline still ahead stays.
                 f"deadline = CASE WHEN deadline < %s THEN NULL ELSE deadline END, "

@@ -20,6 +20,7 @@ CREATE TABLE oncewire_effects (
     last_error       TEXT,
     created_at       REAL    NOT NULL,
     updated_at       REAL    NOT NULL,
+    not_sent         INTEGER NOT NULL DEFAULT 0 CHECK (not_sent >= 0), -- in a row; 0004
     -- A lease exists exactly while the effect is claimed.
     CHECK ((state = 'claimed') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
     -- Only a done effect carries a result.

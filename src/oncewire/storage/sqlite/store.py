@@ -527,6 +527,8 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
                 "UPDATE oncewire_effects AS e SET state = v.state, result = v.result, "
                 "  last_error = v.last_error, not_before = COALESCE(v.not_before, e.not_before), "
                 "  maybe_sent = MAX(e.maybe_sent, v.maybe_sent), attempts = e.attempts - v.refund, "
+                # not-sent attempts in a row: a charged attempt ends the run
+                "  not_sent = CASE WHEN v.refund = 1 THEN e.not_sent + 1 ELSE 0 END, "
                 "  lease_owner = NULL, lease_expires_at = NULL, updated_at = ? "
                 "FROM v WHERE e.id = v.id AND e.fence = v.fence AND e.state = 'claimed' "
                 "RETURNING id, fence",
@@ -586,7 +588,7 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
                 f"  AND (deadline IS NULL OR deadline >= ?){kind_clause} "
                 "  ORDER BY not_before, id LIMIT ?) "
                 "RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, "
-                "deadline",
+                "deadline, not_sent",
                 (owner, expires, now, now, now, *kind_params, limit),
             ).fetchall()
         claims = [Claim.from_row(row, expires) for row in rows]
@@ -708,7 +710,8 @@ class SQLiteStore(SQLiteReplyVerbs, SQLiteRunVerbs, Store):
             effect = self._locked_effect(conn, key)
             effect.check_retryable()
             rows = conn.execute(
-                "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_before = ?, "
+                "UPDATE oncewire_effects SET state = 'pending', attempts = 0, not_sent = 0, "
+                "not_before = ?, "
                 # A deadline that has passed would kill the retry at once: the operator's retry
                 # lifts it. A deadline still ahead stays.
                 f"deadline = CASE WHEN deadline < ? THEN NULL ELSE deadline END, "

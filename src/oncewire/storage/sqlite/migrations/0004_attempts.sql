@@ -17,3 +17,8 @@ CREATE TABLE oncewire_attempts (
     finished_at REAL    NOT NULL,
     PRIMARY KEY (effect_id, fence)
 ) WITHOUT ROWID;
+
+-- Not-sent attempts in a row: a NotSent answer gives its attempt back (it does not count
+-- against max_attempts), so this is what bounds a receiver that keeps turning an effect away
+-- (RetryPolicy.max_not_sent); a charged attempt and an operator's retry reset it.
+ALTER TABLE oncewire_effects ADD COLUMN not_sent INTEGER NOT NULL DEFAULT 0 CHECK (not_sent >= 0);
