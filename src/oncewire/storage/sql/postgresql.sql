@@ -1,0 +1,30 @@
+-- PostgreSQL-only forms of neutral queries (same name, marked [postgresql]). Each one exists
+-- because the neutral text would be correct but slower or less concurrent on PostgreSQL.
+
+-- name: claim [postgresql]
+-- SKIP LOCKED: concurrent dispatchers take different due effects instead of queueing on the
+-- same rows.
+WITH due AS (
+    SELECT id FROM oncewire_effects
+     WHERE state IN ('pending', 'uncertain') AND not_before <= :now
+       AND (deadline IS NULL OR deadline >= :now)
+       AND (:any_kind OR kind {in :kinds})
+     ORDER BY not_before, id
+     LIMIT :limit
+     {skip_locked})
+UPDATE oncewire_effects AS e
+   SET state = 'claimed', attempts = e.attempts + 1, fence = e.fence + 1,
+       lease_owner = :owner, lease_expires_at = :expires_at, updated_at = :now
+  FROM due
+ WHERE e.id = due.id
+RETURNING e.id, e.key, e.kind, e.payload, e.attempts, e.max_attempts, e.fence, e.maybe_sent,
+          e.deadline, e.not_sent
+
+-- name: backlog [postgresql]
+-- One scan with FILTER instead of four subqueries.
+SELECT MIN(not_before) FILTER (WHERE state IN ('pending', 'uncertain')),
+       COUNT(*) FILTER (WHERE state = 'uncertain'),
+       COUNT(*) FILTER (WHERE state = 'claimed'),
+       COUNT(*) FILTER (WHERE state = 'pending' AND fence > 0)
+  FROM oncewire_effects
+ WHERE state IN ('pending', 'uncertain', 'claimed') AND (:any_kind OR kind {in :kinds})
