@@ -132,7 +132,7 @@ def test_a_receivers_work_cannot_release_oncewires_savepoint(
     def work(tx: object, key: str, payload: object) -> str:
         tx.execute(insert, (int(key),))  # type: ignore[attr-defined]
         if key == "2":
-            tx.execute('RELEASE SAVEPOINT "oncewire_item_1"')  # type: ignore[attr-defined]
+            tx.execute('RELEASE SAVEPOINT "oncewire_item"')  # type: ignore[attr-defined]
         return "ok"
 
     results = receipts.run_many([("1", {}), ("2", {}), ("3", {})], work)

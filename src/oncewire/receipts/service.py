@@ -122,13 +122,18 @@ class Receipts:
         place, while the others commit. Results come back in the order of ``items``.
         """
         now = self.clock.now()
+        max_bytes = self.max_payload_bytes
+        savepoint = self.store.savepoint_in_tx
         results: list[ReceiptResult[T] | Exception] = []
         with self.store.transaction() as tx:
-            for index, (key, payload) in enumerate(items):
+            for key, payload in items:
                 try:
                     key = _check_key(key)
-                    payload_json = canonical_json(payload, max_bytes=self.max_payload_bytes)
-                    with self.store.savepoint_in_tx(tx, f"oncewire_item_{index}"):
+                    payload_json = canonical_json(payload, max_bytes=max_bytes)
+                    # One name for every item (each is released before the next opens): the
+                    # same SQL text each time, so the connection's statement cache keeps it and
+                    # the work's own statements, instead of being flooded by one per item.
+                    with savepoint(tx, "oncewire_item"):
                         work = functools.partial(fn, tx, key, payload)
                         results.append(self._run_in_tx(tx, key, payload_json, now, work))
                 except Exception as exc:
