@@ -1,0 +1,299 @@
+"""The outbox's verbs, written once (statements in ``storage/sql/effects.sql``).
+
+Accept, read, claim and settle effects, renew and release leases, and the operator's cancel and
+retry, with the attempt history written in the transaction that closes each attempt. What
+differs per dialect is in the SQL (``postgresql.sql``: the SKIP LOCKED claim, the FILTER
+backlog) or in the driver (how many settlement rows one statement carries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from oncewire.core.errors import EffectNotFound
+from oncewire.storage.driver import Driver
+from oncewire.storage.records import (
+    AttemptRecord,
+    Backlog,
+    Claim,
+    Effect,
+    EffectState,
+    Settlement,
+    attempt_outcome,
+    cancelled_attempt,
+)
+
+__all__ = ["EffectVerbs"]
+
+_CANCELLED_ATTEMPT = (
+    "effect_id",
+    "attempt",
+    "fence",
+    "owner",
+    "redelivery",
+    "error",
+    "finished_at",
+)
+
+
+class EffectVerbs:
+    """The effects verbs of :class:`~oncewire.storage.base.Store`, over ``self.db``."""
+
+    db: Driver
+
+    def insert_effect_in_tx(
+        self,
+        tx: Any,
+        *,
+        key: str,
+        kind: str,
+        payload_json: str,
+        digest: str,
+        max_attempts: int,
+        not_before: float,
+        deadline: float | None,
+        now: float,
+    ) -> tuple[Effect, bool]:
+        db, q = self.db, self.db.queries
+        conn = db.tx_conn(tx)
+        with db.translate_errors("accepting an effect"):
+            inserted = db.one(
+                conn,
+                q.insert_effect,
+                key=key,
+                kind=kind,
+                payload=payload_json,
+                digest=digest,
+                max_attempts=max_attempts,
+                not_before=not_before,
+                deadline=deadline,
+                now=now,
+            )
+            if inserted is not None:
+                # Every other column is its default: build the record instead of reading it.
+                return Effect(
+                    id=inserted[0],
+                    key=key,
+                    kind=kind,
+                    payload_json=payload_json,
+                    digest=digest,
+                    state=EffectState.PENDING,
+                    attempts=0,
+                    max_attempts=max_attempts,
+                    not_before=not_before,
+                    deadline=deadline,
+                    fence=0,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    maybe_sent=False,
+                    result_json=None,
+                    last_error=None,
+                    created_at=now,
+                    updated_at=now,
+                ), True
+            row = db.one(conn, q.get_effect, key=key)
+        assert row is not None  # the insert conflicted with it, in this transaction
+        return Effect.from_row(row), False
+
+    def get_effect(self, key: str) -> Effect | None:
+        rows = self.db.read(self.db.queries.get_effect, key=key)
+        return Effect.from_row(rows[0]) if rows else None
+
+    def list_effects(
+        self,
+        *,
+        states: Sequence[EffectState] = (),
+        kind: str | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+        newest_first: bool = False,
+        before_id: int | None = None,
+    ) -> list[Effect]:
+        q = self.db.queries
+        rows = self.db.read(
+            q.list_effects_newest if newest_first else q.list_effects,
+            after_id=after_id,
+            before_id=before_id,
+            any_state=not states,
+            states=[str(s) for s in states],
+            kind=kind,
+            limit=limit,
+        )
+        return [Effect.from_row(row) for row in rows]
+
+    def count_effects(self, *, kind: str | None = None) -> dict[EffectState, int]:
+        counts = dict.fromkeys(EffectState, 0)
+        for state, count in self.db.read(self.db.queries.count_effects, kind=kind):
+            counts[EffectState(state)] = int(count)
+        return counts
+
+    # -- claiming and settling ---------------------------------------------------------------
+    def settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        *,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        kinds: Sequence[str] | None = None,
+    ) -> tuple[list[bool], list[Claim]]:
+        db, q = self.db, self.db.queries
+        expires = now + lease_seconds
+        with db.write("settling and claiming effects") as conn:
+            applied = self._settle_in_tx(conn, settlements, now) if settlements else []
+            if limit <= 0:
+                return applied, []
+            rows = db.all(
+                conn,
+                q.claim,
+                owner=owner,
+                expires_at=expires,
+                now=now,
+                any_kind=kinds is None,
+                kinds=() if kinds is None else kinds,
+                limit=limit,
+            )
+        claims = [Claim.from_row(row, expires) for row in rows]
+        claims.sort(key=lambda claim: claim.id)
+        return applied, claims
+
+    def _settle_in_tx(self, conn: Any, items: Sequence[Settlement], now: float) -> list[bool]:
+        """Write the attempt history of each settlement that will apply (read from its claim
+        before the settlement clears the owner), then apply them; which did."""
+        db, q = self.db, self.db.queries
+        applied: set[tuple[int, int]] = set()
+        for chunk in self._chunks(items):
+            db.run(
+                conn,
+                q.record_attempts,
+                rows=[
+                    (
+                        i.id,
+                        i.fence,
+                        i.attempt,
+                        i.redelivery,
+                        attempt_outcome(i),
+                        str(i.state),
+                        i.last_error,
+                        i.started_at,
+                        now if i.finished_at is None else i.finished_at,
+                    )
+                    for i in chunk
+                ],
+            )
+            rows = db.all(
+                conn,
+                q.settle,
+                rows=[
+                    (
+                        i.id,
+                        i.fence,
+                        str(i.state),
+                        i.result_json,
+                        i.last_error,
+                        i.not_before,
+                        i.maybe_sent,
+                        int(i.refund_attempt),
+                    )
+                    for i in chunk
+                ],
+                now=now,
+            )
+            applied.update((row[0], row[1]) for row in rows)
+        return [(i.id, i.fence) in applied for i in items]
+
+    def _chunks(self, items: Sequence[Settlement]) -> Iterator[Sequence[Settlement]]:
+        size = self.db.values_chunk
+        for start in range(0, len(items), size):
+            yield items[start : start + size]
+
+    def renew_leases(
+        self, owner: str, fences: Sequence[tuple[int, int]], expires_at: float, now: float
+    ) -> int:
+        if not fences:
+            return 0
+        db, q = self.db, self.db.queries
+        renewed = 0
+        with db.write("renewing leases") as conn:
+            for start in range(0, len(fences), db.values_chunk):
+                chunk = fences[start : start + db.values_chunk]
+                renewed += len(
+                    db.all(
+                        conn,
+                        q.renew_leases,
+                        fences=chunk,
+                        expires_at=expires_at,
+                        now=now,
+                        owner=owner,
+                    )
+                )
+        return renewed
+
+    def lease_holders(self) -> list[str]:
+        return [row[0] for row in self.db.read(self.db.queries.lease_holders)]
+
+    def release_claims(self, *, now: float, dead_owners: Sequence[str] = ()) -> int:
+        db, q = self.db, self.db.queries
+        with db.write("releasing claims") as conn:
+            # The attempt history first, while each claim still names its owner.
+            db.run(conn, q.record_released, now=now, dead_owners=dead_owners)
+            return db.run(conn, q.release_claims, now=now, dead_owners=dead_owners)
+
+    def expire_deadlines(self, now: float) -> int:
+        db = self.db
+        with db.write("expiring deadlines") as conn:
+            return db.run(conn, db.queries.expire_deadlines, now=now)
+
+    def backlog(self, kinds: Sequence[str] | None = None) -> Backlog:
+        row = self.db.read(
+            self.db.queries.backlog, any_kind=kinds is None, kinds=() if kinds is None else kinds
+        )[0]
+        return Backlog(next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3])
+
+    def waiting_kinds(self) -> dict[str, tuple[int, float]]:
+        rows = self.db.read(self.db.queries.waiting_kinds)
+        return {kind: (int(count), float(oldest)) for kind, count, oldest in rows}
+
+    def list_attempts(self, effect_id: int) -> list[AttemptRecord]:
+        rows = self.db.read(self.db.queries.list_attempts, effect_id=effect_id)
+        return [AttemptRecord.from_row(row) for row in rows]
+
+    # -- the operator's commands -------------------------------------------------------------
+    def _locked_effect(self, conn: Any, key: str) -> Effect:
+        row = self.db.one(conn, self.db.queries.lock_effect, key=key)
+        if row is None:
+            raise EffectNotFound(f"no effect with key {key!r}", key=key)
+        return Effect.from_row(row)
+
+    def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:
+        db, q = self.db, self.db.queries
+        with db.write("cancelling an effect") as conn:
+            effect = self._locked_effect(conn, key)
+            effect.check_cancellable()
+            in_flight = effect.state is EffectState.CLAIMED
+            if in_flight:
+                reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
+                row = cancelled_attempt(effect, reason, now)
+                db.run(conn, q.record_cancelled, **dict(zip(_CANCELLED_ATTEMPT, row, strict=True)))
+            # An attempt in flight may land: a later retry must go out flagged as a redelivery.
+            updated = db.one(
+                conn,
+                q.cancel_effect,
+                reason=reason,
+                now=now,
+                maybe_sent=in_flight or effect.maybe_sent,
+                id=effect.id,
+            )
+        assert updated is not None  # locked above
+        return Effect.from_row(updated)
+
+    def retry_effect(self, key: str, *, now: float) -> Effect:
+        db = self.db
+        with db.write("retrying an effect") as conn:
+            effect = self._locked_effect(conn, key)
+            effect.check_retryable()
+            updated = db.one(conn, db.queries.retry_effect, now=now, id=effect.id)
+        assert updated is not None  # locked above
+        return Effect.from_row(updated)

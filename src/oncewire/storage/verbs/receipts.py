@@ -1,0 +1,63 @@
+"""The receipts verbs, written once (statements in ``storage/sql/receipts.sql``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncewire.storage.driver import Driver
+from oncewire.storage.records import Receipt
+
+__all__ = ["ReceiptVerbs"]
+
+
+class ReceiptVerbs:
+    """Reserve, complete, read and purge idempotency receipts."""
+
+    db: Driver
+
+    def reserve_receipt_in_tx(
+        self,
+        tx: Any,
+        *,
+        key: str,
+        digest: str,
+        payload_json: str,
+        now: float,
+        expires_at: float | None,
+    ) -> Receipt | None:
+        db, q = self.db, self.db.queries
+        conn = db.tx_conn(tx)
+        with db.translate_errors("reserving a receipt"):
+            inserted = db.run(
+                conn,
+                q.reserve_receipt,
+                key=key,
+                digest=digest,
+                payload=payload_json,
+                now=now,
+                expires_at=expires_at,
+            )
+            if inserted:
+                return None
+            row = db.one(conn, q.get_receipt, key=key)
+        assert row is not None  # the insert conflicted with it, in this transaction
+        return Receipt.from_row(row)
+
+    def complete_receipt_in_tx(self, tx: Any, *, key: str, result_json: str) -> None:
+        db = self.db
+        conn = db.tx_conn(tx)
+        with db.translate_errors("completing a receipt"):
+            db.run(conn, db.queries.complete_receipt, result=result_json, key=key)
+
+    def get_receipt(self, key: str) -> Receipt | None:
+        rows = self.db.read(self.db.queries.get_receipt, key=key)
+        return Receipt.from_row(rows[0]) if rows else None
+
+    def list_receipts(self, *, limit: int = 100, after_key: str = "") -> list[Receipt]:
+        rows = self.db.read(self.db.queries.list_receipts, after_key=after_key, limit=limit)
+        return [Receipt.from_row(row) for row in rows]
+
+    def purge_receipts(self, *, expired_before: float) -> int:
+        db = self.db
+        with db.write("purging receipts") as conn:
+            return db.run(conn, db.queries.purge_receipts, expired_before=expired_before)
