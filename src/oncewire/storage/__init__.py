@@ -8,6 +8,8 @@ from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
 
 __all__ = ["DEFAULT_OPEN_TIMEOUT_SECONDS", "Store", "Transaction", "open_store"]
 
+_SCHEMES = ("postgresql", "postgres", "sqlite")
+
 
 def open_store(
     url_or_path: str,
@@ -18,8 +20,9 @@ def open_store(
     """Open (and migrate) the store at ``url_or_path``.
 
     ``postgresql://...`` selects PostgreSQL; ``sqlite:///path``, ``sqlite:path`` or a plain path
-    selects SQLite. With ``create=False`` a missing database is an error instead of a new file,
-    and a database without oncewire's schema is refused without being changed.
+    selects SQLite; any other ``scheme://`` is a :class:`ConfigurationError`. With
+    ``create=False`` a missing database is an error instead of a new file, and a database
+    without oncewire's schema is refused without being changed.
 
     A transient failure while opening (the server restarting, a connection terminated, the
     SQLite file locked by another writer) is retried with backoff for ``open_timeout_seconds``;
@@ -29,6 +32,13 @@ def open_store(
     text = str(url_or_path)
     if not text:
         raise ConfigurationError("no database given (pass --db or set ONCEWIRE_DB)")
+    scheme, separator, _ = text.partition("://")
+    if separator and scheme.lower() not in _SCHEMES:
+        # Never a SQLite file named after a URL meant for another database.
+        raise ConfigurationError(
+            f"unknown database URL scheme {scheme + '://'!r}: oncewire stores in "
+            "postgresql://... or sqlite:///path (or a plain path)"
+        )
     if text.startswith(("postgresql://", "postgres://")):
         from oncewire.storage.postgres import PostgresStore
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core.canonical import loads
 from oncewire.core.errors import InvalidPayload, InvalidState
 
 __all__ = [
@@ -124,14 +125,10 @@ class Effect:
 
     @property
     def payload(self) -> Any:
-        from oncewire.core.canonical import loads
-
         return loads(self.payload_json)
 
     @property
     def result(self) -> Any:
-        from oncewire.core.canonical import loads
-
         return None if self.result_json is None else loads(self.result_json)
 
     @property
@@ -343,8 +340,6 @@ class Receipt:
 
     @property
     def result(self) -> Any:
-        from oncewire.core.canonical import loads
-
         return None if self.result_json is None else loads(self.result_json)
 
     def as_dict(self) -> dict[str, Any]:
@@ -379,8 +374,6 @@ def _decoded(text: str | None, what: str) -> tuple[Any, str | None]:
     InvalidPayload; RecursionError (how deep it gets first depends on the process's recursion
     limit) and any ValueError are caught too, so that no limit setting turns a read into a crash.
     """
-    from oncewire.core.canonical import loads
-
     if text is None:
         return None, None
     if isinstance(text, UndecodableText):

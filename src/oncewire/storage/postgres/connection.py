@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from typing import Any
 
 from oncewire.core.errors import (
     ConfigurationError,
-    SchemaError,
     StatementError,
     StorageError,
     StoreBusy,
     StoreUnreachable,
     StoreUnusable,
 )
+from oncewire.storage import migrate as runner
 
 __all__ = [
     "connect",
@@ -47,6 +45,7 @@ _STATEMENT_CLASSES = ("42", "22", "23", "21", "0A")
 
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
 
+_PACKAGE = "oncewire.storage.postgres"
 SCHEMA_LOCK = 0x6F6E6365  # advisory lock key held while migrating ("once")
 
 
@@ -117,17 +116,12 @@ def connect(url: str, *, timeout_seconds: int | None = None) -> Any:
 
 
 def migrations() -> list[tuple[int, str, str]]:
-    folder = resources.files("oncewire.storage.postgres") / "migrations"
-    found = []
-    for entry in folder.iterdir():
-        if entry.name.endswith(".sql") and entry.name[:4].isdigit():
-            found.append((int(entry.name[:4]), entry.name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    return found
+    """(version, name, sql) for every numbered migration file, in order."""
+    return runner.migrations(_PACKAGE)
 
 
 def fresh_schema() -> str:
-    return (resources.files("oncewire.storage.postgres") / "schema.sql").read_text(encoding="utf-8")
+    return runner.fresh_schema(_PACKAGE)
 
 
 def current_version(conn: Any) -> int | None:
@@ -143,56 +137,33 @@ def current_version(conn: Any) -> int | None:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def _applied(conn: Any) -> set[int]:
-    if current_version(conn) is None:
-        return set()
-    return {int(row[0]) for row in conn.execute("SELECT version FROM oncewire_schema")}
+@contextmanager
+def _locked(conn: Any) -> Iterator[None]:
+    """A transaction holding the migration advisory lock (concurrent openers take turns)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        yield
 
 
-def _missing(conn: Any, available: list[tuple[int, str, str]]) -> bool:
-    return bool({number for number, _, _ in available} - _applied(conn))
+def _run_script(conn: Any, script: str) -> None:
+    conn.execute(script)
+
+
+DIALECT = runner.Dialect(
+    package=_PACKAGE,
+    locked=_locked,
+    run_script=_run_script,
+    current_version=current_version,
+    translate_errors=translate_errors,
+    placeholder="%s",
+    schema_table=(
+        "CREATE TABLE IF NOT EXISTS oncewire_schema (version INTEGER PRIMARY KEY, "
+        "name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+    ),
+)
 
 
 def migrate(conn: Any, *, use_fresh_schema: bool = True) -> int:
-    """Bring the schema up to date under an advisory lock (safe with concurrent openers)."""
-    available = migrations()
-    latest = available[-1][0]
-    with translate_errors("reading the schema version"):
-        if current_version(conn) == latest and not _missing(conn, available):
-            return latest
-    with translate_errors("migrating the schema"), conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        version = current_version(conn)
-        if version is not None and version > latest:
-            raise SchemaError(
-                f"the database has schema version {version}; this oncewire knows up to "
-                f"{latest}: upgrade oncewire"
-            )
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS oncewire_schema (version INTEGER PRIMARY KEY, "
-            "name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-        )
-        now = time.time()
-        if not version:
-            if use_fresh_schema:
-                conn.execute(fresh_schema())
-                for number, name, _ in available:
-                    conn.execute(
-                        "INSERT INTO oncewire_schema (version, name, applied_at) "
-                        "VALUES (%s, %s, %s)",
-                        (number, name, now),
-                    )
-                return latest
-            version = 0
-        # Every migration not yet recorded, not only those above the newest: a database that
-        # took a later number before an earlier one existed (0003 before 0002) still gets it.
-        applied = _applied(conn)
-        for number, name, sql in available:
-            if number in applied:
-                continue
-            conn.execute(sql)
-            conn.execute(
-                "INSERT INTO oncewire_schema (version, name, applied_at) VALUES (%s, %s, %s)",
-                (number, name, now),
-            )
-    return latest
+    """Bring the schema up to date (:func:`oncewire.storage.migrate.migrate`) under an
+    advisory lock (safe with concurrent openers)."""
+    return runner.migrate(conn, DIALECT, use_fresh_schema=use_fresh_schema)

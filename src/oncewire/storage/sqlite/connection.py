@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-import time
-from importlib import resources
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from oncewire.core.errors import (
@@ -14,6 +14,7 @@ from oncewire.core.errors import (
     StoreBusy,
     StoreUnusable,
 )
+from oncewire.storage import migrate as runner
 
 __all__ = [
     "check_version",
@@ -26,6 +27,8 @@ __all__ = [
     "translate_errors",
     "translated",
 ]
+
+_PACKAGE = "oncewire.storage.sqlite"
 
 # Primary result codes (extended codes carry them in the low byte).
 _SQLITE_ERROR = 1
@@ -168,18 +171,11 @@ def check_version(version: int | None, *, create: bool, path: str) -> None:
 
 def migrations() -> list[tuple[int, str, str]]:
     """(version, name, sql) for every numbered migration file, in order."""
-    folder = resources.files("oncewire.storage.sqlite") / "migrations"
-    found = []
-    for entry in folder.iterdir():
-        name = entry.name
-        if name.endswith(".sql") and name[:4].isdigit():
-            found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    return found
+    return runner.migrations(_PACKAGE)
 
 
 def fresh_schema() -> str:
-    return (resources.files("oncewire.storage.sqlite") / "schema.sql").read_text(encoding="utf-8")
+    return runner.fresh_schema(_PACKAGE)
 
 
 def split_statements(script: str) -> list[str]:
@@ -216,64 +212,37 @@ def current_version(conn: sqlite3.Connection) -> int | None:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def _applied(conn: sqlite3.Connection) -> set[int]:
-    if current_version(conn) is None:
-        return set()
-    return {int(row[0]) for row in conn.execute("SELECT version FROM oncewire_schema")}
+@contextmanager
+def _locked(conn: sqlite3.Connection) -> Iterator[None]:
+    """A transaction holding SQLite's write lock from its first statement."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
-def _missing(conn: sqlite3.Connection, available: list[tuple[int, str, str]]) -> bool:
-    return bool({number for number, _, _ in available} - _applied(conn))
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    # executescript() would commit first: run statement by statement inside our transaction.
+    for statement in split_statements(script):
+        conn.execute(statement)
+
+
+DIALECT = runner.Dialect(
+    package=_PACKAGE,
+    locked=_locked,
+    run_script=_run_script,
+    current_version=current_version,
+    translate_errors=translate_errors,
+    placeholder="?",
+    schema_table=SCHEMA_TABLE,
+)
 
 
 def migrate(conn: sqlite3.Connection, *, use_fresh_schema: bool = True) -> int:
-    """Bring the schema up to date; safe when several processes open the file at once.
-
-    A new database gets ``schema.sql`` in one go; an existing one gets each missing migration in
-    order. Both paths end in the same schema (a test proves it). Forward-only.
-    """
-    available = migrations()
-    latest = available[-1][0]
-    version = current_version(conn)
-    if version == latest and not _missing(conn, available):
-        return latest  # the common case: no write lock needed
-    with translate_errors("migrating the schema"):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = current_version(conn)  # re-read under the write lock
-            if version is not None and version > latest:
-                raise SchemaError(
-                    f"the database has schema version {version}; this oncewire knows up to "
-                    f"{latest}: upgrade oncewire"
-                )
-            conn.execute(SCHEMA_TABLE)
-            now = time.time()
-            if version is None or version == 0:
-                if use_fresh_schema:
-                    for statement in split_statements(fresh_schema()):
-                        conn.execute(statement)
-                    conn.executemany(
-                        "INSERT INTO oncewire_schema (version, name, applied_at) VALUES (?, ?, ?)",
-                        [(number, name, now) for number, name, _ in available],
-                    )
-                    version = latest
-                else:
-                    version = 0
-            # Every migration not yet recorded, not only those above the newest: a database
-            # that took a later number before an earlier one existed still gets it.
-            applied = _applied(conn)
-            for number, name, sql in available:
-                if number in applied:
-                    continue
-                for statement in split_statements(sql):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO oncewire_schema (version, name, applied_at) VALUES (?, ?, ?)",
-                    (number, name, now),
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    return latest
+    """Bring the schema up to date (:func:`oncewire.storage.migrate.migrate`); safe when
+    several processes open the file at once."""
+    return runner.migrate(conn, DIALECT, use_fresh_schema=use_fresh_schema)
