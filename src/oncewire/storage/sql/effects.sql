@@ -141,6 +141,10 @@ UPDATE oncewire_effects
             ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END,
        maybe_sent = TRUE, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
  WHERE state = 'claimed' AND (lease_expires_at < :now OR lease_owner {in :dead_owners})
+   -- exactly the claims record_released wrote a row for (and, on PostgreSQL, locked): a claim
+   -- that started to match between the two statements is left for the next release
+   AND EXISTS (SELECT 1 FROM oncewire_attempts AS a
+                WHERE a.effect_id = oncewire_effects.id AND a.fence = oncewire_effects.fence)
 
 -- name: expire_deadlines
 UPDATE oncewire_effects
