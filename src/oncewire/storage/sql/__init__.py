@@ -44,8 +44,9 @@ How a verb is ported (the replies, inbound and run verbs still have their SQL in
 from __future__ import annotations
 
 import functools
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -90,7 +91,16 @@ class Query:
     (list lengths), cached.
     """
 
-    __slots__ = ("_parts", "_shapes", "_slots", "_static", "dialect", "name", "source")
+    __slots__ = (
+        "_parts",
+        "_scalars",
+        "_shapes",
+        "_slots",
+        "_static",
+        "dialect",
+        "name",
+        "source",
+    )
 
     def __init__(self, name: str, source: str, dialect: str) -> None:
         self.name, self.source, self.dialect = name, source, dialect
@@ -133,14 +143,19 @@ class Query:
             else:
                 raise QueryError(f"query {name!r}: unknown macro {{{macro}}}")
         self._parts.append(self._literal(text[last:]))
-        self._static = (
-            None
-            if any(isinstance(p, _Slot) for p in self._parts)
-            else "".join(p for p in self._parts if isinstance(p, str))
-        )
-        if self._static is None and dialect == "postgresql":
-            # On PostgreSQL every list is one parameter: the text never depends on the shape.
-            self._static = "".join(self._pg_part(p) for p in self._parts)
+        # The text of a statement whose parameters are all values never changes (on PostgreSQL
+        # neither does one with lists: each list is one parameter); it binds with one C call.
+        self._static: str | None = None
+        self._scalars: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
+        if all(slot.how == "one" for slot in self._slots):
+            self._scalars = _getter(tuple(slot.name for slot in self._slots))
+            self._static = (
+                self._sqlite_text(())
+                if dialect == "sqlite"
+                else "".join(map(self._pg_part, self._parts))
+            )
+        elif dialect == "postgresql":
+            self._static = "".join(map(self._pg_part, self._parts))
 
     def _literal(self, text: str) -> str:
         return text.replace("%", "%%") if self.dialect == "postgresql" else text
@@ -169,10 +184,10 @@ class Query:
         return tuple(dict.fromkeys(slot.name for slot in self._slots))
 
     def render(self, params: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
-        if self._static is not None and self.dialect == "postgresql":
+        if self._scalars is not None and self._static is not None:
+            return self._static, self._scalars(params)
+        if self._static is not None:  # PostgreSQL, with lists
             return self._static, self._pg_bind(params)
-        if self._static is not None:
-            return self._static, tuple(params[slot.name] for slot in self._slots)
         return self._sqlite(params)
 
     def _pg_bind(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -232,6 +247,16 @@ class Query:
 
     def __repr__(self) -> str:
         return f"Query({self.name!r}, {self.dialect!r})"
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """``params -> (params[name], ...)`` for ``names``, in order."""
+    if not names:
+        return lambda params: ()
+    if len(names) == 1:
+        name = names[0]
+        return lambda params: (params[name],)
+    return operator.itemgetter(*names)
 
 
 def _padded(rows: int) -> int:
