@@ -11,6 +11,9 @@ worker threads, ``async def`` sinks on the dispatcher's event loop. Each outcome
 soon after its sink returns, not when its whole batch does: what finished is recorded together,
 once nothing else is about to finish (``SETTLE_LINGER_SECONDS``), so a hung sink never holds its
 neighbours' outcomes and a batch of fast sinks still costs one commit.
+
+How it stops (grace period, signals) is in :mod:`oncewire.dispatch.stopping`; what it counts
+and says (stats, a log line per attempt) in :mod:`oncewire.dispatch.reporting`.
 """
 
 from __future__ import annotations
@@ -18,12 +21,9 @@ from __future__ import annotations
 import logging
 import math
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from oncewire.core import crash
@@ -32,13 +32,27 @@ from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, OncewireError, StorageError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.dispatch import settling
+from oncewire.dispatch.reporting import (
+    DispatchStats,
+    count_settled,
+    say_attempt,
+    shown,
+    warn_waiting_kinds,
+)
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.dispatch.runner import Call, SinkRunner
 from oncewire.dispatch.settling import Label, Verdict
 from oncewire.dispatch.sinkspec import SinkSpec, inspect_sinks
+from oncewire.dispatch.stopping import (
+    abandon_running,
+    check_grace,
+    install_signals,
+    say_left,
+    say_stopping,
+)
 from oncewire.effects.attempt import Attempt
 from oncewire.ledger import Ledger
-from oncewire.storage.records import Claim, EffectState, Settlement
+from oncewire.storage.records import Claim, Settlement
 
 __all__ = ["DispatchStats", "Dispatcher", "Sink"]
 
@@ -61,36 +75,6 @@ AFTER_RECORD = crash.register(
 SETTLE_LINGER_SECONDS = 0.02
 # How often the dispatcher looks for waiting effects of kinds it has no sink for.
 WAITING_KINDS_EVERY_SECONDS = 60.0
-_KEYS_SHOWN = 20
-
-
-@dataclass
-class DispatchStats:
-    claimed: int = 0
-    done: int = 0
-    rejected: int = 0
-    not_sent: int = 0
-    maybe_sent: int = 0
-    dead: int = 0
-    redeliveries: int = 0
-    timeouts: int = 0  # attempts given up on after their attempt timeout
-    errors: int = 0  # sinks that raised or answered something that is not an outcome
-    undecodable: int = 0  # stored payloads that could not be read (sent to dead, never sent)
-    not_started: int = 0  # claims handed back on stop before their sink was called
-    abandoned: int = 0  # attempts still running when the grace period ended (left claimed)
-    stale_refused: int = 0  # outcomes refused because the lease had moved on
-    released: int = 0  # claims of dead or expired owners released by this dispatcher
-    storage_errors: int = 0  # store calls that failed and were retried
-    batches: int = 0
-    by_state: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "by_state"}
-
-
-def _shown(keys: Sequence[str]) -> str:
-    more = f" and {len(keys) - _KEYS_SHOWN} more" if len(keys) > _KEYS_SHOWN else ""
-    return ", ".join(keys[:_KEYS_SHOWN]) + more
 
 
 class Dispatcher:
@@ -158,7 +142,7 @@ class Dispatcher:
         self.retry = retry or RetryPolicy()
         self.owner = owner or this_process_owner()
         self.storage_patience_seconds = storage_patience_seconds
-        self.grace_seconds = self._check_grace(grace_seconds)
+        self.grace_seconds = check_grace(grace_seconds)
         self.stats = DispatchStats()
         self._stop = threading.Event()
         self._abort = threading.Event()
@@ -172,12 +156,6 @@ class Dispatcher:
         self._first_finished: float | None = None  # time.monotonic() of the oldest of those
         self._warned_kinds: set[str] = set()
         self._timeouts = any(spec.timeout_seconds is not None for spec in self.specs.values())
-
-    @staticmethod
-    def _check_grace(seconds: float) -> float:
-        if not 0 <= seconds < math.inf:
-            raise ConfigurationError("grace_seconds must be finite and not negative")
-        return float(seconds)
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -215,12 +193,12 @@ class Dispatcher:
     ) -> DispatchStats:
         """Dispatch until stopped (SIGTERM/SIGINT: see the class) or, with ``until_idle``,
         until nothing is due, uncertain, claimed or waiting for a retry."""
-        grace = self.grace_seconds if grace_seconds is None else self._check_grace(grace_seconds)
+        grace = self.grace_seconds if grace_seconds is None else check_grace(grace_seconds)
         self._stop.clear()
         self._abort.clear()
         self._finished_run.clear()
         self._runner = SinkRunner(self.concurrency, self.clock)
-        restore = self._install_signals() if handle_signals else None
+        restore = install_signals(self._stop, self.stop, self.abort) if handle_signals else None
         heartbeat = threading.Thread(target=self._heartbeat, name="oncewire-lease", daemon=True)
         heartbeat.start()
         unsubscribe = self.ledger.store.subscribe(self.wake)
@@ -358,7 +336,7 @@ class Dispatcher:
         self._finished = []
         self._first_finished = None
         if settlements:
-            self._count_settled(settlements, applied)
+            count_settled(self.stats, settlements, applied)
             AFTER_RECORD.hit()
         if claims:
             self.stats.batches += 1
@@ -445,7 +423,7 @@ class Dispatcher:
             what = "batch sink" if call.batch else "sink"
             verdicts = [settling.raised(call.error, what)] * len(call.claims)
             log.warning(
-                "%s for %s raised on %s: %s", what, call.spec.kind, _shown(call.keys), call.error
+                "%s for %s raised on %s: %s", what, call.spec.kind, shown(call.keys), call.error
             )
         elif call.batch:
             verdicts = settling.read_batch(call.value, len(call.claims))
@@ -460,7 +438,7 @@ class Dispatcher:
             "attempt(s) of %s timed out after %gs: %s; recorded uncertain",
             call.spec.kind,
             timeout,
-            _shown(call.keys),
+            shown(call.keys),
         )
         self._resolve(call.claims, [settling.timed_out(timeout)] * len(call.claims), call)
         if call.spec.cancel is not None:
@@ -513,97 +491,28 @@ class Dispatcher:
                 stats.errors += 1
             elif label is Label.UNDECODABLE:
                 stats.undecodable += 1
-            self._say(claim, verdict, item, started_at, finished_at)
+            say_attempt(claim, verdict, item, started_at, finished_at)
         if self._first_finished is None:
             self._first_finished = time.monotonic()
         with self._inflight_lock:
             for claim in claims:
                 self._inflight.pop(claim.id, None)
 
-    def _say(
-        self,
-        claim: Claim,
-        verdict: Verdict,
-        item: Settlement,
-        started_at: float | None,
-        finished_at: float,
-    ) -> None:
-        label = verdict.label
-        if verdict.misuse or label is Label.UNDECODABLE:
-            level = logging.ERROR
-        elif verdict.result_error is not None:
-            level = logging.WARNING
-        else:
-            level = logging.INFO
-        if not log.isEnabledFor(level):
-            return
-        ms = (finished_at - started_at) * 1000.0 if started_at is not None else 0.0
-        log.log(
-            level,
-            "attempt key=%s kind=%s attempt=%d redelivery=%s outcome=%s ms=%.1f -> %s%s",
-            claim.key,
-            claim.kind,
-            item.attempt,
-            "yes" if claim.redelivery else "no",
-            label,
-            ms,
-            item.state,
-            f": {item.last_error}" if item.last_error and level > logging.INFO else "",
-        )
-
     # -- stopping ----------------------------------------------------------------------------
     def _stopping(self, grace: float) -> None:
         assert self._runner is not None
-        unstarted = self._runner.take_unstarted()
-        self._not_started(unstarted)
-        running = [key for call in self._calls.values() for key in call.keys]
-        if running:
-            log.warning(
-                "stopping: claiming no more; waiting up to %gs for %d attempt(s) in flight: %s",
-                grace,
-                len(running),
-                _shown(running),
-            )
-        else:
-            log.info("stopping: no attempt in flight")
+        self._not_started(self._runner.take_unstarted())
+        say_stopping(grace, [key for call in self._calls.values() for key in call.keys])
 
     def _leave(self, why: str) -> None:
         """Exit with attempts still running: they stay claimed, for recovery."""
         assert self._runner is not None
-        left: list[str] = []
-        for call in list(self._calls.values()):
-            self._runner.abandon(call)
-            left.extend(call.keys)
+        left = abandon_running(self._runner, self._calls.values())
         self._calls.clear()
         with self._inflight_lock:
             self._inflight.clear()
-        if left:
-            self.stats.abandoned += len(left)
-            log.warning(
-                "%s ended with %d attempt(s) still running; leaving their claims to recovery "
-                "(the next attempt is a flagged redelivery): %s",
-                why,
-                len(left),
-                _shown(left),
-            )
-
-    def _count_settled(self, settlements: Sequence[Settlement], applied: Sequence[bool]) -> None:
-        for item, ok in zip(settlements, applied, strict=True):
-            if not ok:
-                self.stats.stale_refused += 1
-                log.warning("outcome for effect %s refused: fence %s is stale", item.id, item.fence)
-                continue
-            self.stats.by_state[str(item.state)] = self.stats.by_state.get(str(item.state), 0) + 1
-            if item.state is EffectState.DONE:
-                self.stats.done += 1
-            elif item.state is EffectState.REJECTED:
-                self.stats.rejected += 1
-            elif item.state is EffectState.DEAD:
-                self.stats.dead += 1
-            elif item.state is EffectState.UNCERTAIN:
-                self.stats.maybe_sent += 1
-            else:
-                self.stats.not_sent += 1
+        self.stats.abandoned += len(left)
+        say_left(why, left)
 
     # -- recovery and waiting ----------------------------------------------------------------
     def _reap(self) -> int:
@@ -622,20 +531,12 @@ class Dispatcher:
         return released
 
     def _warn_waiting_kinds(self) -> None:
-        """Once per kind: effects wait for a kind no sink of this dispatcher handles."""
-        for kind, (count, oldest) in sorted(self.ledger.store.waiting_kinds().items()):
-            if kind in self.specs or kind in self._warned_kinds:
-                continue
-            self._warned_kinds.add(kind)
-            log.warning(
-                "%d effect(s) of kind %r wait (the oldest accepted %.0fs ago), and no sink in "
-                "this dispatcher handles %r (its sinks: %s)",
-                count,
-                kind,
-                max(0.0, self.clock.now() - oldest),
-                kind,
-                ", ".join(self.kinds),
-            )
+        warn_waiting_kinds(
+            self.ledger.store.waiting_kinds(),
+            handled=self.kinds,
+            warned=self._warned_kinds,
+            clock=self.clock,
+        )
 
     def _idle(self) -> bool:
         """Nothing due, uncertain, claimed or waiting for a retry.
@@ -670,23 +571,3 @@ class Dispatcher:
                 self.ledger.store.renew_leases(self.owner, fences, now + self.lease_seconds, now)
             except OncewireError as exc:
                 log.warning("lease renewal failed: %s", exc)
-
-    def _install_signals(self) -> Callable[[], None] | None:
-        if threading.current_thread() is not threading.main_thread():
-            return None
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            if self._stop.is_set():
-                log.warning("signal %d again: leaving now", signum)
-                self.abort()
-                return
-            log.warning("signal %d: stopping (a second signal leaves at once)", signum)
-            self.stop()
-
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def restore() -> None:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        return restore
