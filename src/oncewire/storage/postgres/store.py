@@ -1,11 +1,10 @@
 """PostgresStore: SKIP LOCKED claims, LISTEN/NOTIFY wake-ups, fenced settlements.
 
 The store opens and migrates the database and reports on it; its connections, transactions and
-notifications are :class:`~oncewire.storage.postgres.driver.PostgresDriver`'s, and the effects
-and receipts verbs are written once in :mod:`oncewire.storage.verbs` (the PostgreSQL-only forms
-of their statements are in ``storage/sql/postgresql.sql``). The reply and run verbs still live
-in this package (``replies.py``, ``runs.py``), over ``_conn``, ``_forget``, ``_write`` and
-``_read``.
+notifications are :class:`~oncewire.storage.postgres.driver.PostgresDriver`'s, and the effects,
+receipts, inbound and reply verbs are written once in :mod:`oncewire.storage.verbs` (the
+PostgreSQL-only forms of their statements are in ``storage/sql/postgresql.sql``). The run verbs
+still live in this package (``runs.py``), over ``_conn``, ``_forget``, ``_write`` and ``_read``.
 """
 
 from __future__ import annotations
@@ -31,15 +30,15 @@ from oncewire.storage.postgres.connection import (
 )
 from oncewire.storage.postgres.driver import CHANNEL, PostgresDriver, PostgresTransaction
 from oncewire.storage.postgres.inspect import inspect
-from oncewire.storage.postgres.replies import PostgresReplyVerbs
 from oncewire.storage.postgres.runs import PostgresRunVerbs
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
+from oncewire.storage.verbs.replies import InboundReplyVerbs
 
 __all__ = ["CHANNEL", "PostgresStore", "PostgresTransaction"]
 
 
-class PostgresStore(EffectVerbs, ReceiptVerbs, PostgresRunVerbs, PostgresReplyVerbs, Store):
+class PostgresStore(EffectVerbs, ReceiptVerbs, PostgresRunVerbs, InboundReplyVerbs, Store):
     dialect = "postgresql"
     db: PostgresDriver
 

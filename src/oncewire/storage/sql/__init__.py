@@ -22,12 +22,14 @@ between the dialects (the rest is the same SQL text):
 5. ``{for_update}``, ``{for_update_of:e}`` and ``{skip_locked}`` render to nothing on SQLite
    (``BEGIN IMMEDIATE`` already serialises writers) and to ``FOR UPDATE``, ``FOR UPDATE OF e``
    and ``FOR UPDATE SKIP LOCKED`` on PostgreSQL.
-6. ``{effect_columns}``, ``{receipt_columns}``, ``{attempt_columns}`` stand for the column lists
-   the records read (:mod:`oncewire.storage.records`); ``{effect_columns:e}`` prefixes an alias.
+6. ``{effect_columns}``, ``{receipt_columns}``, ``{attempt_columns}`` (and ``{inbound_columns}``,
+   ``{reply_columns}``, ``{op_columns}``) stand for the column lists the records read
+   (:mod:`oncewire.storage.records`, :mod:`oncewire.storage.replies`); ``{effect_columns:e}``
+   prefixes an alias.
 7. A block of ``postgresql.sql`` headed ``-- name: claim [postgresql]`` replaces the neutral
    ``claim`` on PostgreSQL only. An override with no neutral twin is refused when loading.
 
-How a verb is ported (the replies, inbound and run verbs still have their SQL in Python):
+How a verb is ported (the run verbs still have their SQL in Python):
 
 - write each statement once in ``<ledger>.sql`` with ``:name`` parameters and the macros above
   (a dynamic ``WHERE`` becomes optional filters: ``(CAST(:kind AS TEXT) IS NULL OR kind =
@@ -52,6 +54,7 @@ from importlib import resources
 from typing import Any
 
 from oncewire.storage.records import ATTEMPT_COLUMNS, EFFECT_COLUMNS, RECEIPT_COLUMNS
+from oncewire.storage.replies import INBOUND_COLUMNS, OP_COLUMNS, REPLY_COLUMNS
 
 __all__ = ["DIALECTS", "Queries", "Query", "QueryError", "dummy_params", "load", "queries"]
 
@@ -61,6 +64,9 @@ _COLUMNS = {
     "effect_columns": EFFECT_COLUMNS,
     "receipt_columns": RECEIPT_COLUMNS,
     "attempt_columns": ATTEMPT_COLUMNS,
+    "inbound_columns": INBOUND_COLUMNS,
+    "reply_columns": REPLY_COLUMNS,
+    "op_columns": OP_COLUMNS,
 }
 _LOCKS = {
     "for_update": {"sqlite": "", "postgresql": "FOR UPDATE"},

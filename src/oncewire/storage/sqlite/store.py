@@ -1,9 +1,9 @@
 """SQLiteStore: WAL, synchronous=FULL, BEGIN IMMEDIATE writers, one connection per thread.
 
 The store opens, checks and migrates the file and reports on it; its connections and
-transactions are :class:`~oncewire.storage.sqlite.driver.SQLiteDriver`'s, and the effects and
-receipts verbs are written once in :mod:`oncewire.storage.verbs`. The reply and run verbs still
-live in this package (``replies.py``, ``runs.py``), over ``_conn``, ``_write`` and ``_read``.
+transactions are :class:`~oncewire.storage.sqlite.driver.SQLiteDriver`'s, and the effects,
+receipts, inbound and reply verbs are written once in :mod:`oncewire.storage.verbs`. The run
+verbs still live in this package (``runs.py``), over ``_conn``, ``_write`` and ``_read``.
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ from oncewire.storage.sqlite.connection import (
 )
 from oncewire.storage.sqlite.driver import SQLiteDriver, SQLiteTransaction, undecodable_text
 from oncewire.storage.sqlite.inspect import inspect
-from oncewire.storage.sqlite.replies import SQLiteReplyVerbs
 from oncewire.storage.sqlite.runs import SQLiteRunVerbs
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
+from oncewire.storage.verbs.replies import InboundReplyVerbs
 
 __all__ = ["SQLiteStore", "SQLiteTransaction"]
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
-class SQLiteStore(EffectVerbs, ReceiptVerbs, SQLiteReplyVerbs, SQLiteRunVerbs, Store):
+class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, SQLiteRunVerbs, Store):
     dialect = "sqlite"
     db: SQLiteDriver
 

@@ -1,0 +1,423 @@
+"""The inbound and reply verbs, written once (statements in ``storage/sql/replies.sql``).
+
+Inbound messages are admitted once under their platform identity; each has at most one reply
+record, which owns every wire operation sent for it (see :mod:`oncewire.storage.replies` for
+the records and the seam these verbs implement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, StaleFence
+from oncewire.storage.driver import Driver
+from oncewire.storage.replies import (
+    Inbound,
+    InboundStatus,
+    OpKind,
+    OpState,
+    Reply,
+    ReplyOp,
+    ReplyState,
+    SendRequest,
+)
+
+__all__ = ["InboundReplyVerbs"]
+
+
+class InboundReplyVerbs:
+    """Admit inbound messages, open and commit replies, lease them, record wire operations."""
+
+    db: Driver
+
+    # -- inbound -----------------------------------------------------------------------------
+    def admit_inbound(
+        self,
+        *,
+        platform: str,
+        bot: str,
+        chat: str,
+        thread: str,
+        platform_message_id: str,
+        payload_json: str,
+        digest: str,
+        now: float,
+    ) -> tuple[Inbound, bool]:
+        db, q = self.db, self.db.queries
+        key = {
+            "platform": platform,
+            "bot": bot,
+            "chat": chat,
+            "thread": thread,
+            "platform_message_id": platform_message_id,
+        }
+        with db.write("admitting an inbound message") as conn:
+            row = db.one(conn, q.admit_inbound, **key, payload=payload_json, digest=digest, now=now)
+            if row is not None:
+                return Inbound.from_row(row), True
+            row = db.one(conn, q.redeliver_inbound, **key, now=now)
+        assert row is not None  # the insert conflicted with it, in this transaction
+        return Inbound.from_row(row), False
+
+    def get_inbound(self, inbound_id: int) -> Inbound | None:
+        rows = self.db.read(self.db.queries.get_inbound, inbound_id=inbound_id)
+        return Inbound.from_row(rows[0]) if rows else None
+
+    def list_inbound(
+        self, *, statuses: Sequence[InboundStatus] = (), limit: int = 100, after_id: int = 0
+    ) -> list[Inbound]:
+        rows = self.db.read(
+            self.db.queries.list_inbound,
+            after_id=after_id,
+            any_status=not statuses,
+            statuses=[str(s) for s in statuses],
+            limit=limit,
+        )
+        return [Inbound.from_row(row) for row in rows]
+
+    def start_inbound(self, inbound_id: int, *, now: float) -> Inbound:
+        db = self.db
+        with db.write("starting an inbound message") as conn:
+            row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
+        return _found_inbound(row, inbound_id)
+
+    def quarantine_inbound(self, inbound_id: int, *, reason: str, now: float) -> Inbound:
+        db = self.db
+        with db.write("quarantining an inbound message") as conn:
+            row = db.one(
+                conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
+            )
+        return _found_inbound(row, inbound_id)
+
+    # -- replies -----------------------------------------------------------------------------
+    def _insert_reply(
+        self,
+        conn: Any,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> None:
+        db, q = self.db, self.db.queries
+        if db.one(conn, q.inbound_exists, inbound_id=inbound_id) is None:
+            raise InboundNotFound(f"no inbound message {inbound_id}", inbound_id=inbound_id)
+        db.run(
+            conn,
+            q.insert_reply,
+            inbound_id=inbound_id,
+            platform=request.platform,
+            bot=request.bot,
+            chat=request.chat,
+            thread=request.thread,
+            reply_to=request.reply_to,
+            format=request.format,
+            cap=cap,
+            unit=unit,
+            max_attempts=max_attempts,
+            now=now,
+        )
+
+    def open_reply(
+        self,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> Reply:
+        db, q = self.db, self.db.queries
+        with db.write("opening a reply") as conn:
+            self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
+            db.run(conn, q.inbound_answering, inbound_id=inbound_id, now=now)
+            row = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
+        assert row is not None  # inserted, or already there, in this transaction
+        return Reply.from_row(row)
+
+    def commit_reply_in_tx(
+        self,
+        tx: Any,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        final_text: str,
+        plan_json: str,
+        planned_sends: Sequence[tuple[int, str]],
+        now: float,
+    ) -> tuple[Reply, bool]:
+        db, q = self.db, self.db.queries
+        conn = db.conn()  # the caller's transaction runs on this thread's connection
+        if not db.in_transaction(conn):
+            raise InvalidState("commit_reply_in_tx needs an open transaction on this thread")
+        with db.translate_errors("committing a reply"):
+            self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
+            row = db.one(
+                conn,
+                q.commit_reply,
+                inbound_id=inbound_id,
+                final_text=final_text,
+                plan=plan_json,
+                now=now,
+            )
+            if row is None:
+                existing = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
+                assert existing is not None  # inserted, or already there, in this transaction
+                return Reply.from_row(existing), False
+            reply = Reply.from_row(row)
+            db.run(conn, q.inbound_answered, inbound_id=inbound_id, now=now)
+            # A slot a stream preview already sent needs no send: it will be edited.
+            sent = {slot for (slot,) in db.all(conn, q.acked_send_slots, reply_id=reply.id)}
+            seq = self._next_seq(conn, reply.id)
+            sends = [item for item in planned_sends if item[0] not in sent]
+            db.batch(
+                conn,
+                q.plan_send,
+                [
+                    {"reply_id": reply.id, "seq": seq + n, "slot": slot, "body": body, "now": now}
+                    for n, (slot, body) in enumerate(sends)
+                ],
+            )
+        return reply, True
+
+    def get_reply(self, reply_id: int) -> Reply | None:
+        rows = self.db.read(self.db.queries.get_reply, reply_id=reply_id)
+        return Reply.from_row(rows[0]) if rows else None
+
+    def reply_for_inbound(self, inbound_id: int) -> Reply | None:
+        rows = self.db.read(self.db.queries.reply_for_inbound, inbound_id=inbound_id)
+        return Reply.from_row(rows[0]) if rows else None
+
+    def list_replies(
+        self,
+        *,
+        states: Sequence[ReplyState] = (),
+        due_before: float | None = None,
+        limit: int = 100,
+        after_id: int = 0,
+    ) -> list[Reply]:
+        q = self.db.queries
+        filters: dict[str, Any] = {
+            "after_id": after_id,
+            "any_state": not states,
+            "states": [str(s) for s in states],
+            "limit": limit,
+        }
+        if due_before is None:
+            rows = self.db.read(q.list_replies, **filters)
+        else:
+            rows = self.db.read(q.list_due_replies, **filters, due_before=due_before)
+        return [Reply.from_row(row) for row in rows]
+
+    def count_replies(self) -> dict[ReplyState, int]:
+        counts = dict.fromkeys(ReplyState, 0)
+        for state, count in self.db.read(self.db.queries.count_replies):
+            counts[ReplyState(state)] = count
+        return counts
+
+    def claim_reply(
+        self,
+        reply_id: int,
+        *,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        dead_owners: Sequence[str] = (),
+    ) -> Reply | None:
+        db = self.db
+        with db.write("claiming a reply") as conn:
+            row = db.one(
+                conn,
+                db.queries.claim_reply,
+                owner=owner,
+                expires_at=now + lease_seconds,
+                now=now,
+                reply_id=reply_id,
+                dead=list(dead_owners),
+            )
+        return Reply.from_row(row) if row is not None else None
+
+    def reply_lease_holders(self) -> list[str]:
+        return [row[0] for row in self.db.read(self.db.queries.reply_lease_holders)]
+
+    def release_reply(
+        self,
+        reply_id: int,
+        *,
+        owner: str,
+        now: float,
+        not_before: float | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        db = self.db
+        with db.write("releasing a reply") as conn:
+            db.run(
+                conn,
+                db.queries.release_reply,
+                not_before=not_before,
+                last_error=last_error,
+                now=now,
+                reply_id=reply_id,
+                owner=owner,
+            )
+
+    def set_reply_marked(self, reply_id: int, *, now: float) -> None:
+        db = self.db
+        with db.write("recording the marker decision") as conn:
+            db.run(conn, db.queries.mark_reply, reply_id=reply_id, now=now)
+
+    def _finish_reply_in(
+        self, conn: Any, reply_id: int, state: ReplyState, now: float, last_error: str | None
+    ) -> Reply:
+        db, q = self.db, self.db.queries
+        row = db.one(
+            conn,
+            q.finish_reply,
+            state=str(state),
+            last_error=last_error,
+            now=now,
+            reply_id=reply_id,
+        )
+        if row is None:
+            raise ReplyNotFound(f"no reply {reply_id}", reply_id=reply_id)
+        reply = Reply.from_row(row)
+        if state is ReplyState.DELIVERED:  # a dead reply leaves its inbound answered
+            db.run(conn, q.inbound_delivered, inbound_id=reply.inbound_id, now=now)
+        return reply
+
+    def finish_reply(
+        self,
+        reply_id: int,
+        *,
+        state: ReplyState,
+        now: float,
+        last_error: str | None = None,
+        settle: tuple[int, str] | None = None,
+    ) -> Reply:
+        if state not in (ReplyState.DELIVERED, ReplyState.DEAD):
+            raise InvalidState(f"a reply finishes as delivered or dead, not {state}")
+        with self.db.write("finishing a reply") as conn:
+            self._settle_in(conn, settle, now)
+            return self._finish_reply_in(conn, reply_id, state, now, last_error)
+
+    def _settle_in(self, conn: Any, settle: tuple[int, str] | None, now: float) -> None:
+        if settle is not None:
+            op_id, message_id = settle
+            self.db.run(
+                conn, self.db.queries.settle_op, op_id=op_id, message_id=message_id, now=now
+            )
+
+    # -- wire operations ---------------------------------------------------------------------
+    def reply_ops(self, reply_id: int) -> list[ReplyOp]:
+        rows = self.db.read(self.db.queries.reply_ops, reply_id=reply_id)
+        return [ReplyOp.from_row(row) for row in rows]
+
+    def _next_seq(self, conn: Any, reply_id: int) -> int:
+        row = self.db.one(conn, self.db.queries.next_op_seq, reply_id=reply_id)
+        assert row is not None  # an aggregate always has its one row
+        return int(row[0])
+
+    def begin_op(
+        self,
+        reply_id: int,
+        *,
+        slot: int,
+        kind: OpKind,
+        body: str,
+        marked: bool,
+        message_id: str | None,
+        now: float,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
+        settle: tuple[int, str] | None = None,
+        expect_seq: int | None = None,
+    ) -> ReplyOp:
+        db, q = self.db, self.db.queries
+        with db.write("starting a wire operation") as conn:
+            self._settle_in(conn, settle, now)
+            if expect_seq is not None and self._next_seq(conn, reply_id) - 1 != expect_seq:
+                raise StaleFence(
+                    f"reply {reply_id} changed since its operations were read", reply_id=reply_id
+                )
+            if owner is not None:
+                leased = db.run(
+                    conn,
+                    q.lease_reply_for_op,
+                    owner=owner,
+                    expires_at=now + lease_seconds,
+                    marked=marked,
+                    now=now,
+                    reply_id=reply_id,
+                )
+                if not leased:
+                    raise StaleFence(
+                        f"reply {reply_id} is leased to another owner or finished",
+                        reply_id=reply_id,
+                    )
+            elif marked:
+                db.run(conn, q.mark_reply, reply_id=reply_id, now=now)
+            op = {"body": body, "marked": marked, "message_id": message_id, "now": now}
+            row = db.one(
+                conn, q.start_planned_op, **op, reply_id=reply_id, slot=slot, kind=str(kind)
+            )
+            if row is None:
+                row = db.one(
+                    conn,
+                    q.insert_op,
+                    **op,
+                    reply_id=reply_id,
+                    seq=self._next_seq(conn, reply_id),
+                    slot=slot,
+                    kind=str(kind),
+                )
+        assert row is not None  # an insert returns its row
+        return ReplyOp.from_row(row)
+
+    def end_op(
+        self,
+        op_id: int,
+        *,
+        state: OpState,
+        now: float,
+        message_id: str | None = None,
+        retry_after: float | None = None,
+        error: str | None = None,
+        count_attempt: bool = False,
+        deliver: bool = False,
+        settle: tuple[int, str] | None = None,
+    ) -> ReplyOp:
+        if state in (OpState.PLANNED, OpState.IN_FLIGHT):
+            raise InvalidState(f"an operation ends acked, refused or ambiguous, not {state}")
+        db, q = self.db, self.db.queries
+        with db.write("recording a wire outcome") as conn:
+            self._settle_in(conn, settle, now)
+            row = db.one(
+                conn,
+                q.end_op,
+                state=str(state),
+                message_id=message_id,
+                retry_after=retry_after,
+                error=error,
+                now=now,
+                op_id=op_id,
+            )
+            if row is None:
+                raise InvalidState(f"wire operation {op_id} is not in flight", op_id=op_id)
+            op = ReplyOp.from_row(row)
+            if count_attempt:
+                db.run(conn, q.count_reply_attempt, error=error, now=now, reply_id=op.reply_id)
+            if deliver:
+                self._finish_reply_in(conn, op.reply_id, ReplyState.DELIVERED, now, None)
+        return op
+
+
+def _found_inbound(row: Any, inbound_id: int) -> Inbound:
+    if row is None:
+        raise InboundNotFound(f"no inbound message {inbound_id}", inbound_id=inbound_id)
+    return Inbound.from_row(row)
