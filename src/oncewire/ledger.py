@@ -22,7 +22,9 @@ from oncewire.inbound.service import Inbox
 from oncewire.replies.service import Replies
 from oncewire.runs.service import Runs
 from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, Transaction, open_store
+from oncewire.storage.postgres.driver import PostgresDriver
 from oncewire.storage.records import Effect
+from oncewire.storage.sqlite.driver import SQLiteDriver
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "Ledger", "LedgerTransaction"]
 
@@ -57,7 +59,25 @@ class LedgerTransaction:
         self._scope.__exit__(exc_type, exc, tb)
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        """Run the caller's own SQL in this transaction."""
+        """Run the caller's own SQL in this transaction; returns the driver's cursor.
+
+        The portable form, which runs unchanged on SQLite and PostgreSQL, is ``:name``
+        placeholders with a dict::
+
+            tx.execute("INSERT INTO orders (id, total) VALUES (:id, :total)",
+                       {"id": 42, "total": 1999})
+
+        On PostgreSQL the text is translated (once per distinct text) to psycopg's
+        ``%(name)s``: a ``:name`` inside a string literal, a quoted identifier, a dollar quote
+        or a comment is left alone, ``x::int`` stays a cast, and a literal ``%`` needs no
+        escaping. A ``:`` directly followed by a name is always a placeholder: write an array
+        slice as ``a[1 : n]``. Each backend's native style keeps working: ``?`` with a tuple
+        on SQLite, ``%s`` (tuple) or ``%(name)s`` (dict) on PostgreSQL; do not mix ``:name``
+        and ``%(name)s`` in one statement.
+
+        Statements that would end the shared transaction or change the connection are refused
+        (:class:`InvalidState`) before they run; see :mod:`oncewire.storage.sqlguard`.
+        """
         return self._raw.execute(sql, params)
 
     def accept(
@@ -161,6 +181,49 @@ class Ledger:
                 delay_seconds=delay_seconds,
                 deadline_seconds=deadline_seconds,
             )
+
+    def accept_in(
+        self,
+        connection: Any,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_seconds: float = 0.0,
+        deadline_seconds: float | None = None,
+    ) -> Effect:
+        """Record the intent through the caller's own connection, in the caller's transaction.
+
+        For an application that owns its connection and transaction (a web framework's
+        request, an ORM session): ``connection`` is a psycopg 3 connection to this ledger's
+        PostgreSQL database (or a ``sqlite3.Connection`` to its SQLite file), inside an open
+        transaction. The effect is written through it with the same validation, limits and
+        conflicts as :meth:`LedgerTransaction.accept`; it becomes durable, and visible to the
+        dispatcher, when the caller commits, and disappears if the caller rolls back.
+        Committing is the caller's: oncewire never commits or rolls back this connection.
+
+        A connection that is not inside an open transaction (idle, autocommit between
+        statements, closed, or in a failed transaction) is :class:`InvalidState`, and so is
+        one of the other backend's driver, before anything is written. The connection must
+        see oncewire's tables (same database; on PostgreSQL the same ``search_path`` when the
+        ledger uses a schema of its own). With SQLAlchemy, pass the DBAPI connection
+        (``session.connection().connection.driver_connection``).
+        """
+        db = getattr(self.store, "db", None)
+        if not isinstance(db, PostgresDriver | SQLiteDriver):
+            raise InvalidState("accept_in needs a SQLite or PostgreSQL store")
+        tx = db.caller_transaction(connection)
+        effect, _ = self.effects.accept_in_tx(
+            tx,
+            key,
+            kind,
+            payload,
+            max_attempts=max_attempts,
+            delay_seconds=delay_seconds,
+            deadline_seconds=deadline_seconds,
+        )
+        return effect
 
     def close(self) -> None:
         self.store.close()

@@ -23,16 +23,21 @@ savepoint would undo a reservation oncewire goes on relying on.
 The scan is a small lexer, not a parser: it skips comments, string literals, quoted
 identifiers and PostgreSQL dollar quotes, splits at top-level semicolons, and looks at the first
 words of each statement.
+
+The same lexing makes the caller's SQL portable (:func:`named_to_pyformat`): ``:name``
+placeholders with a dict of values run on SQLite as written and on PostgreSQL translated to
+psycopg's ``%(name)s``.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from oncewire.core.errors import InvalidState
 
-__all__ = ["SavepointStack", "Statement", "check_statement", "scan"]
+__all__ = ["SavepointStack", "Statement", "check_statement", "named_to_pyformat", "scan"]
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
@@ -359,3 +364,57 @@ def _check_pragma(statement: Statement) -> None:
             f"PRAGMA {name} with a value",
             "it changes a setting of the connection oncewire goes on using",
         )
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PG_WORD = re.compile(r"[A-Za-z_\u0080-\uffff][A-Za-z0-9_$\u0080-\uffff]*")
+
+
+@lru_cache(maxsize=1024)  # the caller's hot path: the same few statement texts, again and again
+def named_to_pyformat(sql: str) -> str | None:
+    """``sql`` with its ``:name`` placeholders as psycopg's ``%(name)s``, or None if it has none.
+
+    A placeholder is a ``:`` followed by a name, outside string literals (``'...'``,
+    ``E'...'``), quoted identifiers, dollar quotes and comments, and not part of a ``::`` cast
+    (``x::int``). Every ``%`` is doubled, since psycopg reads ``%`` anywhere in the text, even
+    inside a literal. PostgreSQL's lexing only: ``[`` is an array subscript there, not a quote.
+    """
+    if ":" not in sql:
+        return None
+    out: list[str] = []
+    start = 0  # sql[start:i] is copied as is (with its % doubled)
+    found = False
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif ch == "/" and sql.startswith("/*", i):
+            i = _skip_block_comment(sql, i)
+        elif ch == "'":
+            escapes = i > 0 and sql[i - 1] in "eE" and (i < 2 or not _is_word_char(sql[i - 2]))
+            i = _skip_string(sql, i, "'", backslash=escapes)
+        elif ch == '"':
+            i = _skip_string(sql, i, '"', backslash=False)
+        elif ch == "$" and (match := _DOLLAR.match(sql, i)) is not None:
+            end = sql.find(match.group(0), match.end())
+            i = n if end < 0 else end + len(match.group(0))
+        elif ch == ":":
+            if sql.startswith("::", i):
+                i += 2  # a cast; the type name after it is a word
+            elif (match := _NAME.match(sql, i + 1)) is not None:
+                out.append(sql[start:i].replace("%", "%%"))
+                out.append(f"%({match.group(0)})s")
+                found = True
+                i = start = match.end()
+            else:
+                i += 1
+        elif (match := _PG_WORD.match(sql, i)) is not None:
+            i = match.end()  # a word, so that a '$' inside it opens no dollar quote
+        else:
+            i += 1
+    if not found:
+        return None
+    out.append(sql[start:].replace("%", "%%"))
+    return "".join(out)

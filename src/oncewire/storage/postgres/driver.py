@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from oncewire.core.errors import InvalidState
 from oncewire.storage.postgres.connection import connect, psycopg, translate_errors, translated
 from oncewire.storage.sql import Queries, Query, queries
-from oncewire.storage.sqlguard import SavepointStack, check_statement
+from oncewire.storage.sqlguard import SavepointStack, check_statement, named_to_pyformat
 
 __all__ = ["CHANNEL", "PostgresDriver", "PostgresTransaction"]
 
@@ -46,11 +46,31 @@ class _Begun:
         return bool(self.block.__exit__(exc_type, exc, tb))
 
 
-class PostgresTransaction:
-    """The caller's view of an open PostgreSQL transaction (``%s`` placeholders).
+class _TupleRows:
+    """The caller's connection as oncewire's verbs read it: rows as tuples, whatever
+    ``row_factory`` the caller gave the connection (``dict_row`` is common)."""
 
-    ``execute`` refuses what would end the transaction or change the connection
-    (:mod:`oncewire.storage.sqlguard`), and several statements in one string.
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @property
+    def info(self) -> Any:
+        return self._conn.info
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        cursor = self._conn.cursor(row_factory=psycopg.rows.tuple_row)
+        return cursor.execute(sql, params)
+
+
+class PostgresTransaction:
+    """The caller's view of an open PostgreSQL transaction.
+
+    ``execute`` takes ``:name`` placeholders with a dict (the portable form, translated to
+    ``%(name)s``) or psycopg's own ``%s`` / ``%(name)s``, and refuses what would end the
+    transaction or change the connection (:mod:`oncewire.storage.sqlguard`), and several
+    statements in one string.
     """
 
     __slots__ = ("conn", "is_open", "savepoints")
@@ -63,6 +83,8 @@ class PostgresTransaction:
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
         check_statement(sql, self.savepoints)
+        if isinstance(params, Mapping):
+            sql = named_to_pyformat(sql) or sql
         return self.conn.execute(sql, params or None)
 
     def execute_internal(self, sql: str) -> None:
@@ -267,6 +289,22 @@ class PostgresDriver:
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.info.transaction_status != _IDLE)
+
+    def caller_transaction(self, conn: Any) -> PostgresTransaction:
+        """The caller's own psycopg connection, inside its own open transaction, as a
+        transaction oncewire's ``_in_tx`` verbs write through (committing stays the caller's)."""
+        if psycopg is None or not isinstance(conn, psycopg.Connection):
+            raise InvalidState(
+                f"this ledger's store is PostgreSQL: accept_in takes a psycopg connection, not "
+                f"{type(conn).__name__}; nothing was written"
+            )
+        if conn.closed or conn.info.transaction_status != _INTRANS:
+            raise InvalidState(
+                "accept_in needs a connection inside an open transaction (run a statement or "
+                "enter conn.transaction() first; a failed transaction cannot take the effect); "
+                "nothing was written"
+            )
+        return PostgresTransaction(_TupleRows(conn))
 
     # -- statements --------------------------------------------------------------------------
     def read(self, q: Query, /, **params: Any) -> list[Any]:

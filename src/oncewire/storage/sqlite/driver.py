@@ -201,6 +201,27 @@ class SQLiteDriver:
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
 
+    def caller_transaction(self, conn: Any) -> SQLiteTransaction:
+        """The caller's own ``sqlite3`` connection, inside its own open transaction, as a
+        transaction oncewire's ``_in_tx`` verbs write through (committing stays the caller's)."""
+        if not isinstance(conn, sqlite3.Connection):
+            raise InvalidState(
+                f"this ledger's store is SQLite: accept_in takes a sqlite3 connection, not "
+                f"{type(conn).__name__}; nothing was written"
+            )
+        try:
+            open_tx = conn.in_transaction
+        except sqlite3.ProgrammingError:  # closed
+            open_tx = False
+        if not open_tx:
+            raise InvalidState(
+                "accept_in needs a connection inside an open transaction (BEGIN, or a statement "
+                "that writes, first); nothing was written"
+            )
+        tx = SQLiteTransaction(conn)
+        tx.is_open = True
+        return tx
+
     @contextlib.contextmanager
     def group_commit(self) -> Iterator[None]:
         conn = self.conn()
