@@ -22,9 +22,7 @@ from oncewire.inbound.service import Inbox
 from oncewire.replies.service import Replies
 from oncewire.runs.service import Runs
 from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, Transaction, open_store
-from oncewire.storage.postgres.driver import PostgresDriver
 from oncewire.storage.records import Effect
-from oncewire.storage.sqlite.driver import SQLiteDriver
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "Ledger", "LedgerTransaction"]
 
@@ -210,10 +208,7 @@ class Ledger:
         ledger uses a schema of its own). With SQLAlchemy, pass the DBAPI connection
         (``session.connection().connection.driver_connection``).
         """
-        db = getattr(self.store, "db", None)
-        if not isinstance(db, PostgresDriver | SQLiteDriver):
-            raise InvalidState("accept_in needs a SQLite or PostgreSQL store")
-        tx = db.caller_transaction(connection)
+        tx = self.store.caller_transaction(connection)
         effect, _ = self.effects.accept_in_tx(
             tx,
             key,

@@ -241,6 +241,15 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
         """
         return contextlib.nullcontext()
 
+    @abc.abstractmethod
+    def caller_transaction(self, connection: Any) -> Transaction:
+        """The caller's own driver connection, inside the caller's own open transaction, as a
+        transaction oncewire's ``_in_tx`` verbs write through; committing stays the caller's.
+
+        A connection of another driver, or one that is not inside an open transaction, is
+        :class:`~oncewire.core.errors.InvalidState` before anything is written.
+        """
+
     def savepoint_in_tx(self, tx: Transaction, name: str) -> AbstractContextManager[None]:
         """A nested scope inside ``tx``: an exception rolls back only what the scope wrote.
 

@@ -87,6 +87,9 @@ class PostgresStore(EffectVerbs, ReceiptVerbs, PostgresRunVerbs, InboundReplyVer
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self.db.read_sql(sql, params)
 
+    def caller_transaction(self, connection: Any) -> PostgresTransaction:
+        return self.db.caller_transaction(connection)
+
     def close(self) -> None:
         self.db.close()
 

@@ -99,6 +99,9 @@ class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, SQLiteRunVerbs, 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self.db.read_sql(sql, params)
 
+    def caller_transaction(self, connection: Any) -> SQLiteTransaction:
+        return self.db.caller_transaction(connection)
+
     def close(self) -> None:
         self.db.close()
 
