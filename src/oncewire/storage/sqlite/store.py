@@ -8,6 +8,7 @@ verbs still live in this package (``runs.py``), over ``_conn``, ``_write`` and `
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -148,16 +149,17 @@ class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, SQLiteRunVerbs, 
         limit: int,
         kinds: Sequence[str] | None = None,
     ) -> tuple[list[bool], list[Claim]]:
-        step = super().settle_and_claim
+        step = functools.partial(
+            super().settle_and_claim,
+            settlements,
+            owner=owner,
+            now=now,
+            lease_seconds=lease_seconds,
+            limit=limit,
+            kinds=kinds,
+        )
         try:
-            return step(
-                settlements,
-                owner=owner,
-                now=now,
-                lease_seconds=lease_seconds,
-                limit=limit,
-                kinds=kinds,
-            )
+            return step()
         except StorageError as exc:
             if not undecodable_text(exc.__cause__):
                 raise
@@ -165,11 +167,4 @@ class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, SQLiteRunVerbs, 
         # transaction, which rolled back: claim again with such text marked, so the dispatcher
         # gets it as an undecodable payload instead of failing on every step.
         with self.db.lenient():
-            return step(
-                settlements,
-                owner=owner,
-                now=now,
-                lease_seconds=lease_seconds,
-                limit=limit,
-                kinds=kinds,
-            )
+            return step()
