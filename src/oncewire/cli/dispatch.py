@@ -80,6 +80,7 @@ def load_sinks(spec: str) -> dict[str, Any]:
 def _run_one(
     db: str,
     app: str,
+    sinks: dict[str, Any],
     concurrency: int,
     batch_size: int,
     lease_seconds: float,
@@ -92,7 +93,6 @@ def _run_one(
     from oncewire.ledger import Ledger
 
     _configure_logging()
-    sinks = load_sinks(app)
     with Ledger(db) as ledger:
         dispatcher = Dispatcher(
             ledger,
@@ -298,10 +298,13 @@ def command(
 ) -> None:
     """Run dispatchers: claim due effects, call the app's sinks, record their outcomes."""
     if workers == 1:
-        load_sinks(app)  # fail fast, with one clear line, before anything runs
+        # Fails fast, with one clear line, before anything runs; resolved once (an app that
+        # is a factory builds its sinks once).
+        sinks = load_sinks(app)
         code = _run_one(
             db,
             app,
+            sinks,
             concurrency,
             batch_size,
             lease_seconds,
