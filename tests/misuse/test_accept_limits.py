@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,6 +14,7 @@ import oncewire
 from oncewire import ConfigurationError, InvalidPayload, KindConflict, Ledger, PayloadConflict
 from oncewire.core.limits import MAX_DEPTH
 from tests.contract.conftest import RawDatabase
+from tests.support.recursion import recursion_limit, stack_depth
 
 
 def _nested(levels: int) -> list[Any]:
@@ -24,23 +22,6 @@ def _nested(levels: int) -> list[Any]:
     for _ in range(levels - 1):
         value = [value]
     return value
-
-
-@contextmanager
-def _recursion_limit(limit: int) -> Iterator[None]:
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(old)
-
-
-def _stack_depth() -> int:
-    depth, frame = 0, sys._getframe()
-    while frame.f_back is not None:
-        depth, frame = depth + 1, frame.f_back
-    return depth
 
 
 # -- payloads -----------------------------------------------------------------------------------
@@ -63,13 +44,13 @@ def test_a_payload_a_reader_cannot_load_is_refused_and_nothing_is_stored(
     assert raw.count("oncewire_effects") == 0
 
 
-def test_the_refusal_does_not_depend_on_the_recursion_limit(
+def test_the_refusal_does_not_depend_on_therecursion_limit(
     ledger: Ledger, raw: RawDatabase
 ) -> None:
     deepest_allowed, too_deep = _nested(MAX_DEPTH), _nested(MAX_DEPTH + 1)
-    with _recursion_limit(100_000), pytest.raises(InvalidPayload, match="nested too deeply"):
+    with recursion_limit(100_000), pytest.raises(InvalidPayload, match="nested too deeply"):
         ledger.accept("deep", "send", too_deep)
-    with _recursion_limit(_stack_depth() + 60):  # a caller that lowered it, or is deep already
+    with recursion_limit(stack_depth() + 60):  # a caller that lowered it, or is deep already
         ledger.accept("deepest", "send", deepest_allowed)
         with pytest.raises(InvalidPayload, match="nested too deeply"):
             ledger.accept("deep", "send", too_deep)
@@ -269,7 +250,7 @@ def test_a_bad_inbound_id_is_refused_alike_on_both_backends(
     assert ledger.inbound.admit("tg", "b", "c", "1", {"text": "hi"}).new  # an empty thread is fine
 
 
-def test_the_deepest_accepted_payload_reaches_its_sink_under_a_lowered_recursion_limit(
+def test_the_deepest_accepted_payload_reaches_its_sink_under_a_loweredrecursion_limit(
     ledger: Ledger, raw: RawDatabase
 ) -> None:
     # What accept lets in, a dispatcher can load: even in a process whose recursion limit
@@ -283,7 +264,7 @@ def test_the_deepest_accepted_payload_reaches_its_sink_under_a_lowered_recursion
         seen[attempt.key] = attempt.payload
 
     dispatcher = oncewire.Dispatcher(ledger, {"send": sink})
-    with _recursion_limit(_stack_depth() + 90):
+    with recursion_limit(stack_depth() + 90):
         dispatcher.run(until_idle=True, handle_signals=False)
     assert seen == {"deepest": deepest, "plain": {"n": 1}}
     states = raw.query("SELECT key, state FROM oncewire_effects ORDER BY key")

@@ -1,2 +1,3 @@
 """What the tests share beyond fixtures: where the PostgreSQL server is (:mod:`.pg`) and a
-run-ledger database read and edited around oncewire on either backend (:mod:`.runs_db`)."""
+run-ledger database read and edited around oncewire on either backend (:mod:`.runs_db`), and
+code run under a given recursion limit (:mod:`.recursion`)."""

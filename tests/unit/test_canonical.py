@@ -7,8 +7,6 @@ import hashlib
 import json
 import random
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 from oncewire.core.canonical import canonical_json, digest, digest_json, loads
 from oncewire.core.errors import InvalidPayload, OncewireError
 from oncewire.core.limits import MAX_DEPTH, MAX_INT_DIGITS
+from tests.support.recursion import recursion_limit, stack_depth
 
 json_values = st.recursive(
     st.none()
@@ -186,23 +185,6 @@ def test_insertion_order_never_changes_the_digest(value: Any, seed: int) -> None
 # -- fixed limits: what canonical_json writes, loads reads back in any process ------------------
 
 
-def _stack_depth() -> int:
-    depth, frame = 0, sys._getframe()
-    while frame.f_back is not None:
-        depth, frame = depth + 1, frame.f_back
-    return depth
-
-
-@contextmanager
-def _recursion_limit(limit: int) -> Iterator[None]:
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(old)
-
-
 def _deep_dict(depth: int) -> dict[str, Any]:
     value: dict[str, Any] = {"leaf": 1}
     for _ in range(depth - 1):
@@ -219,17 +201,17 @@ def test_depth_limit_is_exact() -> None:
         canonical_json(_deep_dict(MAX_DEPTH + 1))
 
 
-def test_a_payload_deep_enough_to_break_a_reader_is_refused_whatever_the_recursion_limit() -> None:
+def test_a_payload_deep_enough_to_break_a_reader_is_refused_whatever_therecursion_limit() -> None:
     # Regression: a 990-deep payload was accepted (the check depended on the recursion limit)
     # and then could not be read back by a dispatcher deeper in its stack.
-    with _recursion_limit(100_000), pytest.raises(InvalidPayload, match="nested too deeply"):
+    with recursion_limit(100_000), pytest.raises(InvalidPayload, match="nested too deeply"):
         canonical_json(_nested(990))
 
 
-def test_a_payload_within_the_limits_is_written_and_read_under_a_lowered_recursion_limit() -> None:
+def test_a_payload_within_the_limits_is_written_and_read_under_a_loweredrecursion_limit() -> None:
     allowed, refused = _deep_dict(MAX_DEPTH), _deep_dict(MAX_DEPTH + 1)
     expected = json.dumps(allowed, sort_keys=True, separators=(",", ":"))
-    with _recursion_limit(_stack_depth() + 40):  # far less room than MAX_DEPTH levels need
+    with recursion_limit(stack_depth() + 40):  # far less room than MAX_DEPTH levels need
         text = canonical_json(allowed)
         back = loads(text)
         with pytest.raises(InvalidPayload, match="nested too deeply"):
@@ -239,7 +221,7 @@ def test_a_payload_within_the_limits_is_written_and_read_under_a_lowered_recursi
 
 
 def test_a_deep_payload_is_refused_without_recursing_into_it() -> None:
-    with _recursion_limit(1_000_000), pytest.raises(InvalidPayload, match="nested too deeply"):
+    with recursion_limit(1_000_000), pytest.raises(InvalidPayload, match="nested too deeply"):
         canonical_json(_nested(200_000))  # a recursive walk this deep would crash the process
 
 
