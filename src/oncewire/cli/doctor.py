@@ -25,6 +25,7 @@ import click
 
 from oncewire.cli.common import db_option, emit, json_option, when
 from oncewire.core.errors import OncewireError
+from oncewire.runs.keys import KEY_ENV
 from oncewire.storage import open_store
 from oncewire.storage.base import Store
 from oncewire.storage.inspection import WriteProbe
@@ -34,7 +35,6 @@ __all__ = ["Check", "command", "diagnose"]
 
 SKEW_WARN_SECONDS = 1.0
 SKEW_FAIL_SECONDS = 5.0
-KEY_ENV = "ONCEWIRE_RUNS_KEY"
 LISTED = 5  # names shown in one detail line before "and N more"
 
 

@@ -8,10 +8,9 @@ import click
 
 from oncewire.cli.common import db_option, emit, json_option, stamped, table, when, yes_option
 from oncewire.ledger import Ledger
+from oncewire.runs.keys import KEY_ENV
 
 __all__ = ["group"]
-
-KEY_ENV = "ONCEWIRE_RUNS_KEY"
 
 
 def _when(ts: float | None) -> str:
