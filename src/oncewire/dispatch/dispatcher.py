@@ -52,7 +52,7 @@ from oncewire.dispatch.stopping import (
 )
 from oncewire.effects.attempt import Attempt
 from oncewire.ledger import Ledger
-from oncewire.storage.records import Claim, Settlement
+from oncewire.storage.records import Backlog, Claim, Settlement
 
 __all__ = ["DispatchStats", "Dispatcher", "Sink"]
 
@@ -264,12 +264,14 @@ class Dispatcher:
                     failing_since = None
                     if claims or self._calls or self._finished:
                         continue
-                    if until_idle:
-                        if self._reap():
-                            continue
-                        if self._idle():
-                            return
-                    self._sleep_until_due()
+                    if until_idle and self._reap():
+                        continue
+                    # One reading of the backlog decides both whether to leave and how long
+                    # to sleep.
+                    backlog = self.ledger.store.backlog(self.kinds)
+                    if until_idle and self._idle(backlog):
+                        return
+                    self._sleep_until_due(backlog.next_due)
                     continue
                 room = now >= next_claim and self._has_room()
                 if linger_over or room:
@@ -538,19 +540,17 @@ class Dispatcher:
             clock=self.clock,
         )
 
-    def _idle(self) -> bool:
+    def _idle(self, backlog: Backlog) -> bool:
         """Nothing due, uncertain, claimed or waiting for a retry.
 
         A pending effect whose first attempt is scheduled later (``delay_seconds``) does not
         keep ``run(until_idle=True)`` waiting; a retry already under way does.
         """
-        backlog = self.ledger.store.backlog(self.kinds)
         if backlog.claimed or backlog.uncertain or backlog.retrying:
             return False
         return backlog.next_due is None or backlog.next_due > self.clock.now()
 
-    def _sleep_until_due(self) -> None:
-        next_due = self.ledger.store.backlog(self.kinds).next_due
+    def _sleep_until_due(self, next_due: float | None) -> None:
         wait = self.poll_seconds
         if next_due is not None:
             wait = min(wait, max(0.0, next_due - self.clock.now()))
