@@ -10,12 +10,12 @@ kills its child there).
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.limits import check_seconds
 
 __all__ = ["SinkSpec", "inspect_sinks"]
 
@@ -50,13 +50,7 @@ def _is_generator(function: Any) -> bool:
 
 
 def _timeout(value: Any, what: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{what} must be a number of seconds or None")
-    if not 0 < value < math.inf:
-        raise ConfigurationError(f"{what} must be positive and finite, not {value!r}")
-    return float(value)
+    return None if value is None else check_seconds(what, value, positive=True)
 
 
 def inspect_sinks(
