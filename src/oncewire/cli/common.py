@@ -26,6 +26,7 @@ __all__ = [
     "db_option",
     "emit",
     "json_option",
+    "json_text",
     "read_json_argument",
     "stamped",
     "strict_json",
@@ -120,6 +121,11 @@ def configure_logging(level: int, fmt: str = "%(asctime)s %(name)s %(message)s")
 
 def emit(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def json_text(value: Any) -> str:
+    """A stored JSON value (a payload, a result) on one line, for a ``show`` command's text."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -8,7 +8,6 @@ effect when new ones arrive meanwhile (they are newer, and on the first page).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -17,6 +16,7 @@ from oncewire.cli.common import (
     db_option,
     emit,
     json_option,
+    json_text,
     read_json_argument,
     stamped,
     table,
@@ -29,10 +29,6 @@ from oncewire.ledger import Ledger
 __all__ = ["group"]
 
 DEFAULT_LIMIT = 50
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 @click.group("effects")
@@ -113,7 +109,7 @@ def _show_text(data: dict[str, Any], attempts: list[dict[str, Any]]) -> None:
         if name in ("payload", "result"):
             if data.get(f"{name}_error"):
                 continue  # its error line says why there is nothing to print
-            text = "" if value is None and name == "result" else _json_text(value)
+            text = "" if value is None and name == "result" else json_text(value)
         elif value is None:
             text = ""
         elif isinstance(value, bool):

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, stamped, table, yes_option
+from oncewire.cli.common import (
+    db_option,
+    emit,
+    json_option,
+    json_text,
+    stamped,
+    table,
+    yes_option,
+)
 from oncewire.receipts import Receipts
 
 __all__ = ["group"]
@@ -54,7 +60,7 @@ def show(db: str, key: str, as_json: bool) -> None:
         return
     for name, value in data.items():
         if name in ("payload", "result"):
-            value = json.dumps(value, ensure_ascii=False, sort_keys=True)
+            value = json_text(value)
         click.echo(f"{name:>10}: {'' if value is None else value}")
 
 
