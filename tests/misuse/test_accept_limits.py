@@ -269,3 +269,13 @@ def test_the_deepest_accepted_payload_reaches_its_sink_under_a_loweredrecursion_
     assert seen == {"deepest": deepest, "plain": {"n": 1}}
     states = raw.query("SELECT key, state FROM oncewire_effects ORDER BY key")
     assert states == [("deepest", "done"), ("plain", "done")]
+
+
+@pytest.mark.parametrize("option", ["delay_seconds", "deadline_seconds"])
+def test_seconds_too_large_for_a_float_are_refused_not_an_overflow(
+    ledger: Ledger, raw: RawDatabase, option: str
+) -> None:
+    """Regression: ``math.isfinite(10**400)`` raised OverflowError out of the check."""
+    with pytest.raises(ConfigurationError):
+        ledger.accept("k", "send", {}, **{option: 10**400})
+    assert raw.count("oncewire_effects") == 0

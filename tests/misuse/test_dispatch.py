@@ -365,7 +365,9 @@ def test_a_long_exception_message_is_cut(ledger: Ledger, raw: RawDatabase) -> No
     assert len(row["last_error"]) < 2100 and "more characters]" in row["last_error"]
 
 
-@pytest.mark.parametrize("wait", [-1, -0.001, float("nan"), float("inf"), True, "5"])
+# 10**400: an int too large for a float; it used to pass and then raise OverflowError out of
+# Dispatcher.run in the backoff, killing every dispatcher that met the effect.
+@pytest.mark.parametrize("wait", [-1, -0.001, float("nan"), float("inf"), True, "5", 10**400])
 def test_a_retry_after_that_is_not_a_wait_is_refused_where_it_is_made(wait: Any) -> None:
     with pytest.raises(ConfigurationError, match="retry_after"):
         NotSent("429", retry_after=wait)
@@ -377,6 +379,16 @@ def test_a_sink_building_a_bad_not_sent_is_a_raise_and_uncertain(
     # The sink ran: whatever it did before the mistake may have landed.
     ledger.accept("k", "send", {})
     dispatch_once(ledger, raw, {"send": lambda a: NotSent("429", retry_after=-1)}, ["k"])
+    row = raw.effect_row("k")
+    assert row["state"] == "uncertain"
+    assert "ConfigurationError" in row["last_error"]
+
+
+def test_a_sink_answering_an_overflowing_retry_after_does_not_stop_the_dispatcher(
+    ledger: Ledger, raw: RawDatabase
+) -> None:
+    ledger.accept("k", "send", {})
+    dispatch_once(ledger, raw, {"send": lambda a: NotSent("429", retry_after=10**400)}, ["k"])
     row = raw.effect_row("k")
     assert row["state"] == "uncertain"
     assert "ConfigurationError" in row["last_error"]

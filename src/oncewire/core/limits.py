@@ -90,17 +90,22 @@ def check_count(name: str, value: object, low: int, high: int) -> int:
 
 
 def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
-    """A finite number of seconds (not a bool), >= 0 or > 0; else ConfigurationError."""
-    if (
-        type(value) is bool
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (positive and value == 0)
-    ):
-        wanted = "positive" if positive else ">= 0"
-        raise ConfigurationError(f"{name} must be a finite number {wanted}, not {value!r}")
-    return float(value)
+    """A finite number of seconds (not a bool), >= 0 or > 0; else ConfigurationError.
+
+    An int too large for a float (``10**400``) is not finite either: it is refused here instead
+    of raising OverflowError wherever the seconds are used.
+    """
+    wanted = "positive" if positive else ">= 0"
+    refused = ConfigurationError(f"{name} must be a finite number {wanted}, not {value!r}")
+    if type(value) is bool or not isinstance(value, int | float):
+        raise refused
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise refused from None
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise refused
+    return seconds
 
 
 def check_max_payload_bytes(value: object) -> int:

@@ -55,12 +55,15 @@ def _validate(
     check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
     # NaN would be stored as NULL (no deadline) and Infinity as an effect never due; a bool is
     # an int to Python but never a number of seconds anyone meant. A negative delay is "now".
-    if (
-        type(delay_seconds) is bool
-        or not isinstance(delay_seconds, int | float)
-        or not math.isfinite(delay_seconds)
-    ):
-        raise ConfigurationError(f"delay_seconds must be a finite number, not {delay_seconds!r}")
+    refused = ConfigurationError(f"delay_seconds must be a finite number, not {delay_seconds!r}")
+    if type(delay_seconds) is bool or not isinstance(delay_seconds, int | float):
+        raise refused
+    try:
+        finite = math.isfinite(delay_seconds)
+    except OverflowError:  # an int too large for a float is not finite either
+        finite = False
+    if not finite:
+        raise refused
     if deadline_seconds is not None:
         check_seconds("deadline_seconds", deadline_seconds, positive=True)
     return key, kind

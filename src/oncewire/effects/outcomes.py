@@ -51,7 +51,11 @@ class NotSent:
             raise ConfigurationError(
                 f"NotSent.retry_after must be a number of seconds, not {type(wait).__name__}"
             )
-        if not (0 <= wait < math.inf):  # written so that NaN fails too
+        try:
+            seconds = float(wait)  # an int too large for a float would overflow in the backoff
+        except OverflowError:
+            seconds = math.inf
+        if not (0 <= seconds < math.inf):  # written so that NaN fails too
             raise ConfigurationError(
                 f"NotSent.retry_after must be finite and not negative, not {wait!r}"
             )
