@@ -38,7 +38,7 @@ from oncewire import Ledger, ManualClock, __version__
 from oncewire.platforms.fake import FakePlatform
 from oncewire.replies import (
     TELEGRAM_LIKE,
-    Acked,
+    Delivered,
     PlatformProfile,
     ReplyEngine,
     SendRequest,
@@ -63,15 +63,15 @@ class CountingPlatform:
 
     def send(self, request: SendRequest, body: str, *, marked: bool) -> WireOutcome:
         self._next += 1
-        return Acked(str(self._next))
+        return Delivered(str(self._next))
 
     def edit(
         self, request: SendRequest, message_id: str, body: str, *, marked: bool
     ) -> WireOutcome:
-        return Acked(message_id)
+        return Delivered(message_id)
 
     def delete(self, request: SendRequest, message_id: str) -> WireOutcome:
-        return Acked(message_id)
+        return Delivered(message_id)
 
 
 def floor(folder: Path, rows: int) -> dict[str, Any]:

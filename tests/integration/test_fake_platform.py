@@ -12,10 +12,10 @@ from oncewire.replies import (
     DISCORD_LIKE,
     NON_EDITABLE,
     TELEGRAM_LIKE,
-    Acked,
-    Ambiguous,
-    Refused,
-    RejectedPermanently,
+    Delivered,
+    MaybeDelivered,
+    NotDelivered,
+    RejectedForGood,
     SendRequest,
 )
 
@@ -26,13 +26,13 @@ def test_the_journal_survives_a_new_instance(tmp_path: Path) -> None:
     journal = tmp_path / "fk.jsonl"
     first = FakePlatform(journal, TELEGRAM_LIKE, name="fk")
     sent = first.send(REQ, "hello", marked=False)
-    assert sent == Acked("1")
+    assert sent == Delivered("1")
     first.close()  # as good as a SIGKILL: every accepted operation is already fsynced
     second = FakePlatform(journal, TELEGRAM_LIKE, name="fk")
-    assert second.send(REQ, "again", marked=False) == Acked("2")
-    assert second.edit(REQ, "1", "hello, edited", marked=False) == Acked("1")
-    assert second.delete(REQ, "2") == Acked("2")
-    assert second.delete(REQ, "2") == Acked("2")  # a repeated delete is a no-op
+    assert second.send(REQ, "again", marked=False) == Delivered("2")
+    assert second.edit(REQ, "1", "hello, edited", marked=False) == Delivered("1")
+    assert second.delete(REQ, "2") == Delivered("2")
+    assert second.delete(REQ, "2") == Delivered("2")  # a repeated delete is a no-op
     second.close()
     shown = ChatView([journal]).visible("fk", "c1")
     assert [(m.message_id, m.text, m.edits, m.thread, m.reply_to) for m in shown] == [
@@ -44,11 +44,13 @@ def test_faults_fire_a_bounded_number_of_times_across_instances(tmp_path: Path) 
     journal = tmp_path / "fk.jsonl"
     faults = [Fault("rate_limit", contains="x", retry_after=2.5, times=2)]
     first = FakePlatform(journal, DISCORD_LIKE, name="fk", faults=faults)
-    assert first.send(REQ, "x", marked=False) == Refused("429 too many requests", retry_after=2.5)
+    assert first.send(REQ, "x", marked=False) == NotDelivered(
+        "429 too many requests", retry_after=2.5
+    )
     first.close()
     second = FakePlatform(journal, DISCORD_LIKE, name="fk", faults=faults)
-    assert isinstance(second.send(REQ, "x", marked=False), Refused)
-    assert isinstance(second.send(REQ, "x", marked=False), Acked)
+    assert isinstance(second.send(REQ, "x", marked=False), NotDelivered)
+    assert isinstance(second.send(REQ, "x", marked=False), Delivered)
     second.close()
     assert len(ChatView([journal]).faults) == 2
 
@@ -56,12 +58,12 @@ def test_faults_fire_a_bounded_number_of_times_across_instances(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("kind", "outcome", "visible"),
     [
-        ("timeout", Ambiguous, 0),
-        ("ack_lost", Ambiguous, 1),
-        ("conn_error", Refused, 0),
-        ("rejected", RejectedPermanently, 0),
-        ("hold", Ambiguous, 0),
-        ("hold_after", Ambiguous, 1),
+        ("timeout", MaybeDelivered, 0),
+        ("ack_lost", MaybeDelivered, 1),
+        ("conn_error", NotDelivered, 0),
+        ("rejected", RejectedForGood, 0),
+        ("hold", MaybeDelivered, 0),
+        ("hold_after", MaybeDelivered, 1),
     ],
 )
 def test_each_fault_kind(tmp_path: Path, kind: str, outcome: type, visible: int) -> None:
@@ -76,16 +78,16 @@ def test_each_fault_kind(tmp_path: Path, kind: str, outcome: type, visible: int)
 
 def test_what_a_platform_refuses(tmp_path: Path) -> None:
     tg = FakePlatform(tmp_path / "tg.jsonl", TELEGRAM_LIKE, name="tg")
-    assert isinstance(tg.send(REQ, "😀" * 2049, marked=False), RejectedPermanently)  # 4098 units
-    assert isinstance(tg.send(REQ, "😀" * 2048, marked=False), Acked)
-    assert isinstance(tg.edit(REQ, "99", "x", marked=False), RejectedPermanently)
+    assert isinstance(tg.send(REQ, "😀" * 2049, marked=False), RejectedForGood)  # 4098 units
+    assert isinstance(tg.send(REQ, "😀" * 2048, marked=False), Delivered)
+    assert isinstance(tg.edit(REQ, "99", "x", marked=False), RejectedForGood)
     other_chat = SendRequest("fk", "bot", "c2")
-    assert isinstance(tg.edit(other_chat, "1", "x", marked=False), RejectedPermanently)
+    assert isinstance(tg.edit(other_chat, "1", "x", marked=False), RejectedForGood)
     tg.close()
     ne = FakePlatform(tmp_path / "ne.jsonl", NON_EDITABLE, name="ne")
-    assert ne.send(REQ, "x", marked=False) == Acked("1")
-    assert isinstance(ne.edit(REQ, "1", "y", marked=False), RejectedPermanently)
-    assert isinstance(ne.delete(REQ, "1"), RejectedPermanently)
+    assert ne.send(REQ, "x", marked=False) == Delivered("1")
+    assert isinstance(ne.edit(REQ, "1", "y", marked=False), RejectedForGood)
+    assert isinstance(ne.delete(REQ, "1"), RejectedForGood)
     ne.close()
     with pytest.raises(ConfigurationError):
         Fault("explode")

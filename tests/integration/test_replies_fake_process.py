@@ -20,7 +20,7 @@ from oncewire import ManualClock, SystemClock
 from oncewire.lab.suites.replies_rig import Rig, footer, reply_text
 from oncewire.platforms.fake import ChatView
 from oncewire.platforms.fake_process import FakePlatformClient
-from oncewire.replies import TELEGRAM_LIKE, Ambiguous, Refused, SendRequest
+from oncewire.replies import TELEGRAM_LIKE, MaybeDelivered, NotDelivered, SendRequest
 
 
 class Server:
@@ -71,7 +71,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
 def test_cannot_connect_is_refused_and_nothing_was_sent(tmp_path: Path) -> None:
     client = FakePlatformClient(tmp_path / "absent.sock", TELEGRAM_LIKE)
     outcome = client.send(SendRequest("fk_tg", "bot", "c"), "hello", marked=False)
-    assert isinstance(outcome, Refused) and outcome.retry_after is None
+    assert isinstance(outcome, NotDelivered) and outcome.retry_after is None
 
 
 CELLS = {
@@ -150,4 +150,4 @@ def test_an_answer_cut_off_is_ambiguous(tmp_path: Path) -> None:
         )
         thread.join()
         listener.close()
-    assert isinstance(outcome, Ambiguous)
+    assert isinstance(outcome, MaybeDelivered)

@@ -1,7 +1,7 @@
 """A platform adapter that answers the reply engine with something other than a WireOutcome.
 
-An ``async def`` operation, a generator, the class ``Acked`` instead of an instance, an
-exception returned instead of raised, an ``Acked`` without a message id: none of these may be
+An ``async def`` operation, a generator, the class ``Delivered`` instead of an instance, an
+exception returned instead of raised, an ``Delivered`` without a message id: none of these may be
 recorded as acknowledged. Adapters that cannot answer at all are refused when the engine is
 built; a malformed answer is recorded as ``ambiguous`` (a later send carries the duplicate
 marker), logged at ERROR. Checked in the database on both backends and on the fake's journal.
@@ -19,7 +19,7 @@ import pytest
 
 from oncewire import TELEGRAM_LIKE, ConfigurationError, Ledger, ReplyEngine
 from oncewire.platforms.fake import ChatView, FakePlatform
-from oncewire.replies.wire import Acked, Ambiguous, Refused, WireOutcome
+from oncewire.replies.wire import Delivered, MaybeDelivered, NotDelivered, WireOutcome
 from oncewire.storage.replies import SendRequest
 from tests.contract.conftest import RawDatabase
 
@@ -79,27 +79,27 @@ class Misbehaving:
 
 
 async def _async_acked() -> WireOutcome:
-    return Acked("1")
+    return Delivered("1")
 
 
 def _generator() -> Iterator[WireOutcome]:
-    yield Acked("1")
+    yield Delivered("1")
 
 
 BAD_ANSWERS = [
-    pytest.param(lambda: Acked, "the class Acked itself", id="class-not-instance"),
+    pytest.param(lambda: Delivered, "the class Delivered itself", id="class-not-instance"),
     pytest.param(lambda: _async_acked(), "a coroutine", id="coroutine"),
     pytest.param(lambda: _generator(), "a generator", id="generator"),
     pytest.param(lambda: RuntimeError("boom"), "an exception instance RuntimeError", id="exc"),
     pytest.param(lambda: None, "a NoneType", id="none"),
     pytest.param(lambda: {"message_id": "7"}, "a dict", id="dict"),
     pytest.param(lambda: "7", "a str", id="str"),
-    pytest.param(lambda: Acked(None), "Acked with message_id None", id="acked-none"),  # type: ignore[arg-type]
-    pytest.param(lambda: Acked(""), "Acked with message_id ''", id="acked-empty"),
-    pytest.param(lambda: Acked(7), "Acked with message_id 7", id="acked-int"),  # type: ignore[arg-type]
-    pytest.param(lambda: Refused(retry_after=math.nan), "retry_after nan", id="refused-nan"),
-    pytest.param(lambda: Refused(retry_after=True), "retry_after True", id="refused-bool"),
-    pytest.param(lambda: Ambiguous(reason=3), "Ambiguous with reason 3", id="reason-int"),  # type: ignore[arg-type]
+    pytest.param(lambda: Delivered(None), "Delivered with message_id None", id="acked-none"),  # type: ignore[arg-type]
+    pytest.param(lambda: Delivered(""), "Delivered with message_id ''", id="acked-empty"),
+    pytest.param(lambda: Delivered(7), "Delivered with message_id 7", id="acked-int"),  # type: ignore[arg-type]
+    pytest.param(lambda: NotDelivered(retry_after=math.nan), "retry_after nan", id="refused-nan"),
+    pytest.param(lambda: NotDelivered(retry_after=True), "retry_after True", id="refused-bool"),
+    pytest.param(lambda: MaybeDelivered(reason=3), "MaybeDelivered with reason 3", id="reason-int"),  # type: ignore[arg-type]
 ]
 
 
@@ -142,7 +142,7 @@ def test_a_malformed_send_answer_is_ambiguous_and_the_resend_is_marked(
 def test_an_adapter_that_always_misbehaves_ends_dead_and_nothing_is_acked(
     ledger: Ledger, raw: RawDatabase, fake: FakePlatform, tmp_path: Path
 ) -> None:
-    adapter = Misbehaving(fake, "send", lambda: Acked, bad_calls=99)
+    adapter = Misbehaving(fake, "send", lambda: Delivered, bad_calls=99)
     # The manual clock makes every backoff an inline wait: the attempts run out in one call.
     engine = ReplyEngine(ledger, {NAME: adapter}, inline_wait_max_seconds=3600.0)
     delivery = engine.answer(_admit(ledger), "hello there")
@@ -158,7 +158,7 @@ def test_an_adapter_that_always_misbehaves_ends_dead_and_nothing_is_acked(
 def test_a_malformed_edit_answer_is_ambiguous_and_the_edit_is_replayed(
     ledger: Ledger, raw: RawDatabase, fake: FakePlatform, tmp_path: Path
 ) -> None:
-    engine = ReplyEngine(ledger, {NAME: Misbehaving(fake, "edit", lambda: Acked)})
+    engine = ReplyEngine(ledger, {NAME: Misbehaving(fake, "edit", lambda: Delivered)})
     delivery = engine.stream(_admit(ledger), iter(["hello ", "world"]))
     assert delivery.status == "delivered"
     assert [op[1:4] for op in _ops(raw)] == [
@@ -166,7 +166,7 @@ def test_a_malformed_edit_answer_is_ambiguous_and_the_edit_is_replayed(
         ("edit", "ambiguous", 0),  # the malformed answer
         ("edit", "acked", 0),  # edits are idempotent: replayed, no marker needed
     ]
-    assert "the class Acked itself" in _ops(raw)[1][5]
+    assert "the class Delivered itself" in _ops(raw)[1][5]
     shown = [m.text for m in ChatView([tmp_path / "chat.jsonl"]).visible(NAME, "chat-1")]
     assert shown == ["hello world"]
 
@@ -178,26 +178,26 @@ class _AsyncSend:
     profile = TELEGRAM_LIKE
 
     async def send(self, request: SendRequest, body: str, *, marked: bool) -> WireOutcome:
-        return Acked("1")
+        return Delivered("1")
 
     def edit(self, request: SendRequest, message_id: str, body: str, *, marked: bool) -> Any:
-        return Acked(message_id)
+        return Delivered(message_id)
 
     def delete(self, request: SendRequest, message_id: str) -> Any:
-        return Acked(message_id)
+        return Delivered(message_id)
 
 
 class _AsyncEdit(_AsyncSend):
     def send(self, request: SendRequest, body: str, *, marked: bool) -> Any:
-        return Acked("1")
+        return Delivered("1")
 
     async def edit(self, request: SendRequest, message_id: str, body: str, *, marked: bool) -> Any:
-        return Acked(message_id)
+        return Delivered(message_id)
 
 
 class _AsyncCallable:
     async def __call__(self, *args: Any, **kwargs: Any) -> WireOutcome:
-        return Acked("1")
+        return Delivered("1")
 
 
 class _AsyncCallableDelete(_AsyncEdit):
@@ -209,14 +209,14 @@ class _GeneratorSend(_AsyncEdit):
     edit = _AsyncSend.edit
 
     def send(self, request: SendRequest, body: str, *, marked: bool) -> Any:
-        yield Acked("1")
+        yield Delivered("1")
 
 
 class _AsyncGeneratorSend(_AsyncEdit):
     edit = _AsyncSend.edit
 
     async def send(self, request: SendRequest, body: str, *, marked: bool) -> Any:
-        yield Acked("1")
+        yield Delivered("1")
 
 
 class _NoDelete(_AsyncEdit):

@@ -50,7 +50,7 @@ _FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 def check_name(what: str, value: object, max_chars: int, *, empty: bool = False) -> str:
     """``value`` as a plain ``str`` if it is a usable key, kind or id; else ConfigurationError.
 
-    Refused: a non-string, the empty string (unless ``empty``), more than ``max_chars``
+    It refuses a non-string, the empty string (unless ``empty``), more than ``max_chars``
     characters, control characters, lone surrogates, only whitespace, or leading or trailing
     whitespace (``"a "`` and ``"a"`` would be two keys that print the same).
     """

@@ -103,7 +103,7 @@ class Effects:
         written everything it commits with the effect.
         """
         key, kind = _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
-        # Refused here, before any SQL: what a reader could not load back (too deep, too large
+        # Refuse here, before any SQL, what a reader could not load back (too deep, too large
         # an integer, a lone surrogate) or more than the ledger's max_payload_bytes.
         payload_json = canonical_json(payload, max_bytes=self.max_payload_bytes)
         payload_digest = digest_json(payload_json)

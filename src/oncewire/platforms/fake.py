@@ -39,11 +39,11 @@ from typing import Any
 from oncewire.core.errors import ConfigurationError
 from oncewire.replies.splitting import rejoin
 from oncewire.replies.wire import (
-    Acked,
-    Ambiguous,
+    Delivered,
+    MaybeDelivered,
+    NotDelivered,
     PlatformProfile,
-    Refused,
-    RejectedPermanently,
+    RejectedForGood,
     WireOutcome,
 )
 from oncewire.storage.replies import SendRequest
@@ -143,12 +143,12 @@ class FakePlatform:
         self, request: SendRequest, message_id: str, body: str, *, marked: bool
     ) -> WireOutcome:
         if not self._profile.can_edit:
-            return RejectedPermanently("this platform cannot edit messages")
+            return RejectedForGood("this platform cannot edit messages")
         return self._call("edit", request, message_id, self._profile.render(body, marked))
 
     def delete(self, request: SendRequest, message_id: str) -> WireOutcome:
         if not self._profile.can_delete:
-            return RejectedPermanently("this platform cannot delete messages")
+            return RejectedForGood("this platform cannot delete messages")
         return self._call("delete", request, message_id, "")
 
     # -- internals ---------------------------------------------------------------------------
@@ -176,7 +176,7 @@ class FakePlatform:
         self, op: str, request: SendRequest, message_id: str | None, text: str
     ) -> WireOutcome:
         if len(text) > 0 and _units(text, self._profile) > self._profile.cap:
-            return RejectedPermanently(f"message longer than {self._profile.cap}")
+            return RejectedForGood(f"message longer than {self._profile.cap}")
         with self._lock:
             fault = self._fault_for(op, request.chat, text)
             if fault is not None:
@@ -195,25 +195,25 @@ class FakePlatform:
                 )
             kind = fault.kind if fault else None
             if kind == "conn_error":
-                return Refused("connection refused before the request was written")
+                return NotDelivered("connection refused before the request was written")
             if kind == "rate_limit":
                 assert fault is not None
-                return Refused("429 too many requests", retry_after=fault.retry_after)
+                return NotDelivered("429 too many requests", retry_after=fault.retry_after)
             if kind == "rejected":
-                return RejectedPermanently("403 bot was blocked by the user")
+                return RejectedForGood("403 bot was blocked by the user")
             if kind == "timeout":
-                return Ambiguous("timed out waiting for the platform")
+                return MaybeDelivered("timed out waiting for the platform")
             if kind != "hold":
                 accepted = self._accept(op, request, message_id, text)
-                if isinstance(accepted, RejectedPermanently):
+                if isinstance(accepted, RejectedForGood):
                     return accepted
                 if kind is None:
                     return accepted
                 if kind == "ack_lost":
-                    return Ambiguous("timed out after the request was sent")
+                    return MaybeDelivered("timed out after the request was sent")
         assert fault is not None  # hold or hold_after: park outside the lock
         self._release.wait(fault.hold_seconds)
-        return Ambiguous("timed out (the request was parked)")
+        return MaybeDelivered("timed out (the request was parked)")
 
     def _accept(
         self, op: str, request: SendRequest, message_id: str | None, text: str
@@ -224,10 +224,10 @@ class FakePlatform:
             self._alive[message_id] = request.chat
         elif op == "delete" and message_id in self._deleted:
             if self._deleted[message_id] == request.chat:
-                return Acked(message_id)  # already gone: a repeated delete is a no-op
-            return RejectedPermanently(f"message {message_id} not found in this chat")
+                return Delivered(message_id)  # already gone: a repeated delete is a no-op
+            return RejectedForGood(f"message {message_id} not found in this chat")
         elif message_id not in self._alive or self._alive[message_id] != request.chat:
-            return RejectedPermanently(f"message {message_id} not found in this chat")
+            return RejectedForGood(f"message {message_id} not found in this chat")
         elif op == "delete":
             del self._alive[message_id]
             self._deleted[message_id] = request.chat
@@ -244,7 +244,7 @@ class FakePlatform:
             }
         )
         assert message_id is not None
-        return Acked(message_id)
+        return Delivered(message_id)
 
 
 def _named(fault: Fault, name: str) -> Fault:

@@ -33,11 +33,11 @@ from typing import Any
 
 from oncewire.platforms.fake import FakePlatform, Fault
 from oncewire.replies.wire import (
-    Acked,
-    Ambiguous,
+    Delivered,
+    MaybeDelivered,
+    NotDelivered,
     PlatformProfile,
-    Refused,
-    RejectedPermanently,
+    RejectedForGood,
     WireOutcome,
 )
 from oncewire.storage.replies import SendRequest
@@ -92,30 +92,30 @@ class FakePlatformClient:
             try:
                 conn.connect(self.socket_path)
             except OSError as exc:  # nothing was written: the platform cannot have seen it
-                return Refused(f"cannot connect: {exc.strerror or exc}")
+                return NotDelivered(f"cannot connect: {exc.strerror or exc}")
             try:
                 conn.sendall(line)
                 with conn.makefile("rb") as reader:
                     answer = reader.readline(MAX_LINE)
             except TimeoutError:
-                return Ambiguous("timed out after the request was written")
+                return MaybeDelivered("timed out after the request was written")
             except OSError as exc:
-                return Ambiguous(f"connection failed after writing: {exc.strerror or exc}")
+                return MaybeDelivered(f"connection failed after writing: {exc.strerror or exc}")
         finally:
             conn.close()
         if not answer.endswith(b"\n"):
-            return Ambiguous("the connection closed before an answer")
+            return MaybeDelivered("the connection closed before an answer")
         try:
             reply = json.loads(answer)
         except json.JSONDecodeError:
-            return Ambiguous("an unreadable answer")
+            return MaybeDelivered("an unreadable answer")
         if reply.get("ok"):
-            return Acked(str(reply["id"]))
+            return Delivered(str(reply["id"]))
         if "reset" in reply:
-            return Refused(str(reply["reset"]))
+            return NotDelivered(str(reply["reset"]))
         if reply.get("status") == 429:
-            return Refused("429 too many requests", retry_after=float(reply["retry_after"]))
-        return RejectedPermanently(str(reply.get("reason", "rejected")))
+            return NotDelivered("429 too many requests", retry_after=float(reply["retry_after"]))
+        return RejectedForGood(str(reply.get("reason", "rejected")))
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -134,13 +134,13 @@ class _Handler(socketserver.StreamRequestHandler):
             outcome = fake.edit(request, call["message_id"], call["body"], marked=call["marked"])
         else:
             outcome = fake.delete(request, call["message_id"])
-        if isinstance(outcome, Acked):
+        if isinstance(outcome, Delivered):
             answer: dict[str, Any] = {"ok": True, "id": outcome.message_id}
-        elif isinstance(outcome, Refused) and outcome.retry_after is not None:
+        elif isinstance(outcome, NotDelivered) and outcome.retry_after is not None:
             answer = {"status": 429, "retry_after": outcome.retry_after}
-        elif isinstance(outcome, Refused):
+        elif isinstance(outcome, NotDelivered):
             answer = {"reset": outcome.reason}
-        elif isinstance(outcome, RejectedPermanently):
+        elif isinstance(outcome, RejectedForGood):
             answer = {"status": 403, "reason": outcome.reason}
         else:
             return  # ambiguous: close without an answer

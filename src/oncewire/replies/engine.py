@@ -33,10 +33,10 @@ from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.replies.service import plan_chunks
 from oncewire.replies.splitting import Chunk
 from oncewire.replies.wire import (
-    Acked,
-    Ambiguous,
+    Delivered,
+    MaybeDelivered,
+    NotDelivered,
     Platform,
-    Refused,
     WireOutcome,
     check_platform,
     vet_outcome,
@@ -324,9 +324,9 @@ class ReplyEngine:
             if not steps:
                 return True, 0.0
             outcome = self._perform(reply, platform, steps[0], ops, deliver=False, count=False)
-            if isinstance(outcome, Refused):
+            if isinstance(outcome, NotDelivered):
                 return True, outcome.retry_after or self.backoff_base_seconds
-            if not isinstance(outcome, Acked):
+            if not isinstance(outcome, Delivered):
                 return False, 0.0  # the final delivery repairs (and marks) what is unknown
 
     # -- delivering --------------------------------------------------------------------------
@@ -376,17 +376,17 @@ class ReplyEngine:
             outcome = self._perform(
                 reply, platform, steps[0], ops, deliver=len(steps) == 1, count=True
             )
-            if isinstance(outcome, Acked):
+            if isinstance(outcome, Delivered):
                 if len(steps) == 1:
                     return Delivery(self.ledger.replies.get(reply.id), "delivered")
                 continue
             reply = self.ledger.replies.get(reply.id)
-            if not isinstance(outcome, Refused | Ambiguous):
+            if not isinstance(outcome, NotDelivered | MaybeDelivered):
                 return self._give_up(reply, platform, f"rejected: {outcome.reason}")
             if reply.attempts >= reply.max_attempts:
                 return self._give_up(reply, platform, f"out of attempts ({reply.attempts})")
             wait = self._backoff(reply.attempts)
-            if isinstance(outcome, Refused) and outcome.retry_after is not None:
+            if isinstance(outcome, NotDelivered) and outcome.retry_after is not None:
                 continue  # the wait is taken at the top, from the record
             if wait > self.inline_wait_max_seconds:
                 return self._schedule(reply, clock.now() + wait, outcome.reason)
@@ -434,18 +434,18 @@ class ReplyEngine:
             settle=self._pending.pop(reply.id, None),
             expect_seq=max((op.seq for op in seen), default=0),
         )
-        # vet_outcome: whatever an adapter returns, only a well-formed Acked is an ack.
+        # vet_outcome: whatever an adapter returns, only a well-formed Delivered is an ack.
         if step.kind is OpKind.SEND:
             SEND_IN_FLIGHT.hit()
             answer = platform.send(reply.request, step.body, marked=step.marked)
             outcome = vet_outcome(answer, "send", reply.id)
-            if isinstance(outcome, Acked):
+            if isinstance(outcome, Delivered):
                 SENT_ACK_LOST.hit()
         elif step.kind is OpKind.EDIT:
             assert step.message_id is not None
             answer = platform.edit(reply.request, step.message_id, step.body, marked=step.marked)
             outcome = vet_outcome(answer, "edit", reply.id)
-            if isinstance(outcome, Acked):
+            if isinstance(outcome, Delivered):
                 EDIT_ACK_LOST.hit()
         else:
             assert step.message_id is not None
@@ -459,9 +459,9 @@ class ReplyEngine:
 
     def _record(self, op: ReplyOp, outcome: WireOutcome, *, deliver: bool, count: bool) -> None:
         store, now = self.ledger.store, self.ledger.clock.now()
-        if isinstance(outcome, Acked) and op.kind is OpKind.EDIT and not deliver:
+        if isinstance(outcome, Delivered) and op.kind is OpKind.EDIT and not deliver:
             self._pending[op.reply_id] = (op.id, outcome.message_id)
-        elif isinstance(outcome, Acked):
+        elif isinstance(outcome, Delivered):
             store.end_op(
                 op.id,
                 state=OpState.ACKED,
@@ -470,7 +470,7 @@ class ReplyEngine:
                 deliver=deliver,
                 settle=self._pending.pop(op.reply_id, None),
             )
-        elif isinstance(outcome, Refused):
+        elif isinstance(outcome, NotDelivered):
             store.end_op(
                 op.id,
                 state=OpState.REFUSED,
@@ -479,7 +479,7 @@ class ReplyEngine:
                 now=now,
                 count_attempt=count,
             )
-        elif isinstance(outcome, Ambiguous):
+        elif isinstance(outcome, MaybeDelivered):
             store.end_op(
                 op.id, state=OpState.AMBIGUOUS, error=outcome.reason, now=now, count_attempt=count
             )

@@ -2,19 +2,20 @@
 
 An adapter decides each outcome where its transport knows whether the request left:
 
-* :class:`Acked`: the platform acknowledged the operation and named the message;
-* :class:`Refused`: it never reached the platform (connection refused or reset before the
+* :class:`Delivered`: the platform acknowledged the operation and named the message;
+* :class:`NotDelivered`: it never reached the platform (connection refused or reset before the
   request was written, or a 429 with ``retry_after``); safe to repeat, unmarked;
-* :class:`Ambiguous`: it may have landed (a timeout after sending, a lost acknowledgement);
-* :class:`RejectedPermanently`: the platform refused for good (chat gone, bot blocked).
+* :class:`MaybeDelivered`: it may have landed (a timeout after sending, a lost acknowledgement);
+* :class:`RejectedForGood`: the platform refused for good (chat gone, bot blocked).
 
 Nothing above the adapter ever classifies an outcome by reading an error message.
 
-An adapter that answers anything else (a coroutine from an ``async def``, the class ``Acked``
-instead of an instance, an exception returned instead of raised, an ``Acked`` without a message
-id) has a programming error: :func:`vet_outcome` turns its answer into :class:`Ambiguous`, never
-an acknowledgement, and logs it at ERROR. :func:`check_platform` refuses, when an engine is
-built, an adapter whose operations cannot return an outcome at all (async or generators).
+An adapter that answers anything else (a coroutine from an ``async def``, the class
+``Delivered`` instead of an instance, an exception returned instead of raised, a ``Delivered``
+without a message id) has a programming error: :func:`vet_outcome` turns its answer into
+:class:`MaybeDelivered`, never an acknowledgement, and logs it at ERROR. :func:`check_platform`
+refuses, when an engine is built, an adapter whose operations cannot return an outcome at all
+(async or generators).
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ __all__ = [
     "DISCORD_LIKE",
     "NON_EDITABLE",
     "TELEGRAM_LIKE",
-    "Acked",
-    "Ambiguous",
+    "Delivered",
+    "MaybeDelivered",
+    "NotDelivered",
     "Platform",
     "PlatformProfile",
-    "Refused",
-    "RejectedPermanently",
+    "RejectedForGood",
     "WireOutcome",
     "check_platform",
     "vet_outcome",
@@ -95,14 +96,14 @@ NON_EDITABLE = PlatformProfile(
 
 
 @dataclass(frozen=True, slots=True)
-class Acked:
+class Delivered:
     """The platform acknowledged the operation; ``message_id`` is the message it made or hit."""
 
     message_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class NotDelivered:
     """The request never reached the platform; repeat it (after ``retry_after`` seconds)."""
 
     reason: str = "refused"
@@ -110,20 +111,20 @@ class Refused:
 
 
 @dataclass(frozen=True, slots=True)
-class Ambiguous:
+class MaybeDelivered:
     """The request may have landed; the platform's answer is unknown."""
 
     reason: str = "outcome unknown"
 
 
 @dataclass(frozen=True, slots=True)
-class RejectedPermanently:
+class RejectedForGood:
     """The platform refused the operation for good; repeating it cannot help."""
 
     reason: str = "rejected"
 
 
-WireOutcome = Acked | Refused | Ambiguous | RejectedPermanently
+WireOutcome = Delivered | NotDelivered | MaybeDelivered | RejectedForGood
 
 
 class Platform(Protocol):
@@ -131,7 +132,7 @@ class Platform(Protocol):
 
     Edits and deletes must be idempotent as the engine sees them: an edit to the text a message
     already shows (Telegram's "message is not modified") and a delete of a message already gone
-    are :class:`Acked`, because the engine replays them after any uncertainty.
+    are :class:`Delivered`, because the engine replays them after any uncertainty.
     """
 
     @property
@@ -195,11 +196,11 @@ def _described(answer: object) -> str:
 
 def _malformed(answer: object) -> str | None:
     """What is wrong with ``answer`` as a WireOutcome, or None."""
-    if isinstance(answer, Acked):
+    if isinstance(answer, Delivered):
         if type(answer.message_id) is str and answer.message_id:
             return None
-        return f"Acked with message_id {answer.message_id!r}, not a message id string"
-    if isinstance(answer, Refused):
+        return f"Delivered with message_id {answer.message_id!r}, not a message id string"
+    if isinstance(answer, NotDelivered):
         after = answer.retry_after
         if after is not None and (
             type(after) is bool
@@ -207,8 +208,8 @@ def _malformed(answer: object) -> str | None:
             or not math.isfinite(after)
             or after < 0
         ):
-            return f"Refused with retry_after {after!r}, not a finite number of seconds >= 0"
-    elif not isinstance(answer, Ambiguous | RejectedPermanently):
+            return f"NotDelivered with retry_after {after!r}, not a finite number of seconds >= 0"
+    elif not isinstance(answer, MaybeDelivered | RejectedForGood):
         return _described(answer)
     if not isinstance(answer.reason, str):
         return f"{type(answer).__name__} with reason {answer.reason!r}, not a string"
@@ -216,7 +217,7 @@ def _malformed(answer: object) -> str | None:
 
 
 def vet_outcome(answer: object, operation: str, reply_id: int) -> WireOutcome:
-    """``answer`` if it is a well-formed :data:`WireOutcome`; else :class:`Ambiguous`.
+    """``answer`` if it is a well-formed :data:`WireOutcome`; else :class:`MaybeDelivered`.
 
     A malformed answer is a programming error in the adapter, and it proves nothing about the
     chat: the operation may have landed (a send is then repeated with the duplicate marker), so
@@ -229,7 +230,7 @@ def vet_outcome(answer: object, operation: str, reply_id: int) -> WireOutcome:
         "platform adapter returned no WireOutcome",
         extra={"reply_id": reply_id, "operation": operation, "problem": problem},
     )
-    return Ambiguous(
+    return MaybeDelivered(
         f"programming error: the platform adapter's {operation} returned {problem}, "
         "not a WireOutcome; it may have landed"
     )

@@ -108,9 +108,9 @@ def adopt_key(store: Store, key: bytes | None, *, now: float) -> list[str]:
     """Pin every keyless run of ``store`` under ``key``, in one transaction; returns the
     run ids pinned (none when there is nothing left to pin).
 
-    Refused with :class:`TransitionRefused` while a keyless run is still active (finish or
+    Raises :class:`TransitionRefused` while a keyless run is still active (finish or
     reconcile it with the key unset first: a keyed ledger cannot extend a keyless chain) and
-    with :class:`ConfigurationError` without a key. Pinning writes no event and changes no
+    :class:`ConfigurationError` without a key. Pinning writes no event and changes no
     history; a pinned run that failed verification keeps failing it.
     """
     if not key:

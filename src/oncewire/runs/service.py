@@ -123,7 +123,7 @@ class Runs(RunReads):
         """Start a run on ``branch`` (the scope's root branch by default), leased to ``owner``
         (this process by default, so that a peer on this host can tell when it died).
 
-        Refused with :class:`BranchBusy` while another run is active on the branch, and with
+        Raises :class:`BranchBusy` while another run is active on the branch, and
         :class:`RevertBarrierHeld` while a revert holds the scope.
         """
         _check_key(key)
