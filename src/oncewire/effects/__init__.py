@@ -2,7 +2,7 @@
 
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outbox import DEFAULT_MAX_ATTEMPTS, Effects, EffectsView
-from oncewire.effects.outcomes import Done, MaybeSent, NotSent, Outcome, Rejected
+from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 
 __all__ = [
@@ -11,11 +11,11 @@ __all__ = [
     "Attempt",
     "Done",
     "Effect",
+    "EffectOutcome",
     "EffectState",
     "Effects",
     "EffectsView",
     "MaybeSent",
     "NotSent",
-    "Outcome",
     "Rejected",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 
 from oncewire.core.errors import ConfigurationError
 
-__all__ = ["OUTCOME_TYPES", "Done", "MaybeSent", "NotSent", "Outcome", "Rejected"]
+__all__ = ["OUTCOME_TYPES", "Done", "EffectOutcome", "MaybeSent", "NotSent", "Rejected"]
 
 
 def _text(value: object) -> str:
@@ -81,5 +81,5 @@ class Rejected:
         object.__setattr__(self, "reason", _text(self.reason))
 
 
-Outcome = Done | NotSent | MaybeSent | Rejected
+EffectOutcome = Done | NotSent | MaybeSent | Rejected
 OUTCOME_TYPES: tuple[type, ...] = (Done, NotSent, MaybeSent, Rejected)

@@ -1,6 +1,6 @@
 """replies: one record per inbound message owning every wire operation, and the reply engine."""
 
-from oncewire.replies.engine import DEFAULT_NOTICE, Delivery, RecoveryReport, ReplyEngine
+from oncewire.replies.engine import DEFAULT_NOTICE, DeliveryPass, RecoveryReport, ReplyEngine
 from oncewire.replies.service import Replies, RepliesView, plan_chunks
 from oncewire.replies.splitting import Chunk, measure, rejoin, split_text
 from oncewire.replies.wire import (
@@ -31,7 +31,7 @@ __all__ = [
     "TELEGRAM_LIKE",
     "Chunk",
     "Delivered",
-    "Delivery",
+    "DeliveryPass",
     "MaybeDelivered",
     "NotDelivered",
     "OpKind",

@@ -46,7 +46,7 @@ from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState
 if TYPE_CHECKING:
     from oncewire.ledger import Ledger, LedgerTransaction
 
-__all__ = ["DEFAULT_NOTICE", "Delivery", "RecoveryReport", "ReplyEngine"]
+__all__ = ["DEFAULT_NOTICE", "DeliveryPass", "RecoveryReport", "ReplyEngine"]
 
 log = logging.getLogger("oncewire.replies")
 
@@ -75,7 +75,7 @@ PREVIEW_NOT_COMMITTED = crash.register(
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
+class DeliveryPass:
     """What one delivery pass did: ``delivered``, ``scheduled``, ``dead`` or ``busy``."""
 
     reply: Reply
@@ -229,7 +229,7 @@ class ReplyEngine:
         text: str,
         *,
         on_commit: Callable[[LedgerTransaction, str], Any] | None = None,
-    ) -> Delivery:
+    ) -> DeliveryPass:
         """Commit ``text`` as the reply (with the caller's rows, via ``on_commit``), deliver it.
 
         If the inbound's answer was committed before, it is delivered as recorded and
@@ -245,7 +245,7 @@ class ReplyEngine:
         *,
         on_commit: Callable[[LedgerTransaction, str], Any] | None = None,
         preview: bool = True,
-    ) -> Delivery:
+    ) -> DeliveryPass:
         """Show ``deltas`` as an edited preview, then commit the whole text and deliver it.
 
         The record is opened before the first preview, so a crash at any point leaves every
@@ -330,24 +330,24 @@ class ReplyEngine:
                 return False, 0.0  # the final delivery repairs (and marks) what is unknown
 
     # -- delivering --------------------------------------------------------------------------
-    def deliver(self, reply_id: int, *, ignore_schedule: bool = False) -> Delivery:
+    def deliver(self, reply_id: int, *, ignore_schedule: bool = False) -> DeliveryPass:
         """Bring the chat in line with the committed reply, as far as the platform allows now."""
         reply = self.ledger.replies.get(reply_id)
         if reply.state is not ReplyState.COMMITTED:
-            return Delivery(reply, str(reply.state))
+            return DeliveryPass(reply, str(reply.state))
         if not ignore_schedule and reply.not_before > self.ledger.clock.now():
-            return Delivery(reply, "scheduled")
+            return DeliveryPass(reply, "scheduled")
         taken = self._take(reply)
         if taken is None:
-            return Delivery(reply, "busy")
+            return DeliveryPass(reply, "busy")
         platform = self.platform(taken.request.platform)
         chunks = self.ledger.replies.chunks(taken)
         try:
             return self._converge(taken, platform, chunks)
         except StaleFence:
-            return Delivery(self.ledger.replies.get(reply_id), "busy")
+            return DeliveryPass(self.ledger.replies.get(reply_id), "busy")
 
-    def _converge(self, reply: Reply, platform: Platform, chunks: list[Chunk]) -> Delivery:
+    def _converge(self, reply: Reply, platform: Platform, chunks: list[Chunk]) -> DeliveryPass:
         store, clock = self.ledger.store, self.ledger.clock
         while True:
             ops = self._ops(reply.id)
@@ -359,7 +359,7 @@ class ReplyEngine:
                     now=clock.now(),
                     settle=self._pending.pop(reply.id, None),
                 )
-                return Delivery(done, "delivered")
+                return DeliveryPass(done, "delivered")
             # A platform's "retry after" binds every later operation of the reply, previews'
             # refusals included.
             hold = (
@@ -378,7 +378,7 @@ class ReplyEngine:
             )
             if isinstance(outcome, Delivered):
                 if len(steps) == 1:
-                    return Delivery(self.ledger.replies.get(reply.id), "delivered")
+                    return DeliveryPass(self.ledger.replies.get(reply.id), "delivered")
                 continue
             reply = self.ledger.replies.get(reply.id)
             if not isinstance(outcome, NotDelivered | MaybeDelivered):
@@ -392,7 +392,7 @@ class ReplyEngine:
                 return self._schedule(reply, clock.now() + wait, outcome.reason)
             clock.sleep(wait)
 
-    def _schedule(self, reply: Reply, when: float, reason: str) -> Delivery:
+    def _schedule(self, reply: Reply, when: float, reason: str) -> DeliveryPass:
         """Give the reply back with its next try at ``when``; other replies go on meanwhile."""
         self._flush(reply.id)
         now = self.ledger.clock.now()
@@ -403,7 +403,7 @@ class ReplyEngine:
         self.ledger.store.release_reply(
             reply.id, owner=self.owner, now=now, not_before=when, last_error=reason
         )
-        return Delivery(self.ledger.replies.get(reply.id), "scheduled")
+        return DeliveryPass(self.ledger.replies.get(reply.id), "scheduled")
 
     def _backoff(self, attempts: int) -> float:
         return float(
@@ -492,7 +492,7 @@ class ReplyEngine:
                 count_attempt=count,
             )
 
-    def _give_up(self, reply: Reply, platform: Platform, reason: str) -> Delivery:
+    def _give_up(self, reply: Reply, platform: Platform, reason: str) -> DeliveryPass:
         """``dead``, after one attempt at an honest "could not deliver" notice."""
         store, clock = self.ledger.store, self.ledger.clock
         self._flush(reply.id)
@@ -516,7 +516,7 @@ class ReplyEngine:
             reply.id, state=ReplyState.DEAD, now=clock.now(), last_error=reason
         )
         log.warning("reply dead", extra={"reply_id": reply.id, "reason": reason})
-        return Delivery(dead, "dead")
+        return DeliveryPass(dead, "dead")
 
     def _take(self, reply: Reply) -> Reply | None:
         """Lease ``reply`` for this engine (None if a live owner holds it) and settle leftovers.
@@ -562,7 +562,7 @@ class ReplyEngine:
         return claimed
 
     # -- schedules and recovery --------------------------------------------------------------
-    def run_due(self, limit: int = 100) -> list[Delivery]:
+    def run_due(self, limit: int = 100) -> list[DeliveryPass]:
         """Deliver every committed reply whose time has come."""
         return [self.deliver(reply.id) for reply in self.ledger.replies.due(limit=limit)]
 

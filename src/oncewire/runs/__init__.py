@@ -14,7 +14,7 @@ from oncewire.runs.records import (
     TERMINAL_STATUSES,
     WORLD_CHANGING,
     ActionStatus,
-    Delivery,
+    CompletionDelivery,
     Projection,
     ReconcileReport,
     Run,
@@ -26,7 +26,7 @@ from oncewire.runs.records import (
 )
 from oncewire.runs.recovery import reconcile as reconcile
 from oncewire.runs.review import REVIEW, ReviewCommands
-from oncewire.runs.service import DEFAULT_LEASE_SECONDS, Outcome, Runs, RunsView
+from oncewire.runs.service import DEFAULT_LEASE_SECONDS, CommandResult, Runs, RunsView
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -38,8 +38,8 @@ __all__ = [
     "Barrier",
     "Branch",
     "Checkpoint",
-    "Delivery",
-    "Outcome",
+    "CommandResult",
+    "CompletionDelivery",
     "Projection",
     "ReconcileReport",
     "Revert",

@@ -30,7 +30,7 @@ from oncewire.runs.keys import chain_key as _chain_key
 from oncewire.runs.keys import pin_problem
 from oncewire.runs.machine import Refusal, Rows, Step, apply_command, fast_canonical, fast_digest
 from oncewire.runs.machine import workflow as _workflow
-from oncewire.runs.records import Outcome, Verification
+from oncewire.runs.records import CommandResult, Verification
 from oncewire.runs.verify import Audit
 from oncewire.runs.verify import audit as _audit
 from oncewire.runs.views import event_view, run_view
@@ -186,7 +186,7 @@ def verified_head(ctx: RunContext, row: RunRow, head: EventRow | None) -> dict[s
     return state
 
 
-def replay(ctx: RunContext, row: RunRow, prior: EventRow, request_digest: str) -> Outcome:
+def replay(ctx: RunContext, row: RunRow, prior: EventRow, request_digest: str) -> CommandResult:
     """The outcome a command's key already has: the original event and the run as it stood
     after it (its whole history verified first), or :class:`RunConflict` for another
     request under that key. Nothing is written."""
@@ -201,7 +201,7 @@ def replay(ctx: RunContext, row: RunRow, prior: EventRow, request_digest: str) -
         )
     refuse_released(row)
     result = require_audit(ctx, row, snapshots=(prior.seq,))
-    return Outcome(run_view(row, result.states[prior.seq]), event_view(prior), True)
+    return CommandResult(run_view(row, result.states[prior.seq]), event_view(prior), True)
 
 
 def refuse_used_ids(ctx: RunContext, tx: Transaction, run_id: str, seq: int, rows: Rows) -> None:

@@ -20,7 +20,7 @@ from oncewire.core.canonical import canonical_json, digest
 from oncewire.core.errors import ConfigurationError, RunConflict, RunNotFound, TransitionRefused
 from oncewire.core.ids import new_id
 from oncewire.runs.append import RunContext
-from oncewire.runs.records import Delivery
+from oncewire.runs.records import CompletionDelivery
 from oncewire.storage.runs import DeliveryRow
 
 __all__ = ["Deliveries", "artifact_manifest", "delivery"]
@@ -49,8 +49,8 @@ def artifact_manifest(versions: Iterable[tuple[str, str, str, bytes]]) -> dict[s
     }
 
 
-def delivery(row: DeliveryRow) -> Delivery:
-    return Delivery(
+def delivery(row: DeliveryRow) -> CompletionDelivery:
+    return CompletionDelivery(
         delivery_id=row.delivery_id,
         key=row.idempotency_key,
         scope=row.scope,
@@ -89,7 +89,7 @@ class Deliveries:
         expected_manifest_sha256: str | None = None,
         owner: str | None = None,
         lease_seconds: float = DEFAULT_DELIVERY_LEASE_SECONDS,
-    ) -> Delivery:
+    ) -> CompletionDelivery:
         """Commit the message and its manifest together (the same key again is a replay)."""
         if not isinstance(content, str):
             raise ConfigurationError("a delivery's content is text")
@@ -140,7 +140,7 @@ class Deliveries:
         DELIVERY_AFTER_COMMIT.hit()
         return delivery(stored)
 
-    def publish(self, delivery_id: str) -> Delivery:
+    def publish(self, delivery_id: str) -> CompletionDelivery:
         """Mark a committed delivery published (a published one is returned unchanged)."""
         now = self._ctx.now()
         with self._ctx.store.transaction() as tx:
@@ -157,7 +157,7 @@ class Deliveries:
                 )
         return self.get(delivery_id)
 
-    def get(self, delivery_id: str) -> Delivery:
+    def get(self, delivery_id: str) -> CompletionDelivery:
         row = self._ctx.store.get_delivery(delivery_id)
         if row is None:
             raise RunNotFound(f"no delivery {delivery_id!r}")

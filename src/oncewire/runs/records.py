@@ -11,8 +11,8 @@ __all__ = [
     "TERMINAL_STATUSES",
     "WORLD_CHANGING",
     "ActionStatus",
-    "Delivery",
-    "Outcome",
+    "CommandResult",
+    "CompletionDelivery",
     "Projection",
     "ReconcileReport",
     "Run",
@@ -238,7 +238,7 @@ class ReconcileReport:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
+class CompletionDelivery:
     """A completion delivery: the final message and its manifest, committed together."""
 
     delivery_id: str
@@ -278,7 +278,7 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class CommandResult:
     """What a command did: the event it appended (or replayed) and the run after that event."""
 
     run: Run

@@ -39,7 +39,7 @@ from oncewire.runs.deliveries import Deliveries
 from oncewire.runs.keys import adopt_key, key_id
 from oncewire.runs.machine import NEW, Refusal, workflow
 from oncewire.runs.reads import RunReads
-from oncewire.runs.records import Outcome, Projection, ReconcileReport, Run
+from oncewire.runs.records import CommandResult, Projection, ReconcileReport, Run
 from oncewire.runs.recovery import reconcile
 from oncewire.runs.review import ReviewCommands
 from oncewire.runs.views import event_view as _event
@@ -47,7 +47,7 @@ from oncewire.runs.views import run_view
 from oncewire.storage import Store, Transaction
 from oncewire.storage.runs import ReportRow, RunRow
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "Outcome", "Runs", "RunsView"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "CommandResult", "Runs", "RunsView"]
 
 DEFAULT_LEASE_SECONDS = 60.0
 
@@ -119,7 +119,7 @@ class Runs(RunReads):
         params: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    ) -> Outcome:
+    ) -> CommandResult:
         """Start a run on ``branch`` (the scope's root branch by default), leased to ``owner``
         (this process by default, so that a peer on this host can tell when it died).
 
@@ -204,9 +204,11 @@ class Runs(RunReads):
             )
             COMMAND_BEFORE_COMMIT.hit()
         COMMAND_AFTER_COMMIT.hit()
-        return Outcome(run_view(new_row, state), _event(stored), False)
+        return CommandResult(run_view(new_row, state), _event(stored), False)
 
-    def _restart(self, tx: Transaction, existing: RunRow, key: str, request_digest: str) -> Outcome:
+    def _restart(
+        self, tx: Transaction, existing: RunRow, key: str, request_digest: str
+    ) -> CommandResult:
         """A start of a run that exists: a replay under its start key, a conflict otherwise."""
         prior = self.store.event_by_key_in_tx(tx, existing.run_id, key)
         if prior is None or prior.seq != 1:
@@ -229,7 +231,7 @@ class Runs(RunReads):
         fence: int | None = None,
         lease_seconds: float | None = None,
         also_in_tx: Callable[[Transaction], None] | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         """Apply ``command`` to the run (the generic form of every named command).
 
         ``also_in_tx(tx)`` runs inside the command's transaction after its event is written
@@ -281,7 +283,7 @@ class Runs(RunReads):
                 also_in_tx(tx)
             COMMAND_BEFORE_COMMIT.hit()
         COMMAND_AFTER_COMMIT.hit()
-        return Outcome(run_view(new_row, state), _event(stored), False)
+        return CommandResult(run_view(new_row, state), _event(stored), False)
 
     def accept_effect_in_tx(self, tx: Transaction, key: str, kind: str, payload: Any) -> None:
         """Accept an effect into the outbox inside a run command's transaction, through the

@@ -19,7 +19,7 @@ from typing import Any
 
 from oncewire.core.errors import ConfigurationError, InvalidPayload, PayloadConflict, StorageError
 from oncewire.effects.attempt import Attempt
-from oncewire.effects.outcomes import Done, MaybeSent, NotSent, Outcome, Rejected
+from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.receipts.service import ReceiptResult, Receipts
 from oncewire.storage.base import Transaction
 
@@ -28,7 +28,7 @@ __all__ = ["ReceiptsSink"]
 _REFUSED = (PayloadConflict, InvalidPayload, ConfigurationError)
 
 
-def _outcome(result: ReceiptResult[Any] | Exception) -> Outcome:
+def _outcome(result: ReceiptResult[Any] | Exception) -> EffectOutcome:
     if isinstance(result, ReceiptResult):
         return Done(result.result)
     if isinstance(result, _REFUSED):
@@ -43,7 +43,7 @@ class ReceiptsSink:
         self.receipts = receipts
         self.work = work
 
-    def __call__(self, attempt: Attempt) -> Outcome:
+    def __call__(self, attempt: Attempt) -> EffectOutcome:
         try:
             result: ReceiptResult[Any] | Exception = self.receipts.run_once(
                 attempt.key, attempt.payload, lambda tx: self.work(tx, attempt)
@@ -52,7 +52,7 @@ class ReceiptsSink:
             result = exc
         return _outcome(result)
 
-    def call_batch(self, attempts: Sequence[Attempt]) -> list[Outcome]:
+    def call_batch(self, attempts: Sequence[Attempt]) -> list[EffectOutcome]:
         by_key = {attempt.key: attempt for attempt in attempts}
         try:
             results = self.receipts.run_many(

@@ -27,7 +27,7 @@ from typing import Any
 
 from oncewire.core.canonical import canonical_json
 from oncewire.effects.attempt import Attempt
-from oncewire.effects.outcomes import Done, MaybeSent, NotSent, Outcome, Rejected
+from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 
 __all__ = ["SubprocessSink"]
 
@@ -64,7 +64,7 @@ class SubprocessSink:
         )
         return env
 
-    def __call__(self, attempt: Attempt) -> Outcome:
+    def __call__(self, attempt: Attempt) -> EffectOutcome:
         try:
             process = subprocess.Popen(
                 self.argv,

@@ -19,7 +19,7 @@ from oncewire import (
     TELEGRAM_LIKE,
     Admission,
     Clock,
-    Delivery,
+    DeliveryPass,
     InboundStatus,
     Ledger,
     LedgerTransaction,
@@ -159,7 +159,7 @@ class Rig:
             (inbound_id, text),
         )
 
-    def answer(self, inbound_id: int, text: str, mode: str = "off") -> Delivery:
+    def answer(self, inbound_id: int, text: str, mode: str = "off") -> DeliveryPass:
         """Answer: ``off`` commits then delivers; ``one``/``two``/``many`` stream first."""
 
         def persist(tx: LedgerTransaction, final: str) -> None:

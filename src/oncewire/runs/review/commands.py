@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from oncewire.core.errors import ConfigurationError
-from oncewire.runs.records import Outcome
+from oncewire.runs.records import CommandResult
 from oncewire.storage import Transaction
 
 __all__ = ["CommandRunner", "ReviewCommands"]
@@ -31,7 +31,7 @@ class CommandRunner(Protocol):
         fence: int | None = None,
         lease_seconds: float | None = None,
         also_in_tx: Callable[[Transaction], None] | None = None,
-    ) -> Outcome: ...
+    ) -> CommandResult: ...
 
     def accept_effect_in_tx(self, tx: Transaction, key: str, kind: str, payload: Any) -> None: ...
 
@@ -54,7 +54,7 @@ class ReviewCommands:
         artifact_ids: Sequence[str] = (),
         version_ids: Sequence[str] = (),
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         candidate = {
             "candidate_id": candidate_id,
             "snapshot_sha256": snapshot_sha256,
@@ -78,7 +78,7 @@ class ReviewCommands:
         attempt: int = 1,
         reviewer: dict[str, Any] | None = None,
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         request = {
             "review_id": review_id,
             "candidate_id": candidate_id,
@@ -100,7 +100,7 @@ class ReviewCommands:
         findings: Sequence[dict[str, Any]] = (),
         usage: dict[str, Any] | None = None,
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         request = {
             "review_id": review_id,
             "status": status,
@@ -120,7 +120,7 @@ class ReviewCommands:
         finding_ids: Sequence[str] = (),
         checkpoint_id: str | None = None,
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         request = {
             "repair_id": repair_id,
             "finding_ids": list(finding_ids),
@@ -130,7 +130,7 @@ class ReviewCommands:
 
     def bind_actions(
         self, run_id: str, *, key: str, repair_id: str, fence: int | None = None
-    ) -> Outcome:
+    ) -> CommandResult:
         """Declare that the open repair records its tool calls in the action ledger."""
         return self._runs.execute(
             run_id, "bind_actions", {"repair_id": repair_id}, key=key, fence=fence
@@ -145,7 +145,7 @@ class ReviewCommands:
         status: str = "completed",
         candidate: dict[str, Any] | None = None,
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         request: dict[str, Any] = {"repair_id": repair_id, "status": status}
         if candidate is not None:
             request["candidate"] = candidate
@@ -164,7 +164,7 @@ class ReviewCommands:
         effect_key: str | None = None,
         dispatch: tuple[str, Any] | None = None,
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         """Record a tool call before it runs.
 
         ``effect_key`` links an effect of the outbox that performs it (its state is then read
@@ -202,7 +202,7 @@ class ReviewCommands:
         status: str,
         result: Any = None,
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         """Record how a proposed tool call ended (admitted even while a revert holds the scope)."""
         request = {"action_id": action_id, "status": status, "result": result}
         return self._runs.execute(run_id, "resolve_action", request, key=key, fence=fence)
@@ -215,7 +215,7 @@ class ReviewCommands:
         status: str,
         reason: str,
         fence: int | None = None,
-    ) -> Outcome:
+    ) -> CommandResult:
         return self._runs.execute(
             run_id, "terminate", {"status": status, "reason": reason}, key=key, fence=fence
         )
