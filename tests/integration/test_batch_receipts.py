@@ -116,9 +116,7 @@ def test_batch_outcomes_map_to_what_the_receiver_knows(receiver: Receipts) -> No
     sink = ReceiptsSink(receiver, lambda tx, attempt: work(tx, attempt.key, attempt.payload))
 
     def attempt(key: str, payload: Any) -> Attempt:
-        return Attempt(
-            key=key, kind="ticket", payload=payload, attempt=1, redelivery=False, fence=1
-        )
+        return Attempt(key=key, kind="ticket", payload=payload, number=1, redelivery=False, fence=1)
 
     outcomes = sink.call_batch(
         [attempt("fresh", {"v": 1}), attempt("taken", {"v": 2}), attempt("x", {"explode": True})]

@@ -98,7 +98,7 @@ def test_a_killed_peers_claim_is_released_at_once_and_redelivered(
         dispatcher.run(until_idle=True, handle_signals=False)
         after = ledger.effects.get("k")
     assert dispatcher.stats.released == 1
-    assert [(a.attempt, a.redelivery) for a in seen] == [(2, True)]
+    assert [(a.number, a.redelivery) for a in seen] == [(2, True)]
     assert (after.state, after.result, after.maybe_sent) == (EffectState.DONE, "redelivered", True)
 
 

@@ -99,7 +99,7 @@ def test_out_of_attempts_is_dead_with_a_reason(ledger: Ledger) -> None:
     assert effect.last_error == (
         "out of attempts (3): reset #3; the outcome of the last attempt is unknown"
     )
-    assert [a.attempt for a in sink.seen["k"]] == [1, 2, 3]
+    assert [a.number for a in sink.seen["k"]] == [1, 2, 3]
     assert dispatcher.stats.dead == 1
 
 
@@ -172,7 +172,7 @@ def test_a_stale_workers_outcome_is_refused_and_the_new_owner_wins(
     assert a.stats.done == 0
     (b,) = b_stats
     assert (b.released, b.done, b.redeliveries) == (1, 1, 1)
-    assert [(x.attempt, x.fence, x.redelivery) for x in b_seen] == [(2, 2, True)]
+    assert [(x.number, x.fence, x.redelivery) for x in b_seen] == [(2, 2, True)]
     effect = ledger.effects.get("k")
     assert (effect.state, effect.result, effect.attempts, effect.fence) == (
         EffectState.DONE,

@@ -13,8 +13,8 @@ def test_until_idle_under_a_manual_clock_returns_after_the_retry(ledger: Ledger)
     calls: list[int] = []
 
     def flaky(attempt: Attempt) -> object:
-        calls.append(attempt.attempt)
-        return NotSent("busy", retry_after=120) if attempt.attempt == 1 else Done("ok")
+        calls.append(attempt.number)
+        return NotSent("busy", retry_after=120) if attempt.number == 1 else Done("ok")
 
     begun = clock.now()
     Dispatcher(ledger, {"flaky": flaky}, poll_seconds=5).run(until_idle=True, handle_signals=False)

@@ -399,7 +399,7 @@ def test_not_sent_does_not_use_up_max_attempts(ledger: Ledger, raw: RawDatabase)
     calls: list[tuple[int, bool]] = []
 
     def send(attempt: Attempt) -> Any:
-        calls.append((attempt.attempt, attempt.redelivery))
+        calls.append((attempt.number, attempt.redelivery))
         return NotSent("429", retry_after=0) if len(calls) <= 5 else Done("at last")
 
     Dispatcher(ledger, {"send": send}, poll_seconds=0.01).run(until_idle=True, handle_signals=False)

@@ -150,7 +150,7 @@ def test_the_first_signal_waits_the_grace_period_then_leaves_the_claim_to_recove
     seen: list[tuple[str, int, bool]] = []
 
     def sink(attempt: Attempt) -> Any:
-        seen.append((attempt.key, attempt.attempt, attempt.redelivery))
+        seen.append((attempt.key, attempt.number, attempt.redelivery))
         return "recovered"
 
     Dispatcher(ledger, {"hang": sink, "note": sink}, poll_seconds=0.01).run(

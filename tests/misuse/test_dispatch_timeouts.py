@@ -48,8 +48,8 @@ def test_a_hung_sink_times_out_uncertain_and_the_next_effect_goes_on(
     seen: list[tuple[str, int, bool]] = []
 
     def send(attempt: Attempt) -> Any:
-        seen.append((attempt.key, attempt.attempt, attempt.redelivery))
-        if attempt.key == "hangs" and attempt.attempt == 1:
+        seen.append((attempt.key, attempt.number, attempt.redelivery))
+        if attempt.key == "hangs" and attempt.number == 1:
             release.wait(60)  # never answers in time
             return "too late"
         return "ok"

@@ -133,7 +133,7 @@ def test_the_backoff_grows_with_the_attempt_number(ledger: Ledger, clock: Manual
     one_attempt(ledger, lambda a: NotSent("down"))
     clock.advance(1.0)
     effect, _, seen = one_attempt(ledger, lambda a: NotSent("still down"))
-    assert seen[0].attempt == 2
+    assert seen[0].number == 2
     assert effect.not_before == clock.now() + 2.0
 
 
@@ -178,7 +178,7 @@ def test_not_sent_gives_its_attempt_back(ledger: Ledger, clock: ManualClock, raw
     assert dispatcher.stats.dead == 0
     clock.advance(1.0)
     effect, _, seen = one_attempt(ledger, lambda a: "sent")
-    assert (seen[0].attempt, seen[0].redelivery) == (2, False)  # the sink's count goes on
+    assert (seen[0].number, seen[0].redelivery) == (2, False)  # the sink's count goes on
     row = raw.effect_row("k1")
     assert (row["state"], row["attempts"], row["result"]) == ("done", 1, '"sent"')
 
@@ -190,7 +190,7 @@ def test_without_a_deadline_max_not_sent_attempts_make_it_dead_never_sent(
     ledger.accept("k1", "send", {}, max_attempts=1)
     for n in range(1, 4):
         _, _, seen = one_attempt(ledger, lambda a: NotSent("429"), retry=policy)
-        assert seen[0].attempt == n
+        assert seen[0].number == n
         clock.advance(1.0)
     row = raw.effect_row("k1")
     assert row["state"] == "dead"
@@ -230,12 +230,12 @@ def test_the_attempt_carries_key_kind_payload_and_fence(ledger: Ledger) -> None:
     _, _, seen = one_attempt(ledger, lambda a: "ok")
     attempt = seen[0]
     assert (attempt.key, attempt.kind, attempt.payload) == ("k1", "send", accepted.payload)
-    assert (attempt.attempt, attempt.redelivery, attempt.fence) == (1, False, 1)
+    assert (attempt.number, attempt.redelivery, attempt.fence) == (1, False, 1)
     assert attempt.headers() == {"Idempotency-Key": "k1", "Oncewire-Attempt": "1"}
 
 
 def test_redelivery_headers() -> None:
-    attempt = Attempt("k", "send", {}, attempt=3, redelivery=True, fence=5)
+    attempt = Attempt("k", "send", {}, number=3, redelivery=True, fence=5)
     assert attempt.headers() == {
         "Idempotency-Key": "k",
         "Oncewire-Attempt": "3",

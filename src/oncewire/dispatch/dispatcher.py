@@ -92,7 +92,7 @@ class Dispatcher:
     ``pending`` and does **not** count against ``max_attempts``: nothing was sent, so a long
     429 storm does not use the effect up. It is bounded by the effect's deadline when it has
     one, and otherwise by ``RetryPolicy.max_not_sent`` not-sent attempts, after which the
-    effect is ``dead`` ("never sent"). The number a sink sees in ``Attempt.attempt`` counts
+    effect is ``dead`` ("never sent"). The number a sink sees in ``Attempt.number`` counts
     every call of a sink for the effect, not-sent ones included, so it never repeats;
     ``Effect.attempts`` counts only the attempts charged against ``max_attempts``.
 
@@ -382,7 +382,7 @@ class Dispatcher:
             payload=payload,
             # Every call of a sink for this effect, not-sent ones included (they give their
             # charge back, so claim.attempt can repeat): the fence grows with every claim.
-            attempt=claim.fence,
+            number=claim.fence,
             redelivery=claim.redelivery,
             fence=claim.fence,
             deadline=claim.deadline,

@@ -58,7 +58,7 @@ class SubprocessSink:
         env.update(
             ONCEWIRE_KEY=attempt.key,
             ONCEWIRE_KIND=attempt.kind,
-            ONCEWIRE_ATTEMPT=str(attempt.attempt),
+            ONCEWIRE_ATTEMPT=str(attempt.number),
             ONCEWIRE_REDELIVERY="1" if attempt.redelivery else "0",
             ONCEWIRE_FENCE=str(attempt.fence),
         )
@@ -129,7 +129,7 @@ class SubprocessSink:
             self.history.append(
                 {
                     "key": attempt.key,
-                    "attempt": attempt.attempt,
+                    "attempt": attempt.number,
                     "redelivery": attempt.redelivery,
                     "pid": process.pid,
                     "exit_code": process.returncode,

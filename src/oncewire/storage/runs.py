@@ -6,6 +6,10 @@ the guards, the hash chain), and hands the store one :class:`RunAppend` to apply
 that matter are held by the backend's constraints (one active run per branch, one terminal
 event per run, no terminal while a phase is open, the chain only grows at its head), so a bug
 above this seam cannot break them.
+
+The column lists below are what the records read, in field order; the named queries of
+``storage/sql/runs.sql`` use them as ``{run_columns}``, ``{event_columns}`` and so on. Booleans are
+written as booleans (SQLite stores them as 0 and 1) and read back with ``bool``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ACTION_COLUMNS",
+    "BARRIER_COLUMNS",
+    "BRANCH_COLUMNS",
+    "CHECKPOINT_COLUMNS",
+    "DELIVERY_COLUMNS",
+    "EVENT_COLUMNS",
+    "FINDING_COLUMNS",
+    "KEY_PIN_COLUMNS",
+    "PHASE_COLUMNS",
+    "REPORT_COLUMNS",
+    "RUN_COLUMNS",
     "ActionRow",
     "BarrierRow",
     "BranchRow",
@@ -32,6 +47,37 @@ __all__ = [
     "RunRow",
     "RunVerbs",
 ]
+
+RUN_COLUMNS = (
+    "run_id, scope, branch, turn, workflow, chain, status, terminal_reason, state, head_seq, "
+    "head_hash, owner, fence, lease_expires_at, created_at, updated_at, finished_at, "
+    "abandoned_at, abandon_reason, hidden, key_id"
+)
+EVENT_COLUMNS = (
+    "id, run_id, scope, branch, seq, type, idempotency_key, request_digest, terminal, payload, "
+    "prev_hash, hash, at"
+)
+PHASE_COLUMNS = (
+    "run_id, phase_id, kind, status, verdict, candidate_id, body, result, actions_bound, "
+    "opened_seq, closed_seq, opened_at, closed_at"
+)
+FINDING_COLUMNS = "run_id, finding_id, phase_id, candidate_id, severity, body"
+ACTION_COLUMNS = (
+    "run_id, action_id, phase_id, kind, arguments, arguments_digest, side_effect_class, "
+    "resource_keys, effect_key, status, result, proposed_seq, resolved_seq"
+)
+BRANCH_COLUMNS = "scope, branch, parent, view, created_at"
+CHECKPOINT_COLUMNS = "checkpoint_id, scope, branch, cursor, view, reason, metadata, created_at"
+BARRIER_COLUMNS = "scope, operation_id, branch, state, created_at, updated_at"
+DELIVERY_COLUMNS = (
+    "delivery_id, idempotency_key, request_digest, scope, branch, turn, run_id, content, "
+    "content_sha256, manifest, manifest_sha256, review_status, status, recovery, owner, "
+    "lease_expires_at, created_at, published_at"
+)
+REPORT_COLUMNS = (
+    "id, pass_id, subject, subject_id, run_id, owner, outcome, status, reason, error, created_at"
+)
+KEY_PIN_COLUMNS = "run_id, key_id, head_seq, head_hash, mac, created_at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +110,11 @@ class RunRow:
     def active(self) -> bool:
         return self.finished_at is None and self.abandoned_at is None
 
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> RunRow:
+        """The record of a row read as ``{run_columns}``."""
+        return cls(*row[:19], bool(row[19]), row[20])
+
 
 @dataclass(frozen=True, slots=True)
 class EventRow:
@@ -83,6 +134,11 @@ class EventRow:
     hash: str
     at: float
 
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> EventRow:
+        """The record of a row read as ``{event_columns}``."""
+        return cls(*row[:8], bool(row[8]), *row[9:])
+
 
 @dataclass(frozen=True, slots=True)
 class PhaseRow:
@@ -99,6 +155,11 @@ class PhaseRow:
     closed_seq: int | None
     opened_at: float
     closed_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> PhaseRow:
+        """The record of a row read as ``{phase_columns}``."""
+        return cls(*row[:8], bool(row[8]), *row[9:])
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,7 +133,7 @@ class TortureSink:
         self.delay = delay
 
     def __call__(self, attempt: Attempt) -> Any:
-        rng = random.Random(f"{self.seed}/{attempt.key}/{attempt.attempt}")
+        rng = random.Random(f"{self.seed}/{attempt.key}/{attempt.number}")
         roll = rng.random()
         time.sleep(rng.random() * self.delay)
         if roll < 0.08:
@@ -142,7 +142,7 @@ class TortureSink:
             self.receipts,
             attempt.key,
             attempt.payload,
-            attempt.attempt,
+            attempt.number,
             attempt.redelivery,
             self.deduplicate,
         )

@@ -55,6 +55,19 @@ from typing import Any
 
 from oncewire.storage.records import ATTEMPT_COLUMNS, EFFECT_COLUMNS, RECEIPT_COLUMNS
 from oncewire.storage.replies import INBOUND_COLUMNS, OP_COLUMNS, REPLY_COLUMNS
+from oncewire.storage.runs import (
+    ACTION_COLUMNS,
+    BARRIER_COLUMNS,
+    BRANCH_COLUMNS,
+    CHECKPOINT_COLUMNS,
+    DELIVERY_COLUMNS,
+    EVENT_COLUMNS,
+    FINDING_COLUMNS,
+    KEY_PIN_COLUMNS,
+    PHASE_COLUMNS,
+    REPORT_COLUMNS,
+    RUN_COLUMNS,
+)
 
 __all__ = ["DIALECTS", "Queries", "Query", "QueryError", "dummy_params", "load", "queries"]
 
@@ -67,6 +80,17 @@ _COLUMNS = {
     "inbound_columns": INBOUND_COLUMNS,
     "reply_columns": REPLY_COLUMNS,
     "op_columns": OP_COLUMNS,
+    "run_columns": RUN_COLUMNS,
+    "event_columns": EVENT_COLUMNS,
+    "phase_columns": PHASE_COLUMNS,
+    "finding_columns": FINDING_COLUMNS,
+    "action_columns": ACTION_COLUMNS,
+    "branch_columns": BRANCH_COLUMNS,
+    "checkpoint_columns": CHECKPOINT_COLUMNS,
+    "barrier_columns": BARRIER_COLUMNS,
+    "delivery_columns": DELIVERY_COLUMNS,
+    "report_columns": REPORT_COLUMNS,
+    "key_pin_columns": KEY_PIN_COLUMNS,
 }
 _LOCKS = {
     "for_update": {"sqlite": "", "postgresql": "FOR UPDATE"},

@@ -1,5 +1,7 @@
 -- PostgreSQL-only forms of neutral queries (same name, marked [postgresql]). Each one exists
--- because the neutral text would be correct but slower or less concurrent on PostgreSQL.
+-- because the neutral text would be correct but slower or less concurrent on PostgreSQL, or
+-- because PostgreSQL's concurrent writers need a lock that SQLite's single writer (BEGIN
+-- IMMEDIATE) already holds, where the neutral text is a plain SELECT 1.
 
 -- name: claim [postgresql]
 -- SKIP LOCKED: concurrent dispatchers take different due effects instead of queueing on the
@@ -28,3 +30,16 @@ SELECT MIN(not_before) FILTER (WHERE state IN ('pending', 'uncertain')),
        COUNT(*) FILTER (WHERE state = 'pending' AND fence > 0)
   FROM oncewire_effects
  WHERE state IN ('pending', 'uncertain', 'claimed') AND (:any_kind OR kind {in :kinds})
+
+-- name: lock_branch [postgresql]
+-- The branch's advisory lock, held until the transaction ends (migration 0002).
+SELECT oncewire_run_branch_lock(:scope, :branch)
+
+-- name: lock_scope [postgresql]
+-- The scope's exclusive advisory lock, held until the transaction ends (migration 0002).
+SELECT oncewire_run_scope_lock(:scope, TRUE)
+
+-- name: lock_key_pins [postgresql]
+-- SHARE ROW EXCLUSIVE conflicts with itself and with writers, not with readers. EXPLAIN cannot
+-- plan a LOCK: the statement test runs it instead, in a transaction it rolls back.
+LOCK TABLE oncewire_run_key_pins IN SHARE ROW EXCLUSIVE MODE
