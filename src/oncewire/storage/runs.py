@@ -113,7 +113,7 @@ class RunRow:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunRow:
         """The record of a row read as ``{run_columns}``."""
-        return cls(*row[:19], bool(row[19]), row[20])
+        return cls(*[*row[:19], bool(row[19]), row[20]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,7 @@ class EventRow:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> EventRow:
         """The record of a row read as ``{event_columns}``."""
-        return cls(*row[:8], bool(row[8]), *row[9:])
+        return cls(*[*row[:8], bool(row[8]), *row[9:]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +159,7 @@ class PhaseRow:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> PhaseRow:
         """The record of a row read as ``{phase_columns}``."""
-        return cls(*row[:8], bool(row[8]), *row[9:])
+        return cls(*[*row[:8], bool(row[8]), *row[9:]])
 
 
 @dataclass(frozen=True, slots=True)

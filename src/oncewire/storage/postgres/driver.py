@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from oncewire.core.errors import InvalidState
+from oncewire.storage.driver import Pipeline, StatementRunner
 from oncewire.storage.postgres.connection import connect, psycopg, translate_errors, translated
-from oncewire.storage.sql import Queries, Query, queries
+from oncewire.storage.sql import Queries, queries
 from oncewire.storage.sqlguard import SavepointStack, check_statement, named_to_pyformat
 
 __all__ = ["CHANNEL", "PostgresDriver", "PostgresTransaction"]
@@ -103,7 +104,7 @@ class PostgresTransaction:
             )
 
 
-class PostgresDriver:
+class PostgresDriver(StatementRunner):
     """The :class:`~oncewire.storage.driver.Driver` of one PostgreSQL database (or schema)."""
 
     dialect = "postgresql"
@@ -306,25 +307,55 @@ class PostgresDriver:
             )
         return PostgresTransaction(_TupleRows(conn))
 
-    # -- statements --------------------------------------------------------------------------
-    def read(self, q: Query, /, **params: Any) -> list[Any]:
-        return self.read_sql(*q.render(params))
+    # -- statements -------------------------------------------------------------------------
+    @contextmanager
+    def pipeline(self, conn: Any) -> Iterator[Pipeline]:
+        supported = bool(psycopg.Pipeline.is_supported())
+        statements = Pipeline(conn, defer=supported)
+        try:
+            if not supported:  # a libpq without pipeline mode: one statement at a time
+                yield statements
+            else:
+                failed: BaseException | None = None
+                try:
+                    with conn.pipeline():
+                        try:
+                            yield statements
+                        except psycopg.Error as exc:
+                            failed = exc
+                except psycopg.Error:
+                    # The first error is the one worth raising, not the pipeline's own abort
+                    # that follows it.
+                    if failed is None:
+                        raise
+                if failed is not None:
+                    raise failed
+                statements.collect()
+        finally:
+            statements.close()
 
-    def run(self, conn: Any, q: Query, /, **params: Any) -> int:
-        return int(conn.execute(*q.render(params)).rowcount)
-
-    def one(self, conn: Any, q: Query, /, **params: Any) -> Any:
-        return conn.execute(*q.render(params)).fetchone()
-
-    def all(self, conn: Any, q: Query, /, **params: Any) -> list[Any]:
-        return list(conn.execute(*q.render(params)).fetchall())
-
-    def batch(self, conn: Any, q: Query, rows: Sequence[Mapping[str, Any]]) -> None:
-        if not rows:
+    @contextmanager
+    def snapshot(self) -> Iterator[Any]:
+        conn = self.conn()
+        if conn.info.transaction_status != _IDLE:
+            yield conn  # the caller's transaction reads
             return
-        text, _ = q.render(rows[0])
-        with conn.cursor() as cursor:
-            cursor.executemany(text, [q.render(row)[1] for row in rows])
+        try:
+            with conn.transaction():
+                with translate_errors("beginning a read"):
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield conn
+        finally:
+            if conn.broken:
+                self.forget(conn)
 
-    def pipeline(self, conn: Any) -> contextlib.AbstractContextManager[Any]:
-        return conn.pipeline()  # type: ignore[no-any-return]
+    @contextmanager
+    def constraint_refusal(
+        self, constraint: str, refusal: Callable[[], Exception]
+    ) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.IntegrityError as exc:
+            if exc.diag.constraint_name != constraint:
+                raise
+            raise refusal() from None

@@ -2,14 +2,14 @@
 
 The store opens and migrates the database and reports on it; its connections, transactions and
 notifications are :class:`~oncewire.storage.postgres.driver.PostgresDriver`'s, and the effects,
-receipts, inbound and reply verbs are written once in :mod:`oncewire.storage.verbs` (the
-PostgreSQL-only forms of their statements are in ``storage/sql/postgresql.sql``). The run verbs
-still live in this package (``runs.py``), over ``_conn``, ``_forget``, ``_write`` and ``_read``.
+receipts, inbound, reply and run verbs are written once in :mod:`oncewire.storage.verbs` (the
+PostgreSQL-only forms of their statements are in ``storage/sql/postgresql.sql``: SKIP LOCKED,
+FILTER, and the locks that concurrent writers need).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -30,15 +30,15 @@ from oncewire.storage.postgres.connection import (
 )
 from oncewire.storage.postgres.driver import CHANNEL, PostgresDriver, PostgresTransaction
 from oncewire.storage.postgres.inspect import inspect
-from oncewire.storage.postgres.runs import PostgresRunVerbs
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import InboundReplyVerbs
+from oncewire.storage.verbs.runs import RunLedgerVerbs
 
 __all__ = ["CHANNEL", "PostgresStore", "PostgresTransaction"]
 
 
-class PostgresStore(EffectVerbs, ReceiptVerbs, PostgresRunVerbs, InboundReplyVerbs, Store):
+class PostgresStore(EffectVerbs, ReceiptVerbs, RunLedgerVerbs, InboundReplyVerbs, Store):
     dialect = "postgresql"
     db: PostgresDriver
 
@@ -72,20 +72,11 @@ class PostgresStore(EffectVerbs, ReceiptVerbs, PostgresRunVerbs, InboundReplyVer
             migrate(conn)
         finally:
             if conn.broken:
-                self._forget(conn)
+                self.db.forget(conn)
 
-    # -- connections (the driver's; the reply and run verbs use these four) ------------------
+    # -- connections (the driver's) ----------------------------------------------------------
     def _conn(self) -> Any:
         return self.db.conn()
-
-    def _forget(self, conn: Any) -> None:
-        self.db.forget(conn)
-
-    def _write(self, what: str) -> AbstractContextManager[Any]:
-        return self.db.write(what)
-
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self.db.read_sql(sql, params)
 
     def caller_transaction(self, connection: Any) -> PostgresTransaction:
         return self.db.caller_transaction(connection)
@@ -114,7 +105,7 @@ class PostgresStore(EffectVerbs, ReceiptVerbs, PostgresRunVerbs, InboundReplyVer
             return inspect(self._conn())
 
     def health(self) -> dict[str, Any]:
-        row = self._read(
+        row = self.db.read_sql(
             "SELECT current_setting('server_version'), current_database(), current_user, "
             "current_schema(), extract(epoch FROM clock_timestamp())::float8"
         )[0]

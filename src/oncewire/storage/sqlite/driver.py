@@ -12,12 +12,13 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from oncewire.core.errors import InvalidState
+from oncewire.storage.driver import StatementRunner
 from oncewire.storage.records import UndecodableText
-from oncewire.storage.sql import Queries, Query, queries
+from oncewire.storage.sql import Queries, queries
 from oncewire.storage.sqlguard import SavepointStack, check_statement
 from oncewire.storage.sqlite.connection import connect, translate_errors, translated
 
@@ -132,7 +133,7 @@ class _Write(SQLiteTransaction):
         return self.conn
 
 
-class SQLiteDriver:
+class SQLiteDriver(StatementRunner):
     """The :class:`~oncewire.storage.driver.Driver` of one SQLite file."""
 
     dialect = "sqlite"
@@ -261,7 +262,7 @@ class SQLiteDriver:
 
     # -- statements --------------------------------------------------------------------------
     def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Rows of a statement given as text (the verbs not yet written as named queries)."""
+        """Rows of a statement given as text (every named query's read goes through here)."""
         conn = self.conn()
         try:
             return conn.execute(sql, params).fetchall()
@@ -276,24 +277,28 @@ class SQLiteDriver:
         except sqlite3.Error as exc:
             raise translated("reading", exc) from exc
 
-    def read(self, q: Query, /, **params: Any) -> list[Any]:
-        return self.read_sql(*q.render(params))
-
-    def run(self, conn: Any, q: Query, /, **params: Any) -> int:
-        return int(conn.execute(*q.render(params)).rowcount)
-
-    def one(self, conn: Any, q: Query, /, **params: Any) -> Any:
-        return conn.execute(*q.render(params)).fetchone()
-
-    def all(self, conn: Any, q: Query, /, **params: Any) -> list[Any]:
-        rows: list[Any] = conn.execute(*q.render(params)).fetchall()
-        return rows
-
-    def batch(self, conn: Any, q: Query, rows: Sequence[Mapping[str, Any]]) -> None:
-        if not rows:
+    # -- what the run verbs need -------------------------------------------------------------
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        conn = self.conn()
+        if conn.in_transaction:
+            yield conn  # the caller's transaction is the snapshot
             return
-        text, _ = q.render(rows[0])
-        conn.executemany(text, [q.render(row)[1] for row in rows])
+        with translate_errors("beginning a read"):
+            # Deferred: in WAL mode the first read fixes the snapshot; no lock is taken
+            # against writers.
+            conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                with translate_errors("ending a read"):
+                    conn.execute("ROLLBACK")
 
-    def pipeline(self, conn: Any) -> contextlib.nullcontext[None]:
+    def constraint_refusal(
+        self, constraint: str, refusal: Callable[[], Exception]
+    ) -> contextlib.nullcontext[None]:
+        # SQLite names no constraint in its errors (only its message does, which is never
+        # read). Nor is there a race to map: BEGIN IMMEDIATE made the transaction the only
+        # writer from its first statement, so what it read still holds when it writes.
         return contextlib.nullcontext()

@@ -1,9 +1,9 @@
 """SQLiteStore: WAL, synchronous=FULL, BEGIN IMMEDIATE writers, one connection per thread.
 
 The store opens, checks and migrates the file and reports on it; its connections and
-transactions are :class:`~oncewire.storage.sqlite.driver.SQLiteDriver`'s, and the effects,
-receipts, inbound and reply verbs are written once in :mod:`oncewire.storage.verbs`. The run
-verbs still live in this package (``runs.py``), over ``_conn``, ``_write`` and ``_read``.
+transactions are :class:`~oncewire.storage.sqlite.driver.SQLiteDriver`'s, and every verb (the
+effects, receipts, inbound, reply and run verbs) is written once in :mod:`oncewire.storage.verbs`.
+What only SQLite needs stays here: the claim retried when a stored payload is not UTF-8.
 """
 
 from __future__ import annotations
@@ -34,17 +34,17 @@ from oncewire.storage.sqlite.connection import (
 )
 from oncewire.storage.sqlite.driver import SQLiteDriver, SQLiteTransaction, undecodable_text
 from oncewire.storage.sqlite.inspect import inspect
-from oncewire.storage.sqlite.runs import SQLiteRunVerbs
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import InboundReplyVerbs
+from oncewire.storage.verbs.runs import RunLedgerVerbs
 
 __all__ = ["SQLiteStore", "SQLiteTransaction"]
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
-class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, SQLiteRunVerbs, Store):
+class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs, Store):
     dialect = "sqlite"
     db: SQLiteDriver
 
@@ -90,15 +90,9 @@ class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, SQLiteRunVerbs, 
         self.db.use(conn)
         migrate(conn)
 
-    # -- connections (the driver's; the reply and run verbs use these three) -----------------
+    # -- connections (the driver's) ----------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
         return self.db.conn()
-
-    def _write(self, what: str) -> AbstractContextManager[sqlite3.Connection]:
-        return self.db.write(what)
-
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self.db.read_sql(sql, params)
 
     def caller_transaction(self, connection: Any) -> SQLiteTransaction:
         return self.db.caller_transaction(connection)
