@@ -55,7 +55,7 @@ from oncewire.effects import (
     NotSent,
     Rejected,
 )
-from oncewire.inbound import Admission, Inbound, InboundStatus, Inbox
+from oncewire.inbound import Admission, Inbound, InboundState, Inbox
 from oncewire.ledger import Ledger, LedgerTransaction
 from oncewire.receipts import Receipt, ReceiptResult, Receipts
 from oncewire.replies import (
@@ -80,7 +80,7 @@ from oncewire.runs import (
     Run,
     RunEvent,
     Runs,
-    RunStatus,
+    RunState,
     RunsView,
     SideEffectClass,
     Verdict,
@@ -113,7 +113,7 @@ __all__ = [
     "HistoryTampered",
     "Inbound",
     "InboundNotFound",
-    "InboundStatus",
+    "InboundState",
     "Inbox",
     "InvalidPayload",
     "InvalidState",
@@ -150,7 +150,7 @@ __all__ = [
     "RunError",
     "RunEvent",
     "RunNotFound",
-    "RunStatus",
+    "RunState",
     "Runs",
     "RunsView",
     "SchemaError",

@@ -7,7 +7,7 @@ import pytest
 from oncewire.core.errors import InboundNotFound, InvalidState
 from oncewire.storage.base import Store
 from oncewire.storage.replies import (
-    InboundStatus,
+    InboundState,
     OpKind,
     OpState,
     ReplyState,
@@ -74,7 +74,7 @@ def test_admission_is_once_and_counts_redeliveries(store: Store, raw: RawDatabas
     )
     assert new and not again_new
     assert again.id == first.id and again.deliveries == 2
-    assert first.status is InboundStatus.RECEIVED
+    assert first.status is InboundState.RECEIVED
     assert raw.count("oncewire_inbound") == 1
     # The same message id in another thread is another message.
     other, other_new = store.admit_inbound(
@@ -89,7 +89,7 @@ def test_admission_is_once_and_counts_redeliveries(store: Store, raw: RawDatabas
     )
     assert other_new and other.id != first.id
     assert store.get_inbound(first.id) == again
-    assert [i.id for i in store.list_inbound(statuses=[InboundStatus.RECEIVED])] == [
+    assert [i.id for i in store.list_inbound(statuses=[InboundState.RECEIVED])] == [
         first.id,
         other.id,
     ]
@@ -98,9 +98,9 @@ def test_admission_is_once_and_counts_redeliveries(store: Store, raw: RawDatabas
 def test_start_and_quarantine(store: Store) -> None:
     inbound_id = _admit(store)
     started = store.start_inbound(inbound_id, now=T0)
-    assert started.status is InboundStatus.ANSWERING and started.attempts == 1
+    assert started.status is InboundState.ANSWERING and started.attempts == 1
     quarantined = store.quarantine_inbound(inbound_id, reason="crashed 3 times", now=T0)
-    assert quarantined.status is InboundStatus.QUARANTINED
+    assert quarantined.status is InboundState.QUARANTINED
     assert quarantined.last_error == "crashed 3 times"
     with pytest.raises(InboundNotFound):
         store.start_inbound(999, now=T0)
@@ -112,7 +112,7 @@ def test_open_then_commit_keeps_one_record(store: Store, raw: RawDatabase) -> No
         inbound_id=inbound_id, request=REQUEST, cap=4096, unit="utf16", max_attempts=5, now=T0
     )
     assert opened.state is ReplyState.OPEN and opened.final_text is None
-    assert store.get_inbound(inbound_id).status is InboundStatus.ANSWERING  # type: ignore[union-attr]
+    assert store.get_inbound(inbound_id).status is InboundState.ANSWERING  # type: ignore[union-attr]
     again = store.open_reply(
         inbound_id=inbound_id, request=REQUEST, cap=4096, unit="utf16", max_attempts=5, now=T0
     )
@@ -123,7 +123,7 @@ def test_open_then_commit_keeps_one_record(store: Store, raw: RawDatabase) -> No
     assert reply is not None and reply.state is ReplyState.COMMITTED
     assert reply.request == REQUEST
     assert store.reply_for_inbound(inbound_id) == reply
-    assert store.get_inbound(inbound_id).status is InboundStatus.ANSWERED  # type: ignore[union-attr]
+    assert store.get_inbound(inbound_id).status is InboundState.ANSWERED  # type: ignore[union-attr]
     ops = store.reply_ops(reply_id)
     assert [(o.kind, o.state, o.slot) for o in ops] == [(OpKind.SEND, OpState.PLANNED, 0)]
     # A second commit changes nothing and says so.
@@ -171,7 +171,7 @@ def test_ops_move_planned_in_flight_acked(store: Store, raw: RawDatabase) -> Non
     assert done.state is OpState.ACKED and done.message_id == "m1"
     reply = store.get_reply(reply_id)
     assert reply is not None and reply.state is ReplyState.DELIVERED
-    assert store.get_inbound(reply.inbound_id).status is InboundStatus.DELIVERED  # type: ignore[union-attr]
+    assert store.get_inbound(reply.inbound_id).status is InboundState.DELIVERED  # type: ignore[union-attr]
     with pytest.raises(InvalidState):
         store.end_op(op.id, state=OpState.ACKED, message_id="m1", now=T0)
     # The schema refuses a second acknowledged send of the same slot.

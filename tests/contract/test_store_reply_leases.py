@@ -6,7 +6,7 @@ import pytest
 
 from oncewire.core.errors import StaleFence
 from oncewire.storage.base import Store
-from oncewire.storage.replies import InboundStatus, OpKind, OpState, ReplyState, SendRequest
+from oncewire.storage.replies import InboundState, OpKind, OpState, ReplyState, SendRequest
 
 from .conftest import T0, RawDatabase
 
@@ -232,8 +232,7 @@ def test_listings_filter_and_order(store: Store) -> None:
     store.quarantine_inbound(ids[2], reason="bad", now=T0)
     assert [i.id for i in store.list_inbound()] == ids
     assert [
-        i.id
-        for i in store.list_inbound(statuses=[InboundStatus.RECEIVED, InboundStatus.QUARANTINED])
+        i.id for i in store.list_inbound(statuses=[InboundState.RECEIVED, InboundState.QUARANTINED])
     ] == [ids[0], ids[2], ids[3]]
     assert [i.id for i in store.list_inbound(after_id=ids[0], limit=2)] == ids[1:3]
 

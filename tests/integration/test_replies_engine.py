@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import InboundStatus, ManualClock, ReplyConflict, ReplyState
+from oncewire import InboundState, ManualClock, ReplyConflict, ReplyState
 from oncewire.lab.suites.replies_rig import PROFILES, Rig, footer, header, reply_text
 from oncewire.platforms.fake import Fault
 from oncewire.replies import ReplyEngine, rejoin
@@ -58,7 +58,7 @@ def test_redelivered_inbound_is_processed_once(tmp_path: Path, when: str) -> Non
     assert seen == [False]
     with Rig(folder, clock=ManualClock()) as rig:
         inbound = rig.ledger.inbound.get(first.inbound.id)
-        assert inbound.deliveries == 2 and inbound.status is InboundStatus.DELIVERED
+        assert inbound.deliveries == 2 and inbound.status is InboundState.DELIVERED
         assert len(rig.ledger.inbound.list()) == 1
         _only_reply(rig, "fk_tg", chat, aid, inbound.id)
 
@@ -94,7 +94,7 @@ def test_out_of_attempts_is_dead_with_one_honest_notice(tmp_path: Path) -> None:
         assert shown == [rig.engine.notice]
         # Dead is terminal: nothing more is tried, and the inbound says it was answered.
         assert rig.engine.deliver(reply.id).status == "dead"
-        assert rig.ledger.inbound.get(admission.inbound.id).status is InboundStatus.ANSWERED
+        assert rig.ledger.inbound.get(admission.inbound.id).status is InboundState.ANSWERED
         assert len([op for op in rig.ledger.replies.ops(reply.id) if op.slot == -1]) == 1
 
 
@@ -151,7 +151,7 @@ def test_a_message_that_keeps_killing_its_process_is_quarantined_alone(rig: Rig)
     for _ in range(3):
         assert rig.ledger.inbound.start(poison) is not None
     assert rig.ledger.inbound.start(poison) is None
-    assert rig.ledger.inbound.get(poison).status is InboundStatus.QUARANTINED
+    assert rig.ledger.inbound.get(poison).status is InboundState.QUARANTINED
     assert [i.id for i in rig.ledger.inbound.unanswered()] == [healthy]
 
 

@@ -9,7 +9,7 @@ import click
 
 from oncewire.cli.common import db_option, emit, json_option, stamped, table
 from oncewire.ledger import Ledger
-from oncewire.storage.replies import InboundStatus, ReplyState
+from oncewire.storage.replies import InboundState, ReplyState
 
 __all__ = ["inbound_group", "replies_group"]
 
@@ -31,7 +31,7 @@ def inbound_group() -> None:
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice([s.value for s in InboundStatus]),
+    type=click.Choice([s.value for s in InboundState]),
     help="Only these statuses (repeatable).",
 )
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)

@@ -19,7 +19,7 @@ from oncewire.core.errors import InboundNotFound
 from oncewire.core.limits import MAX_KEY_CHARS, check_name
 from oncewire.core.states import coerce_states
 from oncewire.storage import Store
-from oncewire.storage.replies import Inbound, InboundStatus
+from oncewire.storage.replies import Inbound, InboundState
 
 __all__ = ["DEFAULT_MAX_STARTS", "Admission", "InboundView", "Inbox"]
 
@@ -81,18 +81,18 @@ class Inbox:
 
     def list(
         self,
-        status: InboundStatus | str | Sequence[InboundStatus | str] | None = None,
+        status: InboundState | str | Sequence[InboundState | str] | None = None,
         *,
         limit: int = 100,
         after_id: int = 0,
     ) -> list[Inbound]:
         return self._store.list_inbound(
-            statuses=coerce_states(InboundStatus, status), limit=limit, after_id=after_id
+            statuses=coerce_states(InboundState, status), limit=limit, after_id=after_id
         )
 
     def unanswered(self, limit: int = 100) -> builtins.list[Inbound]:
         """Admitted but not answered yet (received, or answering when a process died)."""
-        return self.list([InboundStatus.RECEIVED, InboundStatus.ANSWERING], limit=limit)
+        return self.list([InboundState.RECEIVED, InboundState.ANSWERING], limit=limit)
 
     def start(self, inbound_id: int, *, max_starts: int = DEFAULT_MAX_STARTS) -> Inbound | None:
         """Count one start of answering; quarantine (and return None) past ``max_starts``.

@@ -10,21 +10,21 @@ __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
     "WORLD_CHANGING",
-    "ActionStatus",
+    "ActionState",
     "CommandResult",
     "CompletionDelivery",
     "Projection",
     "ReconcileReport",
     "Run",
     "RunEvent",
-    "RunStatus",
+    "RunState",
     "SideEffectClass",
     "Verdict",
     "Verification",
 ]
 
 
-class RunStatus(enum.StrEnum):
+class RunState(enum.StrEnum):
     RUNNING = "running"  # started; no candidate yet
     CANDIDATE = "candidate"  # a candidate result exists; not (yet) verified
     REVIEWING = "reviewing"  # a review phase is open on the current candidate
@@ -40,14 +40,14 @@ class RunStatus(enum.StrEnum):
 
 ACTIVE_STATUSES = frozenset(
     {
-        RunStatus.RUNNING,
-        RunStatus.CANDIDATE,
-        RunStatus.REVIEWING,
-        RunStatus.REPAIRING,
-        RunStatus.UNSETTLED,
+        RunState.RUNNING,
+        RunState.CANDIDATE,
+        RunState.REVIEWING,
+        RunState.REPAIRING,
+        RunState.UNSETTLED,
     }
 )
-TERMINAL_STATUSES = frozenset(set(RunStatus) - ACTIVE_STATUSES)
+TERMINAL_STATUSES = frozenset(set(RunState) - ACTIVE_STATUSES)
 
 
 class Verdict(enum.StrEnum):
@@ -69,7 +69,7 @@ WORLD_CHANGING = frozenset(
 )
 
 
-class ActionStatus(enum.StrEnum):
+class ActionState(enum.StrEnum):
     PROPOSED = "proposed"  # recorded before it ran; its outcome is not known yet
     SUCCEEDED = "succeeded"  # it ran and its effect happened
     FAILED = "failed"  # it ran and failed; its effect did not happen

@@ -22,7 +22,7 @@ __all__ = [
     "OP_COLUMNS",
     "REPLY_COLUMNS",
     "Inbound",
-    "InboundStatus",
+    "InboundState",
     "OpKind",
     "OpState",
     "Reply",
@@ -49,7 +49,7 @@ OP_COLUMNS = (
 )
 
 
-class InboundStatus(enum.StrEnum):
+class InboundState(enum.StrEnum):
     RECEIVED = "received"  # admitted; nobody has started answering it
     ANSWERING = "answering"  # a reply record is open (the answer may be streaming)
     ANSWERED = "answered"  # the final text is committed; delivery is not finished
@@ -102,7 +102,7 @@ class Inbound:
     platform_message_id: str
     payload_json: str
     digest: str
-    status: InboundStatus
+    status: InboundState
     deliveries: int  # how often the platform delivered it (1 + re-deliveries)
     attempts: int  # how often answering it started
     last_error: str | None
@@ -127,7 +127,7 @@ class Inbound:
             platform_message_id=row[5],
             payload_json=row[6],
             digest=row[7],
-            status=InboundStatus(row[8]),
+            status=InboundState(row[8]),
             deliveries=row[9],
             attempts=row[10],
             last_error=row[11],
@@ -307,7 +307,7 @@ class ReplyVerbs(abc.ABC):
 
     @abc.abstractmethod
     def list_inbound(
-        self, *, statuses: Sequence[InboundStatus] = (), limit: int = 100, after_id: int = 0
+        self, *, statuses: Sequence[InboundState] = (), limit: int = 100, after_id: int = 0
     ) -> list[Inbound]: ...
 
     @abc.abstractmethod

@@ -20,7 +20,7 @@ from oncewire import (
     Admission,
     Clock,
     DeliveryPass,
-    InboundStatus,
+    InboundState,
     Ledger,
     LedgerTransaction,
     Platform,
@@ -237,7 +237,7 @@ def check_reply(
         failures.append(f"reply record is {reply and reply.state}, not delivered{context}")
     if reply is not None and reply.final_text != want:
         failures.append("the committed final text differs from the persisted answer")
-    if inbound.status is not InboundStatus.DELIVERED:
+    if inbound.status is not InboundState.DELIVERED:
         failures.append(f"inbound is {inbound.status}, not delivered")
     complete = [c for c in copies if c.complete]
     partial = [c for c in copies if not c.complete]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncewire.runs.machine import State
-from oncewire.runs.records import WORLD_CHANGING, RunStatus, Verdict
+from oncewire.runs.records import WORLD_CHANGING, RunState, Verdict
 
 __all__ = ["UNAVAILABLE_SUMMARY", "recovery_plan"]
 
@@ -76,7 +76,7 @@ def recovery_plan(
                 },
             )
         )
-        final = RunStatus.OUTCOME_UNKNOWN if unknown else RunStatus.REVIEW_UNAVAILABLE
+        final = RunState.OUTCOME_UNKNOWN if unknown else RunState.REVIEW_UNAVAILABLE
     elif phase is not None and phase["kind"] == "repair":
         if not phase["bound"]:
             return [], "repair_untracked"  # no ledger: nothing truthful can be said
@@ -86,13 +86,13 @@ def recovery_plan(
         status = "outcome_unknown" if phase_unknown else "interrupted"
         steps.append(("complete_repair", {"repair_id": phase["id"], "status": status}))
         if phase_unknown or unknown:
-            final = RunStatus.OUTCOME_UNKNOWN
+            final = RunState.OUTCOME_UNKNOWN
         else:
-            final = RunStatus.COMPLETED_WITH_ISSUES
+            final = RunState.COMPLETED_WITH_ISSUES
             reason = "repair_interrupted"
-    elif state["status"] == RunStatus.UNSETTLED or unknown:
-        final = RunStatus.OUTCOME_UNKNOWN
+    elif state["status"] == RunState.UNSETTLED or unknown:
+        final = RunState.OUTCOME_UNKNOWN
     else:
-        final = RunStatus.REVIEW_UNAVAILABLE
+        final = RunState.REVIEW_UNAVAILABLE
     steps.append(("terminate", {"status": final.value, "reason": reason}))
     return steps, None

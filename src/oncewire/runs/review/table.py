@@ -38,8 +38,8 @@ from oncewire.runs.records import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     WORLD_CHANGING,
-    ActionStatus,
-    RunStatus,
+    ActionState,
+    RunState,
     SideEffectClass,
     Verdict,
 )
@@ -316,11 +316,11 @@ def _complete_repair(state: State, request: Request, step: Step, rows: Rows) -> 
     state["phase"] = None
     if status == "completed":
         state["candidate"] = dict(candidate or {})
-        state["status"] = RunStatus.CANDIDATE.value
+        state["status"] = RunState.CANDIDATE.value
     elif status == "interrupted":
-        state["status"] = RunStatus.CANDIDATE.value
+        state["status"] = RunState.CANDIDATE.value
     else:
-        state["status"] = RunStatus.UNSETTLED.value
+        state["status"] = RunState.UNSETTLED.value
 
 
 # -- actions -------------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ def _propose(state: State, request: Request, step: Step, rows: Rows) -> None:
             side_effect_class=request["side_effect_class"],
             resource_keys_json=fast_canonical(list(request.get("resource_keys") or [])),
             effect_key=request.get("effect_key"),
-            status=ActionStatus.PROPOSED.value,
+            status=ActionState.PROPOSED.value,
             result_json=None,
             proposed_seq=step.seq,
             resolved_seq=None,
@@ -371,9 +371,9 @@ def _guard_resolve(state: State, request: Request) -> str | None:
     if action is None:
         return f"action {request.get('action_id')!r} is not proposed and unresolved"
     if request.get("status") not in (
-        ActionStatus.SUCCEEDED,
-        ActionStatus.FAILED,
-        ActionStatus.NOT_RUN,
+        ActionState.SUCCEEDED,
+        ActionState.FAILED,
+        ActionState.NOT_RUN,
     ):
         return "status must be succeeded, failed or not_run"
     return None
@@ -383,7 +383,7 @@ def _resolve(state: State, request: Request, step: Step, rows: Rows) -> None:
     action = state["unresolved"].pop(request["action_id"])
     phase = state["phase"]
     if (
-        request["status"] == ActionStatus.SUCCEEDED
+        request["status"] == ActionState.SUCCEEDED
         and action["class"] in WORLD_CHANGING
         and phase is not None
         and action["phase"] == phase["id"]
@@ -422,26 +422,26 @@ def _guard_terminate(state: State, request: Request) -> str | None:
     review = state["last_review"]
     candidate = state["candidate"] or {}
     reviewed = review is not None and review["candidate_id"] == candidate.get("candidate_id")
-    if status in (RunStatus.VERIFIED, RunStatus.COMPLETED_WITH_ISSUES):
-        if current != RunStatus.CANDIDATE:
+    if status in (RunState.VERIFIED, RunState.COMPLETED_WITH_ISSUES):
+        if current != RunState.CANDIDATE:
             return f"{status} needs a reviewed candidate (the run is {current})"
         if open_world:
             return f"actions {open_world} may have changed the world and are not resolved"
         if not reviewed:
             return "the current candidate has no review"
         wanted = (
-            (Verdict.PASS,) if status == RunStatus.VERIFIED else (Verdict.ISSUES, Verdict.FAILED)
+            (Verdict.PASS,) if status == RunState.VERIFIED else (Verdict.ISSUES, Verdict.FAILED)
         )
         if review["verdict"] not in wanted:
             return f"the latest review of the current candidate says {review['verdict']}"
-    elif status == RunStatus.REVIEW_UNAVAILABLE:
-        if current not in (RunStatus.RUNNING, RunStatus.CANDIDATE):
+    elif status == RunState.REVIEW_UNAVAILABLE:
+        if current not in (RunState.RUNNING, RunState.CANDIDATE):
             return f"review_unavailable does not follow {current}"
         if open_world:
             return f"actions {open_world} have unknown outcomes: the run's outcome is unknown"
-    elif current == RunStatus.UNSETTLED and status not in (
-        RunStatus.OUTCOME_UNKNOWN,
-        RunStatus.FAILED,
+    elif current == RunState.UNSETTLED and status not in (
+        RunState.OUTCOME_UNKNOWN,
+        RunState.FAILED,
     ):
         return "after a repair with an unknown outcome only outcome_unknown or failed can follow"
     return None

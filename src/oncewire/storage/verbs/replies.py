@@ -14,7 +14,7 @@ from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, S
 from oncewire.storage.driver import Driver
 from oncewire.storage.replies import (
     Inbound,
-    InboundStatus,
+    InboundState,
     OpKind,
     OpState,
     Reply,
@@ -65,7 +65,7 @@ class InboundReplyVerbs:
         return Inbound.from_row(rows[0]) if rows else None
 
     def list_inbound(
-        self, *, statuses: Sequence[InboundStatus] = (), limit: int = 100, after_id: int = 0
+        self, *, statuses: Sequence[InboundState] = (), limit: int = 100, after_id: int = 0
     ) -> list[Inbound]:
         rows = self.db.read(
             self.db.queries.list_inbound,
