@@ -227,6 +227,15 @@ def test_4xx_is_rejected_and_5xx_408_409_unavailable(fake_openai: Start) -> None
         assert "context_length_exceeded" in str(caught.value)
 
 
+def test_a_redirect_is_rejected_not_followed(fake_openai: Start) -> None:
+    fake = fake_openai([{"kind": "raw", "status": 301, "headers": {"location": "/elsewhere"}}])
+
+    with pytest.raises(ModelRejected, match="HTTP 301"):
+        client_for(fake).complete(HELLO)
+
+    assert len(fake.requests()) == 1
+
+
 def test_a_refused_connection_is_not_sent(closed_port: int) -> None:
     client = OpenAIChatClient(f"http://127.0.0.1:{closed_port}/v1", "m")
 

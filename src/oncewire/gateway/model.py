@@ -12,7 +12,8 @@ once and never retried here (retrying re-bills tokens; the caller's policy decid
 :class:`ModelBroken`       the request may have arrived but no complete answer came back: the
                            stream ended, stalled past the read timeout or reported an error
                            before a ``finish_reason``. Text that arrived is not an answer.
-:class:`ModelRejected`     4xx other than 408/409/429 (bad request, context too long, bad key)
+:class:`ModelRejected`     4xx other than 408/409/429 (bad request, context too long, bad key),
+                           or a redirect (``base_url`` does not point at the API itself)
 :class:`ModelUnavailable`  5xx, 408, 409
 :class:`ModelInterrupted`  :meth:`Interrupt.interrupt` was called from another thread
 =========================  ====================================================================
@@ -242,7 +243,7 @@ class OpenAIChatClient:
             ) as response:
                 shutter.attach(response)
                 assembly.request_id = response.headers.get("x-request-id")
-                if response.status_code >= 400:
+                if response.status_code >= 300:  # a redirect too: base_url is not the API
                     response.read()
                     raise _status_failure(response, assembly.request_id)
                 content_type = response.headers.get("content-type", "")
