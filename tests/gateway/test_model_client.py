@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.gateway.config import parse_config
 from oncewire.gateway.http import Timeouts
 from oncewire.gateway.model import (
     Delta,
@@ -170,6 +172,21 @@ def test_the_request_is_what_the_server_journaled(fake_openai: Start) -> None:
         "max_tokens": 256,
     }
     assert request["authorization"] == "Bearer k-1"
+
+
+def test_a_client_is_built_from_the_model_table_of_gateway_toml(fake_openai: Start) -> None:
+    fake = fake_openai([{"kind": "text", "text": "configured"}])
+    toml = (
+        f'[model]\nbase_url = "{fake.base_url}"\napi_key_env = "FAKE_KEY"\nmodel = "m-1"\n'
+        'read_timeout = 7\n[[platforms]]\nname = "tg"\nkind = "telegram"\n'
+    )
+    config = parse_config(toml, Path("gateway.toml"))
+
+    with OpenAIChatClient.from_config(config.model, {"FAKE_KEY": "k-2"}) as client:
+        assert client.complete(HELLO).text == "configured"
+
+    (request,) = fake.requests()
+    assert (request["body"]["model"], request["authorization"]) == ("m-1", "Bearer k-2")
 
 
 def test_the_api_key_comes_from_the_environment_and_is_never_shown() -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway import http
+from oncewire.gateway.config import ModelConfig
 from oncewire.gateway.model_results import (
     Delta,
     DeltaCallback,
@@ -193,6 +194,24 @@ class OpenAIChatClient:
         self.max_tokens = max_tokens
         self._client = http.make_client(
             timeouts or http.Timeouts(), keepalive=False, headers=headers
+        )
+
+    @classmethod
+    def from_config(
+        cls, config: ModelConfig, environ: Mapping[str, str] | None = None
+    ) -> OpenAIChatClient:
+        """The client a gateway.toml ``[model]`` table describes (``max_retries`` is the
+        caller's: this client never retries)."""
+        timeouts = http.Timeouts(
+            connect_seconds=config.connect_timeout_seconds,
+            read_seconds=config.read_timeout_seconds,
+        )
+        return cls(
+            config.base_url,
+            config.model,
+            api_key_env=config.api_key_env,
+            timeouts=timeouts,
+            environ=environ,
         )
 
     def __repr__(self) -> str:
