@@ -29,6 +29,8 @@ __all__ = [
 
 
 class EffectState(enum.StrEnum):
+    """Where an effect stands in the outbox; done, rejected, dead and cancelled are terminal."""
+
     PENDING = "pending"  # accepted, waiting for its not_before; never attempted or NotSent
     CLAIMED = "claimed"  # leased to one worker, whose attempt is in flight
     UNCERTAIN = "uncertain"  # an attempt may have landed (MaybeSent, lost lease, crash)

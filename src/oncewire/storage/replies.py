@@ -50,6 +50,8 @@ OP_COLUMNS = (
 
 
 class InboundState(enum.StrEnum):
+    """Where an inbound message stands, from admitted to its reply delivered (or set aside)."""
+
     RECEIVED = "received"  # admitted; nobody has started answering it
     ANSWERING = "answering"  # a reply record is open (the answer may be streaming)
     ANSWERED = "answered"  # the final text is committed; delivery is not finished
@@ -58,6 +60,8 @@ class InboundState(enum.StrEnum):
 
 
 class ReplyState(enum.StrEnum):
+    """Where a reply record stands, from open (no final text yet) to delivered or dead."""
+
     OPEN = "open"  # the record exists (previews may be visible); no final text yet
     COMMITTED = "committed"  # the final text and its chunk plan are committed; delivering
     DELIVERED = "delivered"  # every chunk of the final text is acknowledged on the platform
@@ -65,12 +69,16 @@ class ReplyState(enum.StrEnum):
 
 
 class OpKind(enum.StrEnum):
+    """What a wire operation does to the platform's messages."""
+
     SEND = "send"  # a new platform message (one per chunk slot)
     EDIT = "edit"  # replace the text of a recorded message (idempotent)
     DELETE = "delete"  # remove a recorded message (idempotent)
 
 
 class OpState(enum.StrEnum):
+    """Where a wire operation stands: planned, in flight, then what its outcome said."""
+
     PLANNED = "planned"  # written down, not started
     IN_FLIGHT = "in_flight"  # durably marked as started before the wire call
     ACKED = "acked"  # the platform acknowledged it (message_id is known)

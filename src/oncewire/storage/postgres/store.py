@@ -39,6 +39,8 @@ __all__ = ["CHANNEL", "PostgresStore", "PostgresTransaction"]
 
 
 class PostgresStore(EffectVerbs, ReceiptVerbs, RunLedgerVerbs, InboundReplyVerbs, Store):
+    """Every ledger's verbs on one PostgreSQL database (see the module's docstring)."""
+
     dialect = "postgresql"
     db: PostgresDriver
 

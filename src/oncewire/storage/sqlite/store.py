@@ -45,6 +45,8 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs, Store):
+    """Every ledger's verbs on one SQLite file (see the module's docstring for its settings)."""
+
     dialect = "sqlite"
     db: SQLiteDriver
 
