@@ -23,22 +23,26 @@ between the dialects (the rest is the same SQL text):
    (``BEGIN IMMEDIATE`` already serialises writers) and to ``FOR UPDATE``, ``FOR UPDATE OF e``
    and ``FOR UPDATE SKIP LOCKED`` on PostgreSQL.
 6. ``{effect_columns}``, ``{receipt_columns}``, ``{attempt_columns}`` (and ``{inbound_columns}``,
-   ``{reply_columns}``, ``{op_columns}``) stand for the column lists the records read
-   (:mod:`oncewire.storage.records`, :mod:`oncewire.storage.replies`); ``{effect_columns:e}``
-   prefixes an alias.
+   ``{reply_columns}``, ``{op_columns}``, ``{run_columns}``, ``{event_columns}`` and the other
+   run-ledger lists) stand for the column lists the records read
+   (:mod:`oncewire.storage.records`, :mod:`oncewire.storage.replies`,
+   :mod:`oncewire.storage.runs`); ``{effect_columns:e}`` prefixes an alias.
 7. A block of ``postgresql.sql`` headed ``-- name: claim [postgresql]`` replaces the neutral
-   ``claim`` on PostgreSQL only. An override with no neutral twin is refused when loading.
+   ``claim`` on PostgreSQL only. An override with no neutral twin is refused when loading. A
+   lock that only PostgreSQL's concurrent writers need (``lock_scope``) is a neutral
+   ``SELECT 1`` with its override.
 
-How a verb is ported (the run verbs still have their SQL in Python):
+How a verb is written (every verb of the store is, in ``storage/verbs``):
 
 - write each statement once in ``<ledger>.sql`` with ``:name`` parameters and the macros above
   (a dynamic ``WHERE`` becomes optional filters: ``(CAST(:kind AS TEXT) IS NULL OR kind =
   :kind)``, ``(:any_state OR state {in :states})``);
-- put a dialect-only form (SKIP LOCKED, ``unnest``, ``FILTER``) in ``postgresql.sql`` under the
-  same name with ``[postgresql]``;
+- put a dialect-only form (SKIP LOCKED, ``unnest``, ``FILTER``, a lock) in ``postgresql.sql``
+  under the same name with ``[postgresql]``; an execution strategy (a pipeline, a snapshot's
+  isolation, a constraint's refusal mapped to a typed error) is the driver's;
 - write the verb once in ``storage/verbs/<ledger>.py`` over the store's ``self.db`` (a
   :class:`~oncewire.storage.driver.Driver`): ``self.db.one(conn, Q.name, **params)`` and friends
-  (``Q = queries()``); the store class inherits the verb class and both dialect modules lose it;
+  (``Q = queries()``); the store classes inherit the verb class;
 - ``tests/unit/test_sql_render.py`` and ``tests/contract/test_sql_parses.py`` pick the new
   statements up by themselves.
 """
