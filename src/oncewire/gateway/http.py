@@ -18,7 +18,7 @@ import enum
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 try:
@@ -30,10 +30,12 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 __all__ = [
     "Client",
+    "PathSecret",
     "Reach",
     "Response",
     "SocketShutter",
     "Timeouts",
+    "Transport",
     "TransportError",
     "iter_sse",
     "make_client",
@@ -44,6 +46,7 @@ __all__ = [
 Client = httpx2.Client
 Response = httpx2.Response
 TransportError = httpx2.TransportError
+Transport = httpx2.BaseTransport
 
 
 @dataclass(frozen=True)
@@ -57,17 +60,52 @@ class Timeouts:
     pool_seconds: float = 5.0
 
 
+@dataclass(frozen=True)
+class PathSecret:
+    """A secret a URL path must carry (a Telegram bot token) that no log line, exception or repr
+    may show: requests name ``placeholder`` in their path and the transport puts ``secret`` in
+    its place only while the request is on the wire."""
+
+    placeholder: str
+    secret: str = field(repr=False)
+
+
+class _SecretPathTransport(httpx2.BaseTransport):
+    def __init__(self, inner: httpx2.BaseTransport, path_secret: PathSecret) -> None:
+        self._inner = inner
+        self._placeholder = path_secret.placeholder.encode()
+        self._secret = path_secret.secret.encode()
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        shown = request.url
+        real = shown.raw_path.replace(self._placeholder, self._secret)
+        request.url = shown.copy_with(raw_path=real)
+        try:
+            return self._inner.handle_request(request)
+        finally:
+            # The client logs the request and attaches it to errors after this returns.
+            request.url = shown
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 def make_client(
     timeouts: Timeouts,
     *,
     keepalive: bool = True,
     headers: dict[str, str] | None = None,
     transport: httpx2.BaseTransport | None = None,
+    path_secret: PathSecret | None = None,
 ) -> httpx2.Client:
     """A sync client with per-phase timeouts that never retries on its own (the transport's
     connect retries stay at 0). ``keepalive=False`` opens one connection per request, which is
-    what lets :class:`SocketShutter` see the socket of every exchange."""
+    what lets :class:`SocketShutter` see the socket of every exchange. With ``path_secret`` the
+    client ignores proxy settings from the environment (it brings its own transport)."""
     limits = httpx2.Limits(max_connections=100, max_keepalive_connections=20 if keepalive else 0)
+    if path_secret is not None:
+        inner = transport if transport is not None else httpx2.HTTPTransport(limits=limits)
+        transport = _SecretPathTransport(inner, path_secret)
     timeout = httpx2.Timeout(
         connect=timeouts.connect_seconds,
         read=timeouts.read_seconds,
