@@ -68,3 +68,16 @@ def test_a_connection_outside_a_transaction_is_refused(store: Store, raw: RawDat
     finally:
         conn.close()
     assert raw.count("oncewire_effects") == 0
+
+
+class _Stranger:
+    """Looks like a transaction (it has ``execute``) but belongs to no store."""
+
+    def execute(self, sql: str, params: Any = ()) -> None:
+        raise AssertionError("a store wrote through a transaction that is not its own")
+
+
+def test_a_transaction_that_is_not_the_stores_is_refused(store: Store, raw: RawDatabase) -> None:
+    with pytest.raises(InvalidState, match="not one of its transactions"):
+        _insert(store, _Stranger(), "stray")
+    assert raw.count("oncewire_effects") == 0

@@ -23,9 +23,12 @@ import abc
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oncewire.storage.sql import Queries, Query
+
+if TYPE_CHECKING:
+    from oncewire.storage.base import Transaction
 
 __all__ = ["Driver", "Pending", "Pipeline", "Row", "StatementRunner"]
 
@@ -122,9 +125,10 @@ class Driver(Protocol):
         """Inside the block, a driver error becomes a :class:`StorageError` naming ``what``."""
         ...
 
-    def tx_conn(self, tx: Any) -> Any:
-        """The connection of the caller's open transaction ``tx`` (refused if it is not open:
-        a verb ending in ``_in_tx`` never writes outside the caller's transaction)."""
+    def tx_conn(self, tx: Transaction) -> Any:
+        """The connection of the caller's open transaction ``tx`` (refused if it is not open,
+        or not one of this store's: a verb ending in ``_in_tx`` never writes outside the
+        caller's transaction)."""
         ...
 
     def read(self, q: Query, /, **params: Any) -> list[Row]:

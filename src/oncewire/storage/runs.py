@@ -18,7 +18,10 @@ import abc
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oncewire.storage.base import Transaction
 
 __all__ = [
     "ACTION_COLUMNS",
@@ -295,35 +298,39 @@ class RunVerbs(abc.ABC):
 
     # -- runs and their chains ---------------------------------------------------------------
     @abc.abstractmethod
-    def insert_run_in_tx(self, tx: Any, row: RunRow) -> bool:
+    def insert_run_in_tx(self, tx: Transaction, row: RunRow) -> bool:
         """Insert a new run row (no events yet) unless its id exists or its branch already has
         an active run; return whether it was inserted."""
 
     @abc.abstractmethod
-    def get_run_in_tx(self, tx: Any, run_id: str) -> RunRow | None: ...
+    def get_run_in_tx(self, tx: Transaction, run_id: str) -> RunRow | None: ...
 
     @abc.abstractmethod
-    def command_context_in_tx(self, tx: Any, run_id: str, key: str) -> CommandContext | None:
+    def command_context_in_tx(
+        self, tx: Transaction, run_id: str, key: str
+    ) -> CommandContext | None:
         """The run, its head event, the event under ``key`` and its scope's held barrier."""
 
     @abc.abstractmethod
-    def active_run_on_branch_in_tx(self, tx: Any, scope: str, branch: str) -> RunRow | None: ...
+    def active_run_on_branch_in_tx(
+        self, tx: Transaction, scope: str, branch: str
+    ) -> RunRow | None: ...
 
     @abc.abstractmethod
-    def event_by_key_in_tx(self, tx: Any, run_id: str, key: str) -> EventRow | None: ...
+    def event_by_key_in_tx(self, tx: Transaction, run_id: str, key: str) -> EventRow | None: ...
 
     @abc.abstractmethod
-    def event_at_in_tx(self, tx: Any, run_id: str, seq: int) -> EventRow | None: ...
+    def event_at_in_tx(self, tx: Transaction, run_id: str, seq: int) -> EventRow | None: ...
 
     @abc.abstractmethod
-    def append_run_event_in_tx(self, tx: Any, change: RunAppend) -> EventRow:
+    def append_run_event_in_tx(self, tx: Transaction, change: RunAppend) -> EventRow:
         """Insert the event (extending the run's head), then write the run row and the phase,
         finding and action rows. Returns the event with its cursor."""
 
     @abc.abstractmethod
     def used_ids_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         run_id: str,
         *,
         phases: Sequence[str] = (),
@@ -337,7 +344,7 @@ class RunVerbs(abc.ABC):
     @abc.abstractmethod
     def update_run_lease_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         run_id: str,
         *,
         owner: str | None,
@@ -347,14 +354,14 @@ class RunVerbs(abc.ABC):
     ) -> None: ...
 
     @abc.abstractmethod
-    def abandon_run_in_tx(self, tx: Any, run_id: str, *, reason: str, now: float) -> bool:
+    def abandon_run_in_tx(self, tx: Transaction, run_id: str, *, reason: str, now: float) -> bool:
         """Mark an active run abandoned (no terminal is written); return whether it was."""
 
     @abc.abstractmethod
-    def set_runs_hidden_in_tx(self, tx: Any, hidden: dict[str, bool]) -> None: ...
+    def set_runs_hidden_in_tx(self, tx: Transaction, hidden: dict[str, bool]) -> None: ...
 
     @abc.abstractmethod
-    def held_barrier_in_tx(self, tx: Any, scope: str) -> BarrierRow | None: ...
+    def held_barrier_in_tx(self, tx: Transaction, scope: str) -> BarrierRow | None: ...
 
     @abc.abstractmethod
     def read_snapshot(self) -> AbstractContextManager[None]:
@@ -372,11 +379,11 @@ class RunVerbs(abc.ABC):
         transaction or snapshot)."""
 
     @abc.abstractmethod
-    def unpinned_keyless_runs_in_tx(self, tx: Any) -> list[RunRow]:
+    def unpinned_keyless_runs_in_tx(self, tx: Transaction) -> list[RunRow]:
         """Every keyless run without a key pin, locked where the backend locks rows."""
 
     @abc.abstractmethod
-    def insert_key_pins_in_tx(self, tx: Any, rows: Sequence[KeyPinRow]) -> None: ...
+    def insert_key_pins_in_tx(self, tx: Transaction, rows: Sequence[KeyPinRow]) -> None: ...
 
     @abc.abstractmethod
     def list_runs(
@@ -420,33 +427,33 @@ class RunVerbs(abc.ABC):
         """The distinct owners of active runs."""
 
     @abc.abstractmethod
-    def branch_runs_in_tx(self, tx: Any, scope: str, branch: str) -> list[RunRow]:
+    def branch_runs_in_tx(self, tx: Transaction, scope: str, branch: str) -> list[RunRow]:
         """Every run started on this branch (a revert recomputes which are hidden)."""
 
     # -- branches, checkpoints, barriers -----------------------------------------------------
     @abc.abstractmethod
-    def get_branch_in_tx(self, tx: Any, scope: str, branch: str) -> BranchRow | None: ...
+    def get_branch_in_tx(self, tx: Transaction, scope: str, branch: str) -> BranchRow | None: ...
 
     @abc.abstractmethod
-    def put_branch_in_tx(self, tx: Any, row: BranchRow) -> None:
+    def put_branch_in_tx(self, tx: Transaction, row: BranchRow) -> None:
         """Insert the branch or replace its view."""
 
     @abc.abstractmethod
     def get_branch(self, scope: str, branch: str) -> BranchRow | None: ...
 
     @abc.abstractmethod
-    def insert_checkpoint_in_tx(self, tx: Any, row: CheckpointRow) -> bool:
+    def insert_checkpoint_in_tx(self, tx: Transaction, row: CheckpointRow) -> bool:
         """Insert unless the id exists; return whether it was inserted."""
 
     @abc.abstractmethod
-    def get_checkpoint_in_tx(self, tx: Any, checkpoint_id: str) -> CheckpointRow | None: ...
+    def get_checkpoint_in_tx(self, tx: Transaction, checkpoint_id: str) -> CheckpointRow | None: ...
 
     @abc.abstractmethod
-    def scope_cursor_in_tx(self, tx: Any, scope: str) -> int:
+    def scope_cursor_in_tx(self, tx: Transaction, scope: str) -> int:
         """The cursor of the newest event of ``scope`` (0 when it has none)."""
 
     @abc.abstractmethod
-    def max_cursor_in_tx(self, tx: Any) -> int:
+    def max_cursor_in_tx(self, tx: Transaction) -> int:
         """The newest cursor in the whole store."""
 
     @abc.abstractmethod
@@ -458,7 +465,7 @@ class RunVerbs(abc.ABC):
     @abc.abstractmethod
     def insert_revert_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         *,
         scope: str,
         branch: str,
@@ -470,24 +477,26 @@ class RunVerbs(abc.ABC):
     ) -> None: ...
 
     @abc.abstractmethod
-    def put_barrier_in_tx(self, tx: Any, row: BarrierRow) -> None:
+    def put_barrier_in_tx(self, tx: Transaction, row: BarrierRow) -> None:
         """Insert the barrier or update its state (one held barrier per scope)."""
 
     @abc.abstractmethod
-    def get_barrier_in_tx(self, tx: Any, scope: str, operation_id: str) -> BarrierRow | None: ...
+    def get_barrier_in_tx(
+        self, tx: Transaction, scope: str, operation_id: str
+    ) -> BarrierRow | None: ...
 
     # -- deliveries --------------------------------------------------------------------------
     @abc.abstractmethod
-    def insert_delivery_in_tx(self, tx: Any, row: DeliveryRow) -> DeliveryRow:
+    def insert_delivery_in_tx(self, tx: Transaction, row: DeliveryRow) -> DeliveryRow:
         """Insert unless the idempotency key exists; return the stored row either way."""
 
     @abc.abstractmethod
-    def get_delivery_in_tx(self, tx: Any, delivery_id: str) -> DeliveryRow | None: ...
+    def get_delivery_in_tx(self, tx: Transaction, delivery_id: str) -> DeliveryRow | None: ...
 
     @abc.abstractmethod
     def settle_delivery_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         delivery_id: str,
         *,
         review_status: str,
@@ -505,12 +514,12 @@ class RunVerbs(abc.ABC):
 
     @abc.abstractmethod
     def runs_for_turn_in_tx(
-        self, tx: Any, scope: str, branch: str, turn: str | None
+        self, tx: Transaction, scope: str, branch: str, turn: str | None
     ) -> list[RunRow]: ...
 
     # -- reports -----------------------------------------------------------------------------
     @abc.abstractmethod
-    def insert_report_in_tx(self, tx: Any, row: ReportRow) -> None: ...
+    def insert_report_in_tx(self, tx: Transaction, row: ReportRow) -> None: ...
 
     @abc.abstractmethod
     def list_reports(self, *, limit: int = 100, subject_id: str | None = None) -> list[ReportRow]:

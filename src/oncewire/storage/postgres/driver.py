@@ -15,13 +15,16 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from oncewire.core.errors import InvalidState
 from oncewire.storage.driver import Pipeline, StatementRunner
 from oncewire.storage.postgres.connection import connect, psycopg, translate_errors, translated
 from oncewire.storage.sql import Queries, queries
 from oncewire.storage.sqlguard import SavepointStack, check_statement, named_to_pyformat
+
+if TYPE_CHECKING:
+    from oncewire.storage.base import Transaction
 
 __all__ = ["CHANNEL", "PostgresDriver", "PostgresTransaction"]
 
@@ -284,7 +287,12 @@ class PostgresDriver(StatementRunner):
     def translate_errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         return translate_errors(what)
 
-    def tx_conn(self, tx: Any) -> Any:
+    def tx_conn(self, tx: Transaction) -> Any:
+        if not isinstance(tx, PostgresTransaction):
+            raise InvalidState(
+                f"this store is PostgreSQL: {type(tx).__name__} is not one of its transactions; "
+                "nothing was written"
+            )
         tx.check_open()  # never write outside the caller's transaction (autocommit)
         return tx.conn
 
@@ -307,7 +315,7 @@ class PostgresDriver(StatementRunner):
             )
         return PostgresTransaction(_TupleRows(conn))
 
-    # -- statements -------------------------------------------------------------------------
+    # -- execution strategy ------------------------------------------------------------------
     @contextmanager
     def pipeline(self, conn: Any) -> Iterator[Pipeline]:
         supported = bool(psycopg.Pipeline.is_supported())

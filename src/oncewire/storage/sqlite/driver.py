@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncewire.core.errors import InvalidState
 from oncewire.storage.driver import StatementRunner
@@ -21,6 +21,9 @@ from oncewire.storage.records import UndecodableText
 from oncewire.storage.sql import Queries, queries
 from oncewire.storage.sqlguard import SavepointStack, check_statement
 from oncewire.storage.sqlite.connection import connect, translate_errors, translated
+
+if TYPE_CHECKING:
+    from oncewire.storage.base import Transaction
 
 __all__ = ["SQLiteDriver", "SQLiteTransaction", "lenient_text", "undecodable_text"]
 
@@ -194,10 +197,14 @@ class SQLiteDriver(StatementRunner):
     def translate_errors(self, what: str) -> translate_errors:
         return translate_errors(what)
 
-    def tx_conn(self, tx: Any) -> sqlite3.Connection:
+    def tx_conn(self, tx: Transaction) -> sqlite3.Connection:
+        if not isinstance(tx, SQLiteTransaction):
+            raise InvalidState(
+                f"this store is SQLite: {type(tx).__name__} is not one of its transactions; "
+                "nothing was written"
+            )
         tx.check_open()  # never write outside the caller's transaction (autocommit)
-        conn: sqlite3.Connection = tx.conn
-        return conn
+        return tx.conn
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
@@ -277,7 +284,7 @@ class SQLiteDriver(StatementRunner):
         except sqlite3.Error as exc:
             raise translated("reading", exc) from exc
 
-    # -- what the run verbs need -------------------------------------------------------------
+    # -- execution strategy ------------------------------------------------------------------
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         conn = self.conn()

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from oncewire.core.errors import EffectNotFound
+from oncewire.storage.base import Transaction
 from oncewire.storage.driver import Driver
 from oncewire.storage.records import (
     AttemptRecord,
@@ -44,7 +45,7 @@ class EffectVerbs:
 
     def insert_effect_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         *,
         key: str,
         kind: str,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from oncewire.storage.base import Transaction
 from oncewire.storage.driver import Driver
 from oncewire.storage.records import Receipt
 
@@ -17,7 +16,7 @@ class ReceiptVerbs:
 
     def reserve_receipt_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         *,
         key: str,
         digest: str,
@@ -43,7 +42,7 @@ class ReceiptVerbs:
         assert row is not None  # the insert conflicted with it, in this transaction
         return Receipt.from_row(row)
 
-    def complete_receipt_in_tx(self, tx: Any, *, key: str, result_json: str) -> None:
+    def complete_receipt_in_tx(self, tx: Transaction, *, key: str, result_json: str) -> None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("completing a receipt"):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, StaleFence
+from oncewire.storage.base import Transaction
 from oncewire.storage.driver import Driver
 from oncewire.storage.replies import (
     Inbound,
@@ -140,7 +141,7 @@ class InboundReplyVerbs:
 
     def commit_reply_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         *,
         inbound_id: int,
         request: SendRequest,

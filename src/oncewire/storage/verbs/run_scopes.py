@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from oncewire.storage.base import Transaction
 from oncewire.storage.driver import Driver
 from oncewire.storage.runs import (
     BarrierRow,
@@ -63,7 +64,7 @@ class RunScopeVerbs:
     db: Driver
 
     # -- branches, checkpoints, barriers -----------------------------------------------------
-    def get_branch_in_tx(self, tx: Any, scope: str, branch: str) -> BranchRow | None:
+    def get_branch_in_tx(self, tx: Transaction, scope: str, branch: str) -> BranchRow | None:
         # The branch's lock first: whoever reads a branch inside a transaction may create or
         # replace it (ensure, fork, revert), and two of them must not both see it missing.
         db, q = self.db, self.db.queries
@@ -73,7 +74,7 @@ class RunScopeVerbs:
             row = db.one(conn, q.get_branch, scope=scope, branch=branch)
         return None if row is None else BranchRow(*row)
 
-    def put_branch_in_tx(self, tx: Any, row: BranchRow) -> None:
+    def put_branch_in_tx(self, tx: Transaction, row: BranchRow) -> None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("writing a branch"):
@@ -83,20 +84,20 @@ class RunScopeVerbs:
         rows = self.db.read(self.db.queries.get_branch, scope=scope, branch=branch)
         return BranchRow(*rows[0]) if rows else None
 
-    def insert_checkpoint_in_tx(self, tx: Any, row: CheckpointRow) -> bool:
+    def insert_checkpoint_in_tx(self, tx: Transaction, row: CheckpointRow) -> bool:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("writing a checkpoint"):
             return bool(db.run(conn, db.queries.insert_checkpoint, **record_params(row)))
 
-    def get_checkpoint_in_tx(self, tx: Any, checkpoint_id: str) -> CheckpointRow | None:
+    def get_checkpoint_in_tx(self, tx: Transaction, checkpoint_id: str) -> CheckpointRow | None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a checkpoint"):
             row = db.one(conn, db.queries.get_checkpoint, checkpoint_id=checkpoint_id)
         return None if row is None else CheckpointRow(*row)
 
-    def scope_cursor_in_tx(self, tx: Any, scope: str) -> int:
+    def scope_cursor_in_tx(self, tx: Transaction, scope: str) -> int:
         # The scope's exclusive lock waits for every append in flight there: no event can
         # commit later under a cursor at or below the one read here.
         db, q = self.db, self.db.queries
@@ -107,7 +108,7 @@ class RunScopeVerbs:
         assert row is not None  # an aggregate without GROUP BY has one row
         return int(row[0] or 0)
 
-    def max_cursor_in_tx(self, tx: Any) -> int:
+    def max_cursor_in_tx(self, tx: Transaction) -> int:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a cursor"):
@@ -136,7 +137,7 @@ class RunScopeVerbs:
 
     def insert_revert_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         *,
         scope: str,
         branch: str,
@@ -161,13 +162,15 @@ class RunScopeVerbs:
                 now=now,
             )
 
-    def put_barrier_in_tx(self, tx: Any, row: BarrierRow) -> None:
+    def put_barrier_in_tx(self, tx: Transaction, row: BarrierRow) -> None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("writing a barrier"):
             db.run(conn, db.queries.put_barrier, **record_params(row))
 
-    def get_barrier_in_tx(self, tx: Any, scope: str, operation_id: str) -> BarrierRow | None:
+    def get_barrier_in_tx(
+        self, tx: Transaction, scope: str, operation_id: str
+    ) -> BarrierRow | None:
         # Whoever reads a barrier in a transaction is about to take or move it: the scope's
         # exclusive lock orders it with other holders and with every append in flight.
         db, q = self.db, self.db.queries
@@ -178,7 +181,7 @@ class RunScopeVerbs:
         return None if row is None else BarrierRow(*row)
 
     # -- deliveries --------------------------------------------------------------------------
-    def insert_delivery_in_tx(self, tx: Any, row: DeliveryRow) -> DeliveryRow:
+    def insert_delivery_in_tx(self, tx: Transaction, row: DeliveryRow) -> DeliveryRow:
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("committing a delivery"):
@@ -187,7 +190,7 @@ class RunScopeVerbs:
         assert stored is not None  # inserted, or the conflicting row, in this transaction
         return DeliveryRow(*stored)
 
-    def get_delivery_in_tx(self, tx: Any, delivery_id: str) -> DeliveryRow | None:
+    def get_delivery_in_tx(self, tx: Transaction, delivery_id: str) -> DeliveryRow | None:
         # Locked: publishing and reconciliation decide on its status and lease.
         db = self.db
         conn = db.tx_conn(tx)
@@ -197,7 +200,7 @@ class RunScopeVerbs:
 
     def settle_delivery_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         delivery_id: str,
         *,
         review_status: str,
@@ -226,7 +229,7 @@ class RunScopeVerbs:
         return [DeliveryRow(*row) for row in rows]
 
     def runs_for_turn_in_tx(
-        self, tx: Any, scope: str, branch: str, turn: str | None
+        self, tx: Transaction, scope: str, branch: str, turn: str | None
     ) -> list[RunRow]:
         db = self.db
         conn = db.tx_conn(tx)
@@ -235,7 +238,7 @@ class RunScopeVerbs:
         return [RunRow.from_row(row) for row in rows]
 
     # -- reports -----------------------------------------------------------------------------
-    def insert_report_in_tx(self, tx: Any, row: ReportRow) -> None:
+    def insert_report_in_tx(self, tx: Transaction, row: ReportRow) -> None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("writing a reconciliation report"):

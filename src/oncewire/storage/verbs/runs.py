@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from oncewire.core.errors import RevertBarrierHeld
+from oncewire.storage.base import Transaction
 from oncewire.storage.driver import Driver, Row
 from oncewire.storage.runs import (
     ActionRow,
@@ -73,13 +74,13 @@ class RunLedgerVerbs(RunScopeVerbs):
     db: Driver
 
     # -- runs and their chains ---------------------------------------------------------------
-    def insert_run_in_tx(self, tx: Any, row: RunRow) -> bool:
+    def insert_run_in_tx(self, tx: Transaction, row: RunRow) -> bool:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("starting a run"):
             return bool(db.run(conn, db.queries.insert_run, **record_params(row)))
 
-    def get_run_in_tx(self, tx: Any, run_id: str) -> RunRow | None:
+    def get_run_in_tx(self, tx: Transaction, run_id: str) -> RunRow | None:
         # Locked: what the caller decides on (a renewal's fence, a replay) stays true until it
         # commits.
         db = self.db
@@ -88,7 +89,9 @@ class RunLedgerVerbs(RunScopeVerbs):
             row = db.one(conn, db.queries.lock_run, run_id=run_id)
         return None if row is None else RunRow.from_row(row)
 
-    def command_context_in_tx(self, tx: Any, run_id: str, key: str) -> CommandContext | None:
+    def command_context_in_tx(
+        self, tx: Transaction, run_id: str, key: str
+    ) -> CommandContext | None:
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a run"):
@@ -101,28 +104,28 @@ class RunLedgerVerbs(RunScopeVerbs):
                 row = db.one(conn, q.command_context, run_id=run_id, key=key) if locked else None
         return None if row is None else _context(row)
 
-    def active_run_on_branch_in_tx(self, tx: Any, scope: str, branch: str) -> RunRow | None:
+    def active_run_on_branch_in_tx(self, tx: Transaction, scope: str, branch: str) -> RunRow | None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a branch's active run"):
             row = db.one(conn, db.queries.active_run_on_branch, scope=scope, branch=branch)
         return None if row is None else RunRow.from_row(row)
 
-    def event_by_key_in_tx(self, tx: Any, run_id: str, key: str) -> EventRow | None:
+    def event_by_key_in_tx(self, tx: Transaction, run_id: str, key: str) -> EventRow | None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a run event"):
             row = db.one(conn, db.queries.event_by_key, run_id=run_id, idempotency_key=key)
         return None if row is None else EventRow.from_row(row)
 
-    def event_at_in_tx(self, tx: Any, run_id: str, seq: int) -> EventRow | None:
+    def event_at_in_tx(self, tx: Transaction, run_id: str, seq: int) -> EventRow | None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a run event"):
             row = db.one(conn, db.queries.event_at, run_id=run_id, seq=seq)
         return None if row is None else EventRow.from_row(row)
 
-    def append_run_event_in_tx(self, tx: Any, change: RunAppend) -> EventRow:
+    def append_run_event_in_tx(self, tx: Transaction, change: RunAppend) -> EventRow:
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         e = change.event
@@ -154,7 +157,7 @@ class RunLedgerVerbs(RunScopeVerbs):
 
     def used_ids_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         run_id: str,
         *,
         phases: Sequence[str] = (),
@@ -178,7 +181,7 @@ class RunLedgerVerbs(RunScopeVerbs):
 
     def update_run_lease_in_tx(
         self,
-        tx: Any,
+        tx: Transaction,
         run_id: str,
         *,
         owner: str | None,
@@ -199,13 +202,13 @@ class RunLedgerVerbs(RunScopeVerbs):
                 run_id=run_id,
             )
 
-    def abandon_run_in_tx(self, tx: Any, run_id: str, *, reason: str, now: float) -> bool:
+    def abandon_run_in_tx(self, tx: Transaction, run_id: str, *, reason: str, now: float) -> bool:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("abandoning a run"):
             return bool(db.run(conn, db.queries.abandon_run, now=now, reason=reason, run_id=run_id))
 
-    def set_runs_hidden_in_tx(self, tx: Any, hidden: dict[str, bool]) -> None:
+    def set_runs_hidden_in_tx(self, tx: Transaction, hidden: dict[str, bool]) -> None:
         if not hidden:
             return
         db = self.db
@@ -216,7 +219,7 @@ class RunLedgerVerbs(RunScopeVerbs):
                 chunk = rows[start : start + db.values_chunk]
                 db.run(conn, db.queries.set_runs_hidden, rows=chunk)
 
-    def held_barrier_in_tx(self, tx: Any, scope: str) -> BarrierRow | None:
+    def held_barrier_in_tx(self, tx: Transaction, scope: str) -> BarrierRow | None:
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading barriers"):
@@ -236,7 +239,7 @@ class RunLedgerVerbs(RunScopeVerbs):
         rows = self.db.read(self.db.queries.get_key_pin, run_id=run_id)
         return KeyPinRow(*rows[0]) if rows else None
 
-    def unpinned_keyless_runs_in_tx(self, tx: Any) -> list[RunRow]:
+    def unpinned_keyless_runs_in_tx(self, tx: Transaction) -> list[RunRow]:
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("reading keyless runs"):
@@ -247,7 +250,7 @@ class RunLedgerVerbs(RunScopeVerbs):
             rows = db.all(conn, q.unpinned_keyless_runs)
         return [RunRow.from_row(row) for row in rows]
 
-    def insert_key_pins_in_tx(self, tx: Any, rows: Sequence[KeyPinRow]) -> None:
+    def insert_key_pins_in_tx(self, tx: Transaction, rows: Sequence[KeyPinRow]) -> None:
         if not rows:
             return
         db = self.db
@@ -319,7 +322,7 @@ class RunLedgerVerbs(RunScopeVerbs):
     def active_run_owners(self) -> list[str]:
         return [str(row[0]) for row in self.db.read(self.db.queries.active_run_owners)]
 
-    def branch_runs_in_tx(self, tx: Any, scope: str, branch: str) -> list[RunRow]:
+    def branch_runs_in_tx(self, tx: Transaction, scope: str, branch: str) -> list[RunRow]:
         # Locked, in one order: a revert decides which of them it abandons and hides.
         db = self.db
         conn = db.tx_conn(tx)
