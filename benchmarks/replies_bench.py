@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oncewire import Ledger, ManualClock, __version__
+from oncewire import Ledger, __version__
 from oncewire.platforms.fake import FakePlatform
 from oncewire.replies import (
     TELEGRAM_LIKE,
@@ -45,6 +45,7 @@ from oncewire.replies import (
     WireOutcome,
 )
 from oncewire.storage.sqlite import SQLiteStore
+from oncewire.testing import ManualClock
 
 STREAM_TEXT = ("lorem ipsum dolor sit amet " * 400)[:8000]
 SHORT_TEXT = "a short answer from the agent."

@@ -44,10 +44,11 @@ except ImportError:  # run from a checkout without an installed package
     sys.path.insert(0, str(HERE.parent / "src"))
     import oncewire
 
-from oncewire import Ledger, ManualClock  # noqa: E402
+from oncewire import Ledger  # noqa: E402
 from oncewire.core.canonical import digest  # noqa: E402
 from oncewire.runs import append  # noqa: E402
 from oncewire.runs.chain import verify_chain  # noqa: E402
+from oncewire.testing import ManualClock  # noqa: E402
 
 BUSY_TIMEOUT_MS = 10_000
 CANDIDATE: dict[str, Any] = {

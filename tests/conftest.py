@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from oncewire import Ledger, ManualClock, Receipts
+from oncewire import Ledger, Receipts
+from oncewire.testing import ManualClock
 
 Rows = list[tuple[Any, ...]]
 

@@ -5,170 +5,137 @@ receiver turn redeliveries into one effect::
 
     ledger = oncewire.Ledger("app.db")
     with ledger.transaction() as tx:
-        tx.execute("INSERT INTO orders (id) VALUES (?)", (42,))
+        tx.execute("INSERT INTO orders (id) VALUES (:id)", {"id": 42})
         tx.accept("order-42/charge", "charge", {"order": 42, "cents": 1999})
     oncewire.Dispatcher(ledger, sinks={"charge": charge_card}).run()
+
+The top level holds what a first program needs: the ledger, the outbox and its dispatcher, the
+receiver, the reply engine, runs, and the errors a caller usually catches. The rest lives in its
+subpackage: ``oncewire.effects``, ``oncewire.receipts``, ``oncewire.inbound``,
+``oncewire.replies``, ``oncewire.runs``, ``oncewire.dispatch``, ``oncewire.sinks``; every
+exception in ``oncewire.errors``; test helpers (a manual clock, a fake chat platform) in
+``oncewire.testing``. A name that left the top level says where it lives now when it is asked
+for (``oncewire.StoreBusy`` raises an ``AttributeError`` naming ``oncewire.errors.StoreBusy``).
 """
 
 from __future__ import annotations
 
-from oncewire.core.canonical import canonical_json, digest
-from oncewire.core.clock import Clock, ManualClock, SystemClock
+from typing import TYPE_CHECKING
+
+from oncewire import errors as errors
 from oncewire.core.errors import (
-    BranchBusy,
     ConfigurationError,
-    EffectNotFound,
-    HistoryHidden,
-    HistoryTampered,
-    InboundNotFound,
-    InvalidPayload,
     InvalidState,
-    KindConflict,
     OncewireError,
     PayloadConflict,
-    ReceiptNotFound,
-    ReplyConflict,
-    ReplyNotFound,
-    RevertBarrierHeld,
-    RunConflict,
-    RunError,
-    RunNotFound,
-    SchemaError,
     StaleFence,
-    StatementError,
     StorageError,
-    StoreBusy,
-    StoreUnreachable,
-    StoreUnusable,
-    TransitionRefused,
 )
-from oncewire.core.ids import this_process_owner
 from oncewire.dispatch import Dispatcher, DispatchStats, RetryPolicy
 from oncewire.effects import (
     Attempt,
     Done,
     Effect,
     EffectOutcome,
-    Effects,
     EffectState,
     MaybeSent,
     NotSent,
     Rejected,
 )
-from oncewire.inbound import Admission, Inbound, InboundState, Inbox
+from oncewire.inbound import Inbound
 from oncewire.ledger import Ledger, LedgerTransaction
-from oncewire.receipts import Receipt, ReceiptResult, Receipts
-from oncewire.replies import (
-    DISCORD_LIKE,
-    NON_EDITABLE,
-    TELEGRAM_LIKE,
-    Delivered,
-    DeliveryPass,
-    MaybeDelivered,
-    NotDelivered,
-    Platform,
-    PlatformProfile,
-    RejectedForGood,
-    Replies,
-    Reply,
-    ReplyEngine,
-    ReplyState,
-    SendRequest,
-)
-from oncewire.runs import (
-    ReconcileReport,
-    Run,
-    RunEvent,
-    Runs,
-    RunState,
-    RunsView,
-    SideEffectClass,
-    Verdict,
-    Verification,
-)
+from oncewire.receipts import ReceiptResult, Receipts
+from oncewire.replies import Platform, PlatformProfile, Reply, ReplyEngine, SendRequest
+from oncewire.runs import Run, RunEvent
 from oncewire.sinks import ReceiptsSink, SubprocessSink
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DISCORD_LIKE",
-    "NON_EDITABLE",
-    "TELEGRAM_LIKE",
-    "Admission",
     "Attempt",
-    "BranchBusy",
-    "Clock",
     "ConfigurationError",
-    "Delivered",
-    "DeliveryPass",
     "DispatchStats",
     "Dispatcher",
     "Done",
     "Effect",
-    "EffectNotFound",
     "EffectOutcome",
     "EffectState",
-    "Effects",
-    "HistoryHidden",
-    "HistoryTampered",
     "Inbound",
-    "InboundNotFound",
-    "InboundState",
-    "Inbox",
-    "InvalidPayload",
     "InvalidState",
-    "KindConflict",
     "Ledger",
     "LedgerTransaction",
-    "ManualClock",
-    "MaybeDelivered",
     "MaybeSent",
-    "NotDelivered",
     "NotSent",
     "OncewireError",
     "PayloadConflict",
     "Platform",
     "PlatformProfile",
-    "Receipt",
-    "ReceiptNotFound",
     "ReceiptResult",
     "Receipts",
     "ReceiptsSink",
-    "ReconcileReport",
     "Rejected",
-    "RejectedForGood",
-    "Replies",
     "Reply",
-    "ReplyConflict",
     "ReplyEngine",
-    "ReplyNotFound",
-    "ReplyState",
     "RetryPolicy",
-    "RevertBarrierHeld",
     "Run",
-    "RunConflict",
-    "RunError",
     "RunEvent",
-    "RunNotFound",
-    "RunState",
-    "Runs",
-    "RunsView",
-    "SchemaError",
     "SendRequest",
-    "SideEffectClass",
     "StaleFence",
-    "StatementError",
     "StorageError",
-    "StoreBusy",
-    "StoreUnreachable",
-    "StoreUnusable",
     "SubprocessSink",
-    "SystemClock",
-    "TransitionRefused",
-    "Verdict",
-    "Verification",
     "__version__",
-    "canonical_json",
-    "digest",
-    "this_process_owner",
 ]
+
+# Names 0.1.0 took off the top level, and where each lives now.
+_MOVED: dict[str, str] = {
+    "DISCORD_LIKE": "oncewire.replies.DISCORD_LIKE",
+    "NON_EDITABLE": "oncewire.replies.NON_EDITABLE",
+    "TELEGRAM_LIKE": "oncewire.replies.TELEGRAM_LIKE",
+    "Admission": "oncewire.inbound.Admission",
+    "Clock": "oncewire.core.clock.Clock",
+    "Effects": "oncewire.effects.Effects",
+    "Inbox": "oncewire.inbound.Inbox",
+    "ManualClock": "oncewire.testing.ManualClock",
+    "Receipt": "oncewire.receipts.Receipt",
+    "ReconcileReport": "oncewire.runs.ReconcileReport",
+    "Replies": "oncewire.replies.Replies",
+    "ReplyState": "oncewire.replies.ReplyState",
+    "Runs": "oncewire.runs.Runs",
+    "SideEffectClass": "oncewire.runs.SideEffectClass",
+    "SystemClock": "oncewire.core.clock.SystemClock",
+    "Verdict": "oncewire.runs.Verdict",
+    "Verification": "oncewire.runs.Verification",
+    "canonical_json": "oncewire.core.canonical.canonical_json",
+    "digest": "oncewire.core.canonical.digest",
+    "this_process_owner": "oncewire.core.ids.this_process_owner",
+    **{name: f"oncewire.errors.{name}" for name in errors.__all__ if name not in __all__},
+}
+
+# Names 0.1.0 renamed (no alias is kept), and the new name of each.
+_RENAMED: dict[str, str] = {
+    "Acked": "oncewire.replies.Delivered",
+    "Refused": "oncewire.replies.NotDelivered",
+    "Ambiguous": "oncewire.replies.MaybeDelivered",
+    "RejectedPermanently": "oncewire.replies.RejectedForGood",
+    "Outcome": "oncewire.EffectOutcome (a run command's result is oncewire.runs.CommandResult)",
+    "Delivery": "oncewire.replies.DeliveryPass (a run's is oncewire.runs.CompletionDelivery)",
+    "InboundStatus": "oncewire.inbound.InboundState",
+    "RunStatus": "oncewire.runs.RunState",
+    "ActionStatus": "oncewire.runs.ActionState",
+    "RunsView": "oncewire.runs.Runs",
+    "EffectsView": "oncewire.effects.Effects",
+    "InboundView": "oncewire.inbound.Inbox",
+    "RepliesView": "oncewire.replies.Replies",
+}
+
+if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
+
+    def __getattr__(name: str) -> object:
+        """Say where a name that left the top level lives now, or what it is called now."""
+        if name in _RENAMED:
+            raise AttributeError(f"oncewire.{name} was renamed: use {_RENAMED[name]}", name=name)
+        if name in _MOVED:
+            raise AttributeError(
+                f"oncewire.{name} is not at the top level: use {_MOVED[name]}", name=name
+            )
+        raise AttributeError(f"module 'oncewire' has no attribute {name!r}", name=name)

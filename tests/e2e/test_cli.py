@@ -22,9 +22,10 @@ import click
 import pytest
 
 import oncewire
-from oncewire import Ledger, ManualClock, Receipts
+from oncewire import Ledger, Receipts
 from oncewire.cli import cli
 from oncewire.storage.records import EffectState, Settlement
+from oncewire.testing import ManualClock
 
 BIN = Path(sys.executable).parent
 ONCEWIRE = shutil.which("oncewire", path=str(BIN)) or shutil.which("oncewire")

@@ -53,7 +53,7 @@ def run_python(code: str, cwd: Path) -> str:
 
 def test_the_readme_python_example_runs(tmp_path: Path) -> None:
     readme = ROOT / "README.md"
-    quick = block(readme, "import oncewire\n")
+    quick = block(readme, 'import oncewire\n\nledger = oncewire.Ledger("app.db")')
     receiver = block(readme, 'receipts = oncewire.Receipts("payments.db")')
     out = run_python(PAYMENTS_STUB + quick + receiver, tmp_path)
     assert out.splitlines() == ["done", "1 False"]
@@ -67,6 +67,13 @@ def test_the_readme_python_example_runs(tmp_path: Path) -> None:
         assert payments.execute("SELECT key, result FROM oncewire_receipts").fetchall() == [
             ("order-42/charge", "1")
         ]
+
+
+def test_the_readme_testing_example_runs_on_a_manual_clock(tmp_path: Path) -> None:
+    code = block(
+        ROOT / "README.md", "import oncewire\nfrom oncewire.errors import EffectNotFound\n"
+    )
+    assert run_python(code, tmp_path).splitlines() == ["1 done", "effect_not_found"]
 
 
 def test_the_receiver_example_runs_and_replays(tmp_path: Path) -> None:
@@ -85,7 +92,8 @@ def test_the_receiver_example_runs_and_replays(tmp_path: Path) -> None:
 
 
 def test_the_replies_program_runs(tmp_path: Path) -> None:
-    code = block(ROOT / "docs" / "replies.md", "import oncewire\n\n\nclass ListPlatform:")
+    first = "import oncewire\nfrom oncewire.replies import TELEGRAM_LIKE, Delivered\n\n\nclass"
+    code = block(ROOT / "docs" / "replies.md", first)
     assert run_python(code, tmp_path).strip() == "{'1': 'you said: hi'}"
     with closing(sqlite3.connect(tmp_path / "chat.db")) as chat:
         assert chat.execute("SELECT status, attempts FROM oncewire_inbound").fetchall() == [

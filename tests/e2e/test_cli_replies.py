@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import ManualClock
 from oncewire.cli import main
 from oncewire.lab.suites.replies_rig import Rig, footer, reply_text
 from oncewire.platforms.fake import Fault
+from oncewire.testing import ManualClock
 
 
 @pytest.fixture

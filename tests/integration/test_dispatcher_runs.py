@@ -18,14 +18,14 @@ from oncewire import (
     Done,
     EffectState,
     Ledger,
-    ManualClock,
     MaybeSent,
     NotSent,
     Rejected,
     RetryPolicy,
-    StoreBusy,
 )
+from oncewire.errors import StoreBusy
 from oncewire.storage.sqlite import SQLiteStore
+from oncewire.testing import ManualClock
 
 # No waiting between attempts: run(until_idle=True) drains retries at once.
 IMMEDIATE = RetryPolicy(base_seconds=0.0, jitter=0.0)

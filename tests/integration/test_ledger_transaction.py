@@ -14,15 +14,9 @@ from typing import Any
 
 import pytest
 
-from oncewire import (
-    ConfigurationError,
-    EffectNotFound,
-    EffectState,
-    InvalidState,
-    Ledger,
-    ManualClock,
-    PayloadConflict,
-)
+from oncewire import ConfigurationError, EffectState, InvalidState, Ledger, PayloadConflict
+from oncewire.errors import EffectNotFound
+from oncewire.testing import ManualClock
 
 Peek = Callable[..., list[tuple[Any, ...]]]
 

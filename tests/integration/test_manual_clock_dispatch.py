@@ -3,7 +3,8 @@ hanging in real time (regression: run(until_idle=True) never returned)."""
 
 from __future__ import annotations
 
-from oncewire import Attempt, Dispatcher, Done, Ledger, ManualClock, NotSent
+from oncewire import Attempt, Dispatcher, Done, Ledger, NotSent
+from oncewire.testing import ManualClock
 
 
 def test_until_idle_under_a_manual_clock_returns_after_the_retry(ledger: Ledger) -> None:

@@ -10,14 +10,10 @@ from typing import Any
 
 import pytest
 
-from oncewire import (
-    ConfigurationError,
-    ManualClock,
-    PayloadConflict,
-    ReceiptNotFound,
-    Receipts,
-)
+from oncewire import ConfigurationError, PayloadConflict, Receipts
+from oncewire.errors import ReceiptNotFound
 from oncewire.storage.base import Transaction
+from oncewire.testing import ManualClock
 
 Peek = Callable[..., list[tuple[Any, ...]]]
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import InboundState, ManualClock, ReplyConflict, ReplyState
+from oncewire.errors import ReplyConflict
+from oncewire.inbound import InboundState
 from oncewire.lab.suites.replies_rig import PROFILES, Rig, footer, header, reply_text
 from oncewire.platforms.fake import Fault
-from oncewire.replies import ReplyEngine, rejoin
+from oncewire.replies import ReplyEngine, ReplyState, rejoin
+from oncewire.testing import ManualClock
 
 
 @pytest.fixture
@@ -311,7 +313,8 @@ def test_engine_options_are_validated(rig: Rig, option: dict[str, float]) -> Non
 
 
 def test_bad_input_is_refused_and_changes_nothing(rig: Rig) -> None:
-    from oncewire import ConfigurationError, InvalidPayload
+    from oncewire import ConfigurationError
+    from oncewire.errors import InvalidPayload
 
     with pytest.raises(InvalidPayload):
         rig.ledger.inbound.admit("fk_tg", "bot", "c", "in-1", {"x": float("nan")})

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import ManualClock, SystemClock
+from oncewire.core.clock import SystemClock
 from oncewire.lab.suites.replies_rig import Rig, footer, reply_text
 from oncewire.platforms.fake import ChatView
 from oncewire.platforms.fake_process import FakePlatformClient
 from oncewire.replies import TELEGRAM_LIKE, MaybeDelivered, NotDelivered, SendRequest
+from oncewire.testing import ManualClock
 
 
 class Server:

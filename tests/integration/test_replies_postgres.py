@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.lab.suites.replies_rig import footer, header, reply_text
 from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import TELEGRAM_LIKE, ReplyEngine, ReplyState
 from oncewire.storage.postgres import PostgresStore
+from oncewire.testing import ManualClock
 from tests.support.pg import fresh_schema, server_url
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncewire import ManualClock
 from oncewire.lab.suites.replies_rig import LONG_BODY, PROFILES, Rig, footer, reply_text
 from oncewire.platforms.fake import Fault
+from oncewire.testing import ManualClock
 
 AMBIGUOUS = ("timeout", "ack_lost")
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.cli import main
+from oncewire.testing import ManualClock
 from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 

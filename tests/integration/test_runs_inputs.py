@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.core.errors import (
     BranchBusy,
     ConfigurationError,
@@ -18,6 +18,7 @@ from oncewire.core.errors import (
     RunNotFound,
     TransitionRefused,
 )
+from oncewire.testing import ManualClock
 from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import Dispatcher, Done, Ledger, ManualClock
+from oncewire import Dispatcher, Done, Ledger
 from oncewire.core.errors import PayloadConflict, RunConflict, StaleFence, TransitionRefused
 from oncewire.core.ids import process_start_ticks, this_process_owner
+from oncewire.testing import ManualClock
 from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 CANDIDATE = {

@@ -13,10 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.core.errors import RevertBarrierHeld
 from oncewire.runs.chain import event_hash
 from oncewire.storage.postgres.connection import migrate, migrations
+from oncewire.testing import ManualClock
 from tests.support.pg import fresh_schema, server_url
 
 SCOPE = "scope-pg"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.core.errors import (
     BranchBusy,
     HistoryHidden,
@@ -27,6 +27,7 @@ from oncewire.core.errors import (
     RunError,
 )
 from oncewire.runs import artifact_manifest
+from oncewire.testing import ManualClock
 from tests.support.runs_db import BACKENDS, Row, RunsDatabase, runs_database
 
 SCOPE = "session-1"

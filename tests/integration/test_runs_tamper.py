@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.core.errors import ConfigurationError, HistoryTampered, TransitionRefused
+from oncewire.testing import ManualClock
 from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
 
 SCOPE = "scope-t"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import SchemaError
+from oncewire.errors import SchemaError
 from oncewire.storage.sqlite import SQLiteStore
 from oncewire.storage.sqlite.connection import (
     SCHEMA_TABLE,

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from oncewire import ConfigurationError, Ledger, SchemaError, StorageError, StoreBusy
+from oncewire import ConfigurationError, Ledger, StorageError
+from oncewire.errors import SchemaError, StoreBusy
 from oncewire.storage import open_store
 from oncewire.storage.sqlite import SQLiteStore
 from oncewire.storage.sqlite.connection import migrations, path_from_url

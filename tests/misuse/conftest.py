@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
+from oncewire.testing import ManualClock
 from tests.contract.conftest import PostgresRaw, RawDatabase, SQLiteRaw
 from tests.support.pg import fresh_schema, server_url
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 import oncewire
-from oncewire import ConfigurationError, InvalidPayload, KindConflict, Ledger, PayloadConflict
+from oncewire import ConfigurationError, Ledger, PayloadConflict
+from oncewire.core import ids
 from oncewire.core.limits import MAX_DEPTH
+from oncewire.errors import InvalidPayload, KindConflict
 from tests.contract.conftest import RawDatabase
 from tests.support.recursion import recursion_limit, stack_depth
 
@@ -214,9 +216,11 @@ def test_deadline_seconds_is_positive_and_finite(
     assert raw.count("oncewire_effects") == 0
 
 
-def test_this_process_owner_is_part_of_the_public_api() -> None:
-    assert "this_process_owner" in oncewire.__all__
-    assert oncewire.this_process_owner().split(":")[1] == str(os.getpid())
+def test_this_process_owner_is_public_in_core_ids_and_names_this_process() -> None:
+    assert "this_process_owner" in ids.__all__
+    assert ids.this_process_owner().split(":")[1] == str(os.getpid())
+    with pytest.raises(AttributeError, match=r"oncewire\.core\.ids\.this_process_owner"):
+        oncewire.this_process_owner  # noqa: B018  # left the top level; says where it lives
 
 
 # -- inbound ids follow the same rules ----------------------------------------------------------

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from oncewire import Done, Ledger, ManualClock, MaybeSent, Receipts
+from oncewire import Done, Ledger, MaybeSent, Receipts
 from oncewire.cli import main
 from oncewire.dispatch import Dispatcher
 from oncewire.effects.attempt import Attempt
+from oncewire.testing import ManualClock
 from tests.contract.conftest import RawDatabase
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.cli import main
 from oncewire.storage.records import EffectState, Settlement
+from oncewire.testing import ManualClock
 from tests.contract.conftest import RawDatabase
 from tests.support.pg import fresh_schema, server_url
 

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from oncewire import ConfigurationError, InvalidPayload, ManualClock, Receipts
+from oncewire import ConfigurationError, Receipts
+from oncewire.errors import InvalidPayload
 from oncewire.storage.base import Transaction
+from oncewire.testing import ManualClock
 from tests.contract.conftest import RawDatabase
 
 

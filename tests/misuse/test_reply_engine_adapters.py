@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from oncewire import TELEGRAM_LIKE, ConfigurationError, Ledger, ReplyEngine
+from oncewire import ConfigurationError, Ledger, ReplyEngine
 from oncewire.platforms.fake import ChatView, FakePlatform
+from oncewire.replies import TELEGRAM_LIKE
 from oncewire.replies.wire import Delivered, MaybeDelivered, NotDelivered, WireOutcome
 from oncewire.storage.replies import SendRequest
 from tests.contract.conftest import RawDatabase

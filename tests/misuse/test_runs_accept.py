@@ -12,16 +12,10 @@ from typing import Any
 
 import pytest
 
-from oncewire import (
-    ConfigurationError,
-    InvalidPayload,
-    KindConflict,
-    Ledger,
-    ManualClock,
-    PayloadConflict,
-    ReconcileReport,
-)
-from oncewire.runs import Branch
+from oncewire import ConfigurationError, Ledger, PayloadConflict
+from oncewire.errors import InvalidPayload, KindConflict
+from oncewire.runs import Branch, ReconcileReport
+from oncewire.testing import ManualClock
 from tests.contract.conftest import RawDatabase
 
 E = "e" * 64

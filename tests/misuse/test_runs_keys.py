@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.core.errors import ConfigurationError, TransitionRefused
+from oncewire.testing import ManualClock
 from tests.contract.conftest import RawDatabase
 
 KEY = b"the-right-key"

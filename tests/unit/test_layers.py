@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 import oncewire
-from oncewire import Ledger, ManualClock
+from oncewire import Ledger
 from oncewire.effects import Effects
 from oncewire.inbound import Inbox
 from oncewire.replies import Replies
 from oncewire.runs import Runs
 from oncewire.runs.review import ReviewCommands
+from oncewire.testing import ManualClock
 
 PACKAGE = Path(oncewire.__file__).parent
 LEDGERS = ("effects", "inbound", "receipts", "replies", "runs")

@@ -21,12 +21,12 @@ from oncewire import (
     Effect,
     EffectState,
     Ledger,
-    ManualClock,
     MaybeSent,
     NotSent,
     Rejected,
     RetryPolicy,
 )
+from oncewire.testing import ManualClock
 from tests.contract.conftest import SQLiteRaw
 
 

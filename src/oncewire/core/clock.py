@@ -10,6 +10,8 @@ __all__ = ["Clock", "ManualClock", "SystemClock"]
 
 
 class Clock(Protocol):
+    """Where oncewire reads the time and waits: leases, backoff, deadlines and retention use it."""
+
     def now(self) -> float:
         """Seconds since the Unix epoch (wall clock: stored in rows and compared across hosts)."""
         ...
@@ -22,6 +24,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
+    """The real clock: wall-clock time, real sleeps (the default of every ``Ledger``)."""
+
     def now(self) -> float:
         return time.time()
 

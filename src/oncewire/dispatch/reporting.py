@@ -25,6 +25,8 @@ _KEYS_SHOWN = 20
 
 @dataclass
 class DispatchStats:
+    """What one dispatcher did since it was built, counted per attempt and per claim."""
+
     claimed: int = 0
     done: int = 0
     rejected: int = 0

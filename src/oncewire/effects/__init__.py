@@ -1,7 +1,7 @@
 """effects: the transactional outbox."""
 
 from oncewire.effects.attempt import Attempt
-from oncewire.effects.outbox import DEFAULT_MAX_ATTEMPTS, Effects, EffectsView
+from oncewire.effects.outbox import DEFAULT_MAX_ATTEMPTS, Effects
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 
@@ -14,7 +14,6 @@ __all__ = [
     "EffectOutcome",
     "EffectState",
     "Effects",
-    "EffectsView",
     "MaybeSent",
     "NotSent",
     "Rejected",

@@ -35,7 +35,7 @@ from oncewire.core.states import coerce_states
 from oncewire.storage import Store, Transaction
 from oncewire.storage.records import AttemptRecord, Effect, EffectState
 
-__all__ = ["ACCEPT_BEFORE_COMMIT", "DEFAULT_MAX_ATTEMPTS", "Effects", "EffectsView"]
+__all__ = ["ACCEPT_BEFORE_COMMIT", "DEFAULT_MAX_ATTEMPTS", "Effects"]
 
 DEFAULT_MAX_ATTEMPTS = 10
 
@@ -166,6 +166,3 @@ class Effects:
 
     def retry(self, key: str) -> Effect:
         return self._store.retry_effect(key, now=self._clock.now())
-
-
-EffectsView = Effects  # deprecated name (0.1.0 renames it); kept for one release

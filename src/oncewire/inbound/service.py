@@ -21,13 +21,15 @@ from oncewire.core.states import coerce_states
 from oncewire.storage import Store
 from oncewire.storage.replies import Inbound, InboundState
 
-__all__ = ["DEFAULT_MAX_STARTS", "Admission", "InboundView", "Inbox"]
+__all__ = ["DEFAULT_MAX_STARTS", "Admission", "Inbox"]
 
 DEFAULT_MAX_STARTS = 3  # starts of answering before an inbound is quarantined
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
+    """What admitting an inbound message did: the stored message, and whether it was new."""
+
     inbound: Inbound
     new: bool  # False: a re-delivery of a message admitted before; do not process it again
     # A re-delivery whose payload differs from the admitted one (an edited message, say): it is
@@ -113,6 +115,3 @@ class Inbox:
 
     def quarantine(self, inbound_id: int, reason: str) -> Inbound:
         return self._store.quarantine_inbound(inbound_id, reason=reason, now=self._clock.now())
-
-
-InboundView = Inbox  # deprecated name (0.1.0 renames it); kept for one release

@@ -57,6 +57,8 @@ class ProcessRecord:
 
 @dataclass
 class ScenarioResult:
+    """One scenario's verdict: passed or not, the failures that say why, and the evidence kept."""
+
     name: str
     passed: bool = True
     summary: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +118,8 @@ class Progress:
 
 @dataclass
 class LabContext:
+    """What a suite runs in: its folder, the seed, the options and the backend's stores."""
+
     root: Path
     seed: int
     options: dict[str, Any] = field(default_factory=dict)

@@ -275,6 +275,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
 # -- the oracle -------------------------------------------------------------------------------
 @dataclass
 class VisibleMessage:
+    """One message a chat shows now, as its journal says (after its edits, unless deleted)."""
+
     platform: str
     chat: str
     thread: str

@@ -1,7 +1,7 @@
 """replies: one record per inbound message owning every wire operation, and the reply engine."""
 
 from oncewire.replies.engine import DEFAULT_NOTICE, DeliveryPass, RecoveryReport, ReplyEngine
-from oncewire.replies.service import Replies, RepliesView, plan_chunks
+from oncewire.replies.service import Replies, plan_chunks
 from oncewire.replies.splitting import Chunk, measure, rejoin, split_text
 from oncewire.replies.wire import (
     DISCORD_LIKE,
@@ -41,7 +41,6 @@ __all__ = [
     "RecoveryReport",
     "RejectedForGood",
     "Replies",
-    "RepliesView",
     "Reply",
     "ReplyEngine",
     "ReplyOp",

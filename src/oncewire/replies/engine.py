@@ -84,6 +84,8 @@ class DeliveryPass:
 
 @dataclass
 class RecoveryReport:
+    """What ``ReplyEngine.recover`` did, by reply id (and the inbound ids left to answer)."""
+
     released: list[int] = field(default_factory=list)  # replies taken over from dead owners
     delivered: list[int] = field(default_factory=list)
     scheduled: list[int] = field(default_factory=list)

@@ -28,7 +28,7 @@ from oncewire.replies.wire import PlatformProfile
 from oncewire.storage import Store, Transaction
 from oncewire.storage.replies import Inbound, Reply, ReplyOp, ReplyState, SendRequest
 
-__all__ = ["DEFAULT_REPLY_ATTEMPTS", "Replies", "RepliesView", "plan_chunks"]
+__all__ = ["DEFAULT_REPLY_ATTEMPTS", "Replies", "plan_chunks"]
 
 DEFAULT_REPLY_ATTEMPTS = 8
 
@@ -181,6 +181,3 @@ class Replies:
 
     def counts(self) -> dict[ReplyState, int]:
         return self._store.count_replies()
-
-
-RepliesView = Replies  # deprecated name (0.1.0 renames it); kept for one release

@@ -26,7 +26,7 @@ from oncewire.runs.records import (
 )
 from oncewire.runs.recovery import reconcile as reconcile
 from oncewire.runs.review import REVIEW, ReviewCommands
-from oncewire.runs.service import DEFAULT_LEASE_SECONDS, CommandResult, Runs, RunsView
+from oncewire.runs.service import DEFAULT_LEASE_SECONDS, CommandResult, Runs
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -49,7 +49,6 @@ __all__ = [
     "RunEvent",
     "RunState",
     "Runs",
-    "RunsView",
     "SideEffectClass",
     "Transition",
     "Verdict",

@@ -58,6 +58,8 @@ class Branch:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
+    """A named cursor into a branch's view of its scope's history: forks and reverts start here."""
+
     checkpoint_id: str
     scope: str
     branch: str
@@ -69,6 +71,11 @@ class Checkpoint:
 
 @dataclass(frozen=True, slots=True)
 class Revert:
+    """What a revert did: the branch shows the checkpoint's view again; the events after cursor
+    ``hidden_after`` up to ``hidden_upto`` stay stored but hidden, the runs active there were
+    ``abandoned`` and the runs whose latest event lies there are ``hidden_runs``.
+    """
+
     scope: str
     branch: str
     checkpoint_id: str
@@ -80,6 +87,8 @@ class Revert:
 
 @dataclass(frozen=True, slots=True)
 class Barrier:
+    """A revert barrier's hold on a scope: ``state`` is reverting, recovery_required or resolved."""
+
     scope: str
     operation_id: str
     branch: str | None

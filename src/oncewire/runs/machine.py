@@ -105,6 +105,8 @@ class Transition:
 
 @dataclass(frozen=True)
 class Workflow:
+    """A named transition table: the rows a command looks up and that verification folds again."""
+
     name: str
     transitions: tuple[Transition, ...]
     terminal_statuses: frozenset[str]

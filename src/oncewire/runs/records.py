@@ -25,6 +25,8 @@ __all__ = [
 
 
 class RunState(enum.StrEnum):
+    """Where a run stands: active (running to unsettled) or terminal (verified to cancelled)."""
+
     RUNNING = "running"  # started; no candidate yet
     CANDIDATE = "candidate"  # a candidate result exists; not (yet) verified
     REVIEWING = "reviewing"  # a review phase is open on the current candidate
@@ -51,6 +53,8 @@ TERMINAL_STATUSES = frozenset(set(RunState) - ACTIVE_STATUSES)
 
 
 class Verdict(enum.StrEnum):
+    """What a review concluded about the current candidate."""
+
     PASS = "pass"  # the reviewer found the candidate sound
     ISSUES = "issues"  # the reviewer found issues (findings say which)
     FAILED = "failed"  # the reviewer rejected the candidate
@@ -58,6 +62,8 @@ class Verdict(enum.StrEnum):
 
 
 class SideEffectClass(enum.StrEnum):
+    """What an action may change; anything but read_only counts as world-changing."""
+
     READ_ONLY = "read_only"  # reads only; cannot change anything
     WORKSPACE_WRITE = "workspace_write"  # writes the run's own workspace
     EXTERNAL = "external"  # changes the world outside (a ticket, a payment, a message)
@@ -70,6 +76,8 @@ WORLD_CHANGING = frozenset(
 
 
 class ActionState(enum.StrEnum):
+    """Where an action of a run stands: proposed before it runs, then what is known of it."""
+
     PROPOSED = "proposed"  # recorded before it ran; its outcome is not known yet
     SUCCEEDED = "succeeded"  # it ran and its effect happened
     FAILED = "failed"  # it ran and failed; its effect did not happen

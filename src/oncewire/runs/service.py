@@ -47,7 +47,7 @@ from oncewire.runs.views import run_view
 from oncewire.storage import Store, Transaction
 from oncewire.storage.runs import ReportRow, RunRow
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "CommandResult", "Runs", "RunsView"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "CommandResult", "Runs"]
 
 DEFAULT_LEASE_SECONDS = 60.0
 
@@ -360,6 +360,3 @@ class Runs(RunReads):
     ) -> builtins.list[ReconcileReport]:
         """What reconciliation did to each run and delivery, newest first (as stored)."""
         return [_report(r) for r in self.store.list_reports(limit=limit, subject_id=subject_id)]
-
-
-RunsView = Runs  # deprecated name (0.1.0 renames it); kept for one release

@@ -39,6 +39,9 @@ def _outcome(result: ReceiptResult[Any] | Exception) -> EffectOutcome:
 
 
 class ReceiptsSink:
+    """A sink that performs each effect with ``work(tx, attempt)`` inside a receipt's
+    transaction (:class:`~oncewire.Receipts`), so a redelivery replays the stored result."""
+
     def __init__(self, receipts: Receipts, work: Callable[[Transaction, Attempt], Any]) -> None:
         self.receipts = receipts
         self.work = work

@@ -33,6 +33,9 @@ __all__ = ["SubprocessSink"]
 
 
 class SubprocessSink:
+    """A sink that runs ``argv`` once per attempt, payload on stdin, and reads the outcome from
+    its exit status (see the module's docstring for the mapping)."""
+
     def __init__(
         self,
         argv: Sequence[str],

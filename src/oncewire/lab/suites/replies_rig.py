@@ -13,23 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oncewire import (
-    DISCORD_LIKE,
-    NON_EDITABLE,
-    TELEGRAM_LIKE,
-    Admission,
-    Clock,
-    DeliveryPass,
-    InboundState,
-    Ledger,
-    LedgerTransaction,
-    Platform,
-    PlatformProfile,
-    ReplyEngine,
-    ReplyState,
-)
+from oncewire import Ledger, LedgerTransaction, Platform, PlatformProfile, ReplyEngine
+from oncewire.core.clock import Clock
+from oncewire.inbound import Admission, InboundState
 from oncewire.lab.fixtures import placeholders
 from oncewire.platforms.fake import ChatView, FakePlatform, Fault
+from oncewire.replies import DISCORD_LIKE, NON_EDITABLE, TELEGRAM_LIKE, DeliveryPass, ReplyState
 from oncewire.storage import Store, open_store
 from oncewire.storage.sqlite import SQLiteStore
 
