@@ -69,7 +69,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
             started.kill()
 
 
-def test_cannot_connect_is_refused_and_nothing_was_sent(tmp_path: Path) -> None:
+def test_cannot_connect_is_not_delivered_and_nothing_was_sent(tmp_path: Path) -> None:
     client = FakePlatformClient(tmp_path / "absent.sock", TELEGRAM_LIKE)
     outcome = client.send(SendRequest("fk_tg", "bot", "c"), "hello", marked=False)
     assert isinstance(outcome, NotDelivered) and outcome.retry_after is None
@@ -130,7 +130,7 @@ def test_the_platform_process_killed_mid_send(server: Server) -> None:
         assert not failures, "\n".join(failures)
 
 
-def test_an_answer_cut_off_is_ambiguous(tmp_path: Path) -> None:
+def test_an_answer_cut_off_may_have_been_delivered(tmp_path: Path) -> None:
     import socket
 
     with tempfile.TemporaryDirectory(prefix="ow") as short:
