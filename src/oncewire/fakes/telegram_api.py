@@ -12,7 +12,8 @@ parameters; method names in any case) and prints ``ready port=N`` once it listen
   ``deleteMessage``, ``sendChatAction``;
 * errors as Telegram words them: ``{"ok": false, "error_code", "description", "parameters":
   {"retry_after"}}`` (chat not found, message is too long, not modified, message to edit /
-  delete / be replied not found, 401 for another token, 404 for an unknown method).
+  delete / be replied not found, 401 for another token, 404 for an unknown method or a path
+  that is no Bot API URL).
 
 What the chats show lives in ``DIR/chat.jsonl``, written by a
 :class:`~oncewire.platforms.fake.FakePlatform` (fsync before the answer), so
@@ -27,8 +28,8 @@ Control routes (``POST /control/<action>``, JSON): ``inject`` a user message (``
 sends an ``edited_message`` of an injected ``message_id``) → ``{"update_id", "message_id"}``;
 ``fault`` arms a :class:`~oncewire.platforms.fake.Fault` (JSON fields; ``conn_error`` is a
 listener blackout of ``blackout_seconds``, see :mod:`oncewire.fakes.control`); ``release``
-lets parked operations go on; ``state`` reports the confirmed offset, the pending updates and
-the faults fired.
+lets parked operations go on; ``state`` reports the confirmed offset, the pending updates, the
+long polls waiting now and the faults fired.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class Updates:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.cond = threading.Condition()
         self.generation = 0  # of getUpdates calls: a newer one ends the one waiting
+        self.waiting = 0  # getUpdates calls waiting for an update now
 
     def next_id(self) -> int:
         return max((u["update_id"] for u in self.updates), default=0) + 1
@@ -219,7 +221,11 @@ class TelegramFake:
                 left = deadline - time.monotonic()
                 if ready or left <= 0:
                     return 200, {"ok": True, "result": ready}
-                updates.cond.wait(min(left, 0.5))
+                updates.waiting += 1
+                try:
+                    updates.cond.wait(min(left, 0.5))
+                finally:
+                    updates.waiting -= 1
 
     def send_message(self, params: Mapping[str, Any]) -> Reply:
         chat = self._chat(params)
@@ -341,8 +347,10 @@ class TelegramFake:
         with self.updates.cond:
             pending = [u["update_id"] for u in self.updates.pending(None, 1 << 30)]
             confirmed = self.updates.confirmed
+            waiting = self.updates.waiting
         return {
             "confirmed_offset": confirmed,
+            "polls_waiting": waiting,
             "pending_updates": pending,
             "faults_fired": [(f["fault"], f["kind"], f["op"]) for f in view.faults],
         }
@@ -477,7 +485,9 @@ class _Handler(TrackedHandler):
         token, _, method = path.removeprefix("/bot").partition("/")
         log = {"method": method, "params": params}
         try:
-            if not path.startswith("/bot") or token != fake.token:
+            if not path.startswith("/bot") or not method:
+                raise ApiError(404, "Not Found")
+            if token != fake.token:
                 raise ApiError(401, "Unauthorized")
             handler = TelegramFake.METHODS.get(method.lower())
             if handler is None:
