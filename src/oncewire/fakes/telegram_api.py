@@ -81,7 +81,7 @@ CONFLICT = (
     "is running"
 )
 
-Reply = tuple[int, Any]  # (HTTP status, body); body None: stay silent
+Reply = tuple[int, Any]  # (HTTP status, body); body None: no answer at all
 
 
 class ApiError(Exception):
@@ -413,7 +413,7 @@ class TelegramFake:
         if isinstance(outcome, RejectedForGood):
             raise ApiError(403, "Forbidden: bot was blocked by the user")
         assert isinstance(outcome, MaybeDelivered)
-        return 200, None  # timeout, ack_lost, a parked hold: no answer
+        return 0, None  # timeout, ack_lost, a parked hold: no answer
 
 
 def _int(params: Mapping[str, Any], key: str, default: int | None) -> int | None:

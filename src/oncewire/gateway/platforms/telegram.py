@@ -5,29 +5,31 @@ Every method is ``POST {api_base}/bot{token}/{method}`` with a JSON body, answer
 {"retry_after", "migrate_to_chat_id"}}``. :class:`TelegramBot` makes one call per operation,
 never retries, and classifies each answer itself (:func:`classify`):
 
-======================================================  ============================================
-what happened                                           outcome
-======================================================  ============================================
-failed while connecting (or waiting for a connection)   ``NotDelivered`` (never left)
-failed after the request started going out              ``MaybeDelivered``
-429 with ``parameters.retry_after``                     ``NotDelivered(retry_after)``
-5xx, or a 2xx that cannot be read                       ``MaybeDelivered``
-edit: :data:`NOT_MODIFIED`                              ``Delivered`` (the message shows that text)
-edit: :data:`EDIT_TARGET_NOT_FOUND`                     ``RejectedForGood`` (see below)
-delete: :data:`DELETE_TARGET_NOT_FOUND`                 ``Delivered`` (already gone)
-403 (:data:`BOT_BLOCKED`, kicked), 400 (:data:`CHAT_NOT  ``RejectedForGood``
-FOUND`, too long, migrated chat, any other 400)
-401, or 404 on a method (a bad token)                   ``RejectedForGood``; the adapter is unusable
-======================================================  ============================================
+====================================================  ==========================================
+what happened                                         outcome
+====================================================  ==========================================
+failed while connecting, or waiting for a connection  ``NotDelivered`` (never left)
+failed after the request started going out            ``MaybeDelivered``
+429 with ``parameters.retry_after``                   ``NotDelivered(retry_after)``
+5xx, or a 2xx that cannot be read                     ``MaybeDelivered``
+an edit: :data:`NOT_MODIFIED`                         ``Delivered`` (it shows that text already)
+an edit: :data:`EDIT_TARGET_NOT_FOUND`                ``RejectedForGood`` (see below)
+a delete: :data:`DELETE_TARGET_NOT_FOUND`             ``Delivered`` (already gone)
+403 (:data:`BOT_BLOCKED`, kicked), any other 4xx      ``RejectedForGood``
+(:data:`CHAT_NOT_FOUND`, :data:`MESSAGE_TOO_LONG`,
+a group that moved to ``migrate_to_chat_id``)
+401, or 404 for a method (a bad token)                ``RejectedForGood``; the bot is unusable
+====================================================  ==========================================
 
 Telegram answers 400 for many distinct cases and says descriptions may change, so only the
 three descriptions that change an outcome are read, each by a prefix named here. A message
 someone else deleted before an edit (:data:`EDIT_TARGET_NOT_FOUND`) is refused for good today;
 it is the case the ledger's planned ``Gone`` outcome (the slot is re-sent, unmarked) will take.
 
-Once the Bot API refuses the token (401, or 404 for a method that exists), :attr:`TelegramBot.
-unusable_reason` says so and every later operation answers ``NotDelivered`` without a call: the
-replies wait, unmarked, for an adapter with a working token instead of being given up.
+Once the Bot API refuses the token (401, or 404 for a method that exists),
+:attr:`TelegramBot.unusable_reason` says so and every later operation answers ``NotDelivered``
+without a call: the replies wait, unmarked, for an adapter with a working token instead of
+being given up.
 
 The token is part of every URL. It never appears in a log line, an exception, a reason or a
 repr: requests carry a placeholder and only the transport puts the token in its place.
@@ -73,6 +75,7 @@ __all__ = [
     "MESSAGE_TOO_LONG",
     "NOT_MODIFIED",
     "POLL_CONFLICT",
+    "Answer",
     "BotApi",
     "BotIdentity",
     "BotUnauthorized",
@@ -81,6 +84,7 @@ __all__ = [
     "TelegramError",
     "TelegramUnavailable",
     "classify",
+    "raise_for",
 ]
 
 log = logging.getLogger("oncewire.gateway.telegram")

@@ -93,7 +93,7 @@ def parse_update(update: Mapping[str, Any]) -> TelegramInbound | None:
         sender_username=None if sender.get("username") is None else str(sender["username"]),
         text=text if isinstance(text, str) else "",
         edited=edited,
-        date=int(message.get("date", 0)) if type(message.get("date", 0)) is int else 0,
+        date=date if type(date := message.get("date")) is int else 0,
     )
 
 
