@@ -83,6 +83,15 @@ RECORDED = {
         400,
         {"ok": False, "error_code": 400, "description": "Bad Request: message is too long"},
     ),
+    "entities": (
+        400,
+        {
+            "ok": False,
+            "error_code": 400,
+            "description": "Bad Request: can't parse entities: Can't find end of the entity "
+            "starting at byte offset 12",
+        },
+    ),
     "migrated": (
         400,
         {
@@ -168,6 +177,7 @@ def test_each_description_prefix_matches_its_recorded_answer(constant: str, name
         ("sendMessage", "kicked", RejectedForGood),
         ("sendMessage", "too_long", RejectedForGood),
         ("sendMessage", "migrated", RejectedForGood),
+        ("editMessageText", "entities", RejectedForGood),
         ("sendMessage", "unauthorized", RejectedForGood),
         ("sendMessage", "not_found", RejectedForGood),
         # Only an edit is "not modified", only a delete finds its target already gone.
@@ -264,6 +274,9 @@ def test_the_token_is_on_the_wire_and_nowhere_else(caplog: pytest.LogCaptureFixt
         seen.append(str(request.url))
         if request.url.path.endswith("/sendMessage"):
             raise httpx2.ReadTimeout(f"timed out reading {request.url}", request=request)
+        if request.url.path.endswith("/editMessageText"):
+            echo = {"ok": False, "error_code": 400, "description": f"Bad Request: {request.url}"}
+            return httpx2.Response(400, json=echo)
         return httpx2.Response(401, json=RECORDED["unauthorized"][1])
 
     caplog.set_level(logging.DEBUG)
@@ -273,18 +286,20 @@ def test_the_token_is_on_the_wire_and_nowhere_else(caplog: pytest.LogCaptureFixt
     try:
         texts.append(bot.send(REQUEST, "hi", marked=False).reason)  # type: ignore[union-attr]
         texts.append(bot.edit(REQUEST, "5", "hi", marked=False).reason)  # type: ignore[union-attr]
-        texts.append(str(bot.unusable_reason))
         for call in (bot.get_me, poller.poll):
             with pytest.raises(BotUnauthorized) as raised:
                 call()  # type: ignore[operator]
             texts += [str(raised.value), repr(raised.value), json.dumps(raised.value.as_dict())]
+        texts.append(str(bot.unusable_reason))
     finally:
         bot.close()
         poller.close()
     texts += [record.getMessage() for record in caplog.records]
     texts += [str(record.__dict__) for record in caplog.records]
 
-    assert seen and all(f"/bot{TOKEN}/" in url for url in seen)
+    assert len(seen) == 4 and all(f"/bot{TOKEN}/" in url for url in seen)
+    assert "<token>" in texts[3]  # the echoed URL, redacted
+    assert "401" in str(bot.unusable_reason)  # getMe's refusal marks the bot unusable too
     assert any("HTTP Request" in text for text in texts)  # the client's own log line is here
     assert [text for text in texts if TOKEN in text or "SECRET" in text] == []
 

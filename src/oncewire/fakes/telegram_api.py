@@ -10,6 +10,7 @@ parameters; method names in any case) and prints ``ready port=N`` once it listen
 * ``sendMessage`` (``chat_id``, ``text``, ``message_thread_id``, ``reply_parameters`` with
   ``allow_sending_without_reply``, or ``reply_to_message_id``), ``editMessageText``,
   ``deleteMessage``, ``sendChatAction``;
+* a chat exists once a user message was injected into it (before that: "chat not found");
 * errors as Telegram words them: ``{"ok": false, "error_code", "description", "parameters":
   {"retry_after"}}`` (chat not found, message is too long, not modified, message to edit /
   delete / be replied not found, 401 for another token, 404 for an unknown method or a path

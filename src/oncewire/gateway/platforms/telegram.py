@@ -41,7 +41,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from oncewire.core.errors import OncewireError
@@ -329,6 +329,7 @@ class TelegramBot:
         """The bot the token belongs to; raises :class:`BotUnauthorized` for a bad token and
         :class:`TelegramUnavailable` when the Bot API cannot answer."""
         answer = self._api.call("getMe", {})
+        self._note_unauthorized("getMe", answer)
         raise_for(self._api, "getMe", answer)
         me = answer.result
         if not isinstance(me, Mapping) or type(me.get("id")) is not int:
@@ -370,14 +371,20 @@ class TelegramBot:
             return RejectedForGood(problem)
         return self._call("deleteMessage", payload, message_id)
 
+    def _note_unauthorized(self, method: str, answer: Answer) -> None:
+        if is_unauthorized(answer):
+            self._unusable = f"{method}: {answer.status} {self._api.redact(answer.description)}"
+            log.error("telegram bot unusable", extra={"reason": self._unusable})
+
     def _call(self, method: str, payload: dict[str, Any], message_id: str | None) -> WireOutcome:
         if self._unusable is not None:
             return NotDelivered(f"{method}: not called, the bot is unusable: {self._unusable}")
         answer = self._api.call(method, payload)
-        if is_unauthorized(answer):
-            self._unusable = f"{method}: {answer.status} {self._api.redact(answer.description)}"
-            log.error("telegram bot unusable", extra={"reason": self._unusable})
-        return classify(method, answer, message_id=message_id)
+        self._note_unauthorized(method, answer)
+        outcome = classify(method, answer, message_id=message_id)
+        if isinstance(outcome, Delivered) or self._api.redact(outcome.reason) == outcome.reason:
+            return outcome
+        return replace(outcome, reason=self._api.redact(outcome.reason))  # an echoed token
 
 
 def raise_for(api: BotApi, method: str, answer: Answer) -> None:
