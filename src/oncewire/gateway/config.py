@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.gateway.ratelimit import TELEGRAM_DEFAULTS
 
 __all__ = [
     "GatewayConfig",
@@ -90,6 +91,11 @@ class PlatformConfig:
     allowed_users: tuple[int, ...] = ()
     send_url: str | None = None  # webhook
     secret_env: str | None = None  # webhook
+    # telegram: the local rate limiter (oncewire.gateway.ratelimit), per bot and per chat
+    rate_per_second: float = TELEGRAM_DEFAULTS.rate_per_second
+    burst: int = TELEGRAM_DEFAULTS.burst
+    chat_rate_per_second: float = TELEGRAM_DEFAULTS.chat_rate_per_second
+    chat_burst: int = TELEGRAM_DEFAULTS.chat_burst
 
 
 @dataclass(frozen=True)
@@ -206,12 +212,15 @@ _CHAT_KEYS = (
     "allowed_users",
 )
 
+# Telegram's local rate limiter: tokens per second and bucket sizes, per bot and per chat.
+_RATE_KEYS = ("rate_per_second", "burst", "chat_rate_per_second", "chat_burst")
+
 
 def _platform(t: _Table) -> PlatformConfig:
     name = t.text("name")
     kind = t.choice("kind", PLATFORM_KINDS)
     if kind == "telegram":
-        t.only(*_CHAT_KEYS, "inbound")
+        t.only(*_CHAT_KEYS, *_RATE_KEYS, "inbound")
         return PlatformConfig(
             name=name,
             kind=kind,
@@ -221,6 +230,12 @@ def _platform(t: _Table) -> PlatformConfig:
             streaming=t.boolean("streaming", True),
             edit_interval_seconds=t.seconds("edit_interval_seconds", 1.0),
             allowed_users=t.user_ids("allowed_users"),
+            rate_per_second=t.rate("rate_per_second", TELEGRAM_DEFAULTS.rate_per_second),
+            burst=t.integer("burst", TELEGRAM_DEFAULTS.burst, minimum=1),
+            chat_rate_per_second=t.rate(
+                "chat_rate_per_second", TELEGRAM_DEFAULTS.chat_rate_per_second
+            ),
+            chat_burst=t.integer("chat_burst", TELEGRAM_DEFAULTS.chat_burst, minimum=1),
         )
     if kind == "discord":
         t.only(*_CHAT_KEYS)
@@ -362,6 +377,20 @@ class _Table:
                 and v > 0
             ),
             "a number of seconds > 0",
+        )
+        return float(value)
+
+    def rate(self, key: str, default: float) -> float:
+        value = self._get(
+            key,
+            default,
+            lambda v: (
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and v > 0
+            ),
+            "a number per second > 0",
         )
         return float(value)
 

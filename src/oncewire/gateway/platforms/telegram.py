@@ -26,6 +26,11 @@ three descriptions that change an outcome are read, each by a prefix named here.
 someone else deleted before an edit (:data:`EDIT_TARGET_NOT_FOUND`) is refused for good today;
 it is the case the ledger's planned ``Gone`` outcome (the slot is re-sent, unmarked) will take.
 
+With a :class:`~oncewire.gateway.ratelimit.RateLimiter`, every send, edit and delete first takes
+a token of the bot's bucket and of the chat's; when there is none the operation answers
+``NotDelivered(retry_after=<seconds until a token>)`` without a call, so it is repeated later
+unmarked.
+
 Once the Bot API refuses the token (401, or 404 for a method that exists),
 :attr:`TelegramBot.unusable_reason` says so and every later operation answers ``NotDelivered``
 without a call: the replies wait, unmarked, for an adapter with a working token instead of
@@ -55,6 +60,7 @@ from oncewire.gateway.http import (
     make_client,
     reach,
 )
+from oncewire.gateway.ratelimit import RateLimiter
 from oncewire.platforms.base import (
     TELEGRAM_LIKE,
     Delivered,
@@ -287,7 +293,10 @@ class TelegramBot:
 
     Sends plain text (no ``parse_mode``: the engine's text must show as written and can never
     be refused for its entities), in reply to ``request.reply_to`` when there is one (still sent
-    if that message is gone), in forum topic ``request.thread``.
+    if that message is gone), in forum topic ``request.thread``. With ``limiter`` (the runner
+    gives each bot one, ``RateLimiter(RateLimits.of(platform))``) every operation first takes a
+    token, or answers ``NotDelivered(retry_after)`` without a call; without one nothing is
+    limited locally.
     """
 
     def __init__(
@@ -298,9 +307,11 @@ class TelegramBot:
         profile: PlatformProfile = TELEGRAM_LIKE,
         timeouts: Timeouts = REPLY_TIMEOUTS,
         transport: Transport | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self._api = BotApi(token, api_base=api_base, timeouts=timeouts, transport=transport)
         self._profile = profile
+        self._limiter = limiter
         self._unusable: str | None = None
 
     def __repr__(self) -> str:
@@ -379,6 +390,14 @@ class TelegramBot:
     def _call(self, method: str, payload: dict[str, Any], message_id: str | None) -> WireOutcome:
         if self._unusable is not None:
             return NotDelivered(f"{method}: not called, the bot is unusable: {self._unusable}")
+        if self._limiter is not None:
+            wait = self._limiter.take(str(payload["chat_id"]))
+            if wait > 0:
+                # Never sent: the engine repeats it unmarked once a token is there.
+                return NotDelivered(
+                    f"{method}: not called, the local rate limit has no token for {wait:.3f}s",
+                    retry_after=wait,
+                )
         answer = self._api.call(method, payload)
         self._note_unauthorized(method, answer)
         outcome = classify(method, answer, message_id=message_id)
