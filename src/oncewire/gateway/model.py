@@ -190,6 +190,7 @@ class OpenAIChatClient:
                 )
             headers["authorization"] = f"Bearer {key}"
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.models_url = base_url.rstrip("/") + "/models"
         self.model = model
         self.max_tokens = max_tokens
         self._client = http.make_client(
@@ -225,6 +226,31 @@ class OpenAIChatClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def list_models(self) -> tuple[str, ...]:
+        """The ids ``GET {base_url}/models`` lists (a start-up check: the server answers, the
+        key is accepted, the configured model is there). Fails with the same typed
+        :class:`ModelFailure` as :meth:`complete`; never retried."""
+        try:
+            response = self._client.get(self.models_url, headers={"accept": "application/json"})
+        except http.TransportError as exc:
+            if http.reach(exc) is http.Reach.NEVER_LEFT:
+                raise ModelNotSent(f"the request never left: {_describe(exc)}") from exc
+            raise ModelBroken(f"no answer to GET /models: {_describe(exc)}") from exc
+        request_id = response.headers.get("x-request-id")
+        if response.status_code >= 300:
+            raise _status_failure(response, request_id)
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list):
+            raise ModelBroken(
+                f"GET /models answered without a list of models: {response.text[:80]!r}",
+                request_id=request_id,
+            )
+        return tuple(str(item["id"]) for item in data if isinstance(item, dict) and item.get("id"))
 
     def request_body(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
