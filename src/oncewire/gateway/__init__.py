@@ -1,7 +1,13 @@
-"""The gateway: a chat service on top of oncewire's ledgers (design: docs/gateway.md).
+"""The gateway: a chat service on top of oncewire's ledgers (guide: docs/gateway.md).
 
-What exists so far: the model client (:mod:`oncewire.gateway.model`, over
-:mod:`oncewire.gateway.http`) and the configuration file (:mod:`oncewire.gateway.config`).
-This package imports nothing on its own, so ``oncewire.gateway.config`` works without the
-``gateway`` extra; the HTTP modules need it (``pip install 'oncewire[gateway]'``).
+It does not run yet (there is no runner). What exists: the configuration file
+(:mod:`oncewire.gateway.config`) and its start-up check (:mod:`oncewire.gateway.check`, the
+``oncewire gateway check`` command), the model client (:mod:`oncewire.gateway.model`, over
+:mod:`oncewire.gateway.http`), the platform adapters (:mod:`oncewire.gateway.platforms`:
+Telegram's Bot API with its update poller, and the generic webhook platform) and the per-bot
+rate limiter they consult (:mod:`oncewire.gateway.ratelimit`).
+
+This package imports nothing on its own, so ``oncewire.gateway.config``, ``.ratelimit`` and
+``.check`` work without the ``gateway`` extra; the HTTP modules need it
+(``pip install 'oncewire[gateway]'``).
 """
