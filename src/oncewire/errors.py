@@ -1,4 +1,8 @@
-"""Every exception oncewire raises, in one place: catch ``oncewire.errors.X``.
+"""Every exception the core of oncewire raises, in one place: catch ``oncewire.errors.X``.
+
+The gateway extra (``oncewire[gateway]``) keeps its own subclasses of ``OncewireError`` beside
+its code (``oncewire.gateway.model.ModelFailure``,
+``oncewire.gateway.platforms.telegram.TelegramError``).
 
 The five a caller usually catches are also at the top level (``oncewire.PayloadConflict``,
 ``oncewire.StaleFence``, ``oncewire.StorageError``, ``oncewire.ConfigurationError``,
