@@ -1,4 +1,5 @@
-"""The fake OpenAI-compatible server as a real child process, one per test."""
+"""The fake OpenAI-compatible server as a real child process, one per test; every HTTP client a
+test opens is closed when it ends."""
 
 from __future__ import annotations
 
@@ -10,9 +11,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from tests.conftest import _child_env
+
+
+@pytest.fixture(autouse=True)
+def _close_every_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close the clients a test left open, so no pooled socket is collected (and reported as an
+    unclosed ResourceWarning) in the middle of a later test."""
+    opened: list[httpx2.Client] = []
+    original = httpx2.Client.__init__
+
+    def tracked(self: httpx2.Client, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(httpx2.Client, "__init__", tracked)
+    yield
+    for client in opened:
+        client.close()
 
 
 class FakeOpenAI:
