@@ -1,4 +1,10 @@
-"""The Store seam: the only way ledgers and engines touch a database.
+"""The Store: the only way ledgers and engines touch a database.
+
+One seam per ledger: the verbs of each ledger are one class in :mod:`oncewire.storage.verbs`,
+written once over the backend's driver (``EffectVerbs``, ``ReceiptVerbs``, ``RunLedgerVerbs``);
+:class:`Store` inherits them and declares the lifecycle each backend implements. The inbox's and
+the replies' verbs are declared by :class:`~oncewire.storage.replies.ReplyVerbs` and written once
+in ``InboundReplyVerbs``, which each backend mixes in.
 
 A store speaks in domain verbs (accept an effect, claim what is due, settle an attempt, reserve a
 receipt), never in raw SQL from the layers above. Verbs whose name ends in ``_in_tx`` run inside
@@ -15,30 +21,20 @@ import abc
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
+from oncewire.storage.driver import Transaction
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import (
-    AttemptRecord,
-    Backlog,
-    Claim,
     Effect,
     EffectState,
-    Receipt,
-    Settlement,
 )
 from oncewire.storage.replies import ReplyVerbs
-from oncewire.storage.runs import RunVerbs
+from oncewire.storage.verbs.effects import EffectVerbs
+from oncewire.storage.verbs.receipts import ReceiptVerbs
+from oncewire.storage.verbs.runs import RunLedgerVerbs
 
 __all__ = ["Store", "Transaction"]
-
-
-class Transaction(Protocol):
-    """An open database transaction shared by the caller and oncewire."""
-
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        """Run the caller's own SQL (in the backend's dialect and placeholder style)."""
-        ...
 
 
 class _Savepoint:
@@ -73,7 +69,7 @@ class _Savepoint:
         self._run(f'RELEASE SAVEPOINT "{self.name}"')
 
 
-class Store(ReplyVerbs, RunVerbs, abc.ABC):
+class Store(EffectVerbs, ReceiptVerbs, RunLedgerVerbs, ReplyVerbs, abc.ABC):
     """A backend. Thread-safe: each thread gets its own connection."""
 
     dialect: str
@@ -89,137 +85,6 @@ class Store(ReplyVerbs, RunVerbs, abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
-
-    # -- effects -----------------------------------------------------------------------------
-    @abc.abstractmethod
-    def insert_effect_in_tx(
-        self,
-        tx: Transaction,
-        *,
-        key: str,
-        kind: str,
-        payload_json: str,
-        digest: str,
-        max_attempts: int,
-        not_before: float,
-        deadline: float | None,
-        now: float,
-    ) -> tuple[Effect, bool]:
-        """Insert the effect unless its key exists; return the row and whether it is new.
-
-        Does not compare digests: the ledger does, and raises before the transaction commits.
-        """
-
-    @abc.abstractmethod
-    def get_effect(self, key: str) -> Effect | None: ...
-
-    @abc.abstractmethod
-    def list_effects(
-        self,
-        *,
-        states: Sequence[EffectState] = (),
-        kind: str | None = None,
-        limit: int = 100,
-        after_id: int = 0,
-        newest_first: bool = False,
-        before_id: int | None = None,
-    ) -> list[Effect]:
-        """Effects by id, oldest first (``newest_first``: the other way); ``after_id`` and
-        ``before_id`` bound the ids (exclusive), so either direction pages by the last id seen."""
-
-    @abc.abstractmethod
-    def count_effects(self, *, kind: str | None = None) -> dict[EffectState, int]:
-        """How many effects are in each state (of ``kind`` only, when given)."""
-
-    @abc.abstractmethod
-    def settle_and_claim(
-        self,
-        settlements: Sequence[Settlement],
-        *,
-        owner: str,
-        now: float,
-        lease_seconds: float,
-        limit: int,
-        kinds: Sequence[str] | None = None,
-    ) -> tuple[list[bool], list[Claim]]:
-        """In one transaction: apply ``settlements``, then claim up to ``limit`` due effects.
-
-        ``kinds`` limits the claim to effects this worker has sinks for (None: any kind).
-
-        Each settlement applies only if its effect is still claimed under its fence; the first
-        list says which did. Claiming bumps the fence and the attempt count and leases the
-        effect to ``owner`` until ``now + lease_seconds``. Past-deadline effects are not claimed.
-        """
-
-    @abc.abstractmethod
-    def renew_leases(
-        self, owner: str, fences: Sequence[tuple[int, int]], expires_at: float, now: float
-    ) -> int:
-        """Extend the leases ``(id, fence)`` still held by ``owner``; return how many were."""
-
-    @abc.abstractmethod
-    def lease_holders(self) -> list[str]:
-        """The distinct owners of claimed effects."""
-
-    @abc.abstractmethod
-    def release_claims(self, *, now: float, dead_owners: Sequence[str] = ()) -> int:
-        """Release claims whose lease expired or whose owner is known dead.
-
-        A released effect may have reached its receiver: it becomes ``uncertain`` (its next
-        attempt is a redelivery), or ``dead`` when it has no attempts or time left.
-        """
-
-    @abc.abstractmethod
-    def expire_deadlines(self, now: float) -> int:
-        """Move waiting effects whose deadline passed to ``dead``."""
-
-    @abc.abstractmethod
-    def backlog(self, kinds: Sequence[str] | None = None) -> Backlog:
-        """What remains for a dispatcher of ``kinds`` (None: any kind)."""
-
-    @abc.abstractmethod
-    def waiting_kinds(self) -> dict[str, tuple[int, float]]:
-        """Every kind with effects waiting for an attempt: kind -> (how many are pending or
-        uncertain, the oldest one's ``created_at``). A kind with none waiting is absent."""
-
-    @abc.abstractmethod
-    def list_attempts(self, effect_id: int) -> list[AttemptRecord]:
-        """The effect's attempt history, oldest first (by fence): one row per attempt closed."""
-
-    @abc.abstractmethod
-    def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:
-        """Any non-terminal effect -> ``cancelled``; a claimed one loses its lease."""
-
-    @abc.abstractmethod
-    def retry_effect(self, key: str, *, now: float) -> Effect:
-        """A ``dead``, ``rejected`` or ``cancelled`` effect -> ``pending`` with fresh attempts."""
-
-    # -- receipts ----------------------------------------------------------------------------
-    @abc.abstractmethod
-    def reserve_receipt_in_tx(
-        self,
-        tx: Transaction,
-        *,
-        key: str,
-        digest: str,
-        payload_json: str,
-        now: float,
-        expires_at: float | None,
-    ) -> Receipt | None:
-        """Reserve ``key`` (None) or return the receipt already stored under it."""
-
-    @abc.abstractmethod
-    def complete_receipt_in_tx(self, tx: Transaction, *, key: str, result_json: str) -> None: ...
-
-    @abc.abstractmethod
-    def get_receipt(self, key: str) -> Receipt | None: ...
-
-    @abc.abstractmethod
-    def list_receipts(self, *, limit: int = 100, after_key: str = "") -> list[Receipt]: ...
-
-    @abc.abstractmethod
-    def purge_receipts(self, *, expired_before: float) -> int:
-        """Delete receipts whose retention ended before ``expired_before``. Operator-only."""
 
     # -- helpers -----------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

@@ -23,16 +23,21 @@ import abc
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from oncewire.storage.sql import Queries, Query
 
-if TYPE_CHECKING:
-    from oncewire.storage.base import Transaction
-
-__all__ = ["Driver", "Pending", "Pipeline", "Row", "StatementRunner"]
+__all__ = ["Driver", "Pending", "Pipeline", "Row", "StatementRunner", "Transaction"]
 
 Row = Sequence[Any]
+
+
+class Transaction(Protocol):
+    """An open database transaction shared by the caller and oncewire."""
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """Run the caller's own SQL (in the backend's dialect and placeholder style)."""
+        ...
 
 
 class Pending:

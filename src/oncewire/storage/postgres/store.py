@@ -30,15 +30,12 @@ from oncewire.storage.postgres.connection import (
 )
 from oncewire.storage.postgres.driver import CHANNEL, PostgresDriver, PostgresTransaction
 from oncewire.storage.postgres.inspect import inspect
-from oncewire.storage.verbs.effects import EffectVerbs
-from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import InboundReplyVerbs
-from oncewire.storage.verbs.runs import RunLedgerVerbs
 
 __all__ = ["CHANNEL", "PostgresStore", "PostgresTransaction"]
 
 
-class PostgresStore(EffectVerbs, ReceiptVerbs, RunLedgerVerbs, InboundReplyVerbs, Store):
+class PostgresStore(InboundReplyVerbs, Store):
     """Every ledger's verbs on one PostgreSQL database (see the module's docstring)."""
 
     dialect = "postgresql"

@@ -34,17 +34,14 @@ from oncewire.storage.sqlite.connection import (
 )
 from oncewire.storage.sqlite.driver import SQLiteDriver, SQLiteTransaction, undecodable_text
 from oncewire.storage.sqlite.inspect import inspect
-from oncewire.storage.verbs.effects import EffectVerbs
-from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import InboundReplyVerbs
-from oncewire.storage.verbs.runs import RunLedgerVerbs
 
 __all__ = ["SQLiteStore", "SQLiteTransaction"]
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
-class SQLiteStore(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs, Store):
+class SQLiteStore(InboundReplyVerbs, Store):
     """Every ledger's verbs on one SQLite file (see the module's docstring for its settings)."""
 
     dialect = "sqlite"

@@ -1,6 +1,9 @@
 """Every store verb written once, over the store's :class:`~oncewire.storage.driver.Driver`.
 
-Each module holds the verbs of one ledger as a class that a backend's store inherits; its
+Each module holds the verbs of one ledger as one class, the ledger's seam: its methods are the
+only way that ledger touches a database, and their docstrings are the contract.
+:class:`~oncewire.storage.base.Store` inherits them all and adds the lifecycle each backend
+implements (open, transaction, caller transaction, inspect, close). Their
 statements are named queries of :mod:`oncewire.storage.sql`: effects (with the attempt
 history), receipts, inbound messages with their replies, and the run ledger (``runs`` and
 ``run_scopes``). A new verb is written the same way, as the module docstring of

@@ -12,8 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from oncewire.core.errors import EffectNotFound
-from oncewire.storage.base import Transaction
-from oncewire.storage.driver import Driver
+from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.records import (
     AttemptRecord,
     Backlog,
@@ -39,7 +38,8 @@ _CANCELLED_ATTEMPT = (
 
 
 class EffectVerbs:
-    """The effects verbs of :class:`~oncewire.storage.base.Store`, over ``self.db``."""
+    """The outbox's seam: its verbs, written once over ``self.db``; each docstring is the contract
+    the effects ledger and the dispatcher rely on."""
 
     db: Driver
 
@@ -56,6 +56,9 @@ class EffectVerbs:
         deadline: float | None,
         now: float,
     ) -> tuple[Effect, bool]:
+        """Insert the effect unless its key exists; return the row and whether it is new.
+
+        Does not compare digests: the ledger does, and raises before the transaction commits."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("accepting an effect"):
@@ -111,6 +114,8 @@ class EffectVerbs:
         newest_first: bool = False,
         before_id: int | None = None,
     ) -> list[Effect]:
+        """Effects by id, oldest first (``newest_first``: the other way); ``after_id`` and
+        ``before_id`` bound the ids (exclusive), so either direction pages by the last id seen."""
         q = self.db.queries
         rows = self.db.read(
             q.list_effects_newest if newest_first else q.list_effects,
@@ -124,6 +129,7 @@ class EffectVerbs:
         return [Effect.from_row(row) for row in rows]
 
     def count_effects(self, *, kind: str | None = None) -> dict[EffectState, int]:
+        """How many effects are in each state (of ``kind`` only, when given)."""
         counts = dict.fromkeys(EffectState, 0)
         for state, count in self.db.read(self.db.queries.count_effects, kind=kind):
             counts[EffectState(state)] = int(count)
@@ -140,6 +146,13 @@ class EffectVerbs:
         limit: int,
         kinds: Sequence[str] | None = None,
     ) -> tuple[list[bool], list[Claim]]:
+        """In one transaction: apply ``settlements``, then claim up to ``limit`` due effects.
+
+        ``kinds`` limits the claim to effects this worker has sinks for (None: any kind).
+
+        Each settlement applies only if its effect is still claimed under its fence; the first
+        list says which did. Claiming bumps the fence and the attempt count and leases the
+        effect to ``owner`` until ``now + lease_seconds``. Past-deadline effects are not claimed."""
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
         with db.write("settling and claiming effects") as conn:
@@ -213,6 +226,7 @@ class EffectVerbs:
     def renew_leases(
         self, owner: str, fences: Sequence[tuple[int, int]], expires_at: float, now: float
     ) -> int:
+        """Extend the leases ``(id, fence)`` still held by ``owner``; return how many were."""
         if not fences:
             return 0
         db, q = self.db, self.db.queries
@@ -233,9 +247,14 @@ class EffectVerbs:
         return renewed
 
     def lease_holders(self) -> list[str]:
+        """The distinct owners of claimed effects."""
         return [row[0] for row in self.db.read(self.db.queries.lease_holders)]
 
     def release_claims(self, *, now: float, dead_owners: Sequence[str] = ()) -> int:
+        """Release claims whose lease expired or whose owner is known dead.
+
+        A released effect may have reached its receiver: it becomes ``uncertain`` (its next
+        attempt is a redelivery), or ``dead`` when it has no attempts or time left."""
         db, q = self.db, self.db.queries
         with db.write("releasing claims") as conn:
             # The attempt history first, while each claim still names its owner.
@@ -243,21 +262,26 @@ class EffectVerbs:
             return db.run(conn, q.release_claims, now=now, dead_owners=dead_owners)
 
     def expire_deadlines(self, now: float) -> int:
+        """Move waiting effects whose deadline passed to ``dead``."""
         db = self.db
         with db.write("expiring deadlines") as conn:
             return db.run(conn, db.queries.expire_deadlines, now=now)
 
     def backlog(self, kinds: Sequence[str] | None = None) -> Backlog:
+        """What remains for a dispatcher of ``kinds`` (None: any kind)."""
         row = self.db.read(
             self.db.queries.backlog, any_kind=kinds is None, kinds=() if kinds is None else kinds
         )[0]
         return Backlog(next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3])
 
     def waiting_kinds(self) -> dict[str, tuple[int, float]]:
+        """Every kind with effects waiting for an attempt: kind -> (how many are pending or
+        uncertain, the oldest one's ``created_at``). A kind with none waiting is absent."""
         rows = self.db.read(self.db.queries.waiting_kinds)
         return {kind: (int(count), float(oldest)) for kind, count, oldest in rows}
 
     def list_attempts(self, effect_id: int) -> list[AttemptRecord]:
+        """The effect's attempt history, oldest first (by fence): one row per attempt closed."""
         rows = self.db.read(self.db.queries.list_attempts, effect_id=effect_id)
         return [AttemptRecord.from_row(row) for row in rows]
 
@@ -269,6 +293,7 @@ class EffectVerbs:
         return Effect.from_row(row)
 
     def cancel_effect(self, key: str, *, now: float, reason: str) -> Effect:
+        """Any non-terminal effect -> ``cancelled``; a claimed one loses its lease."""
         db, q = self.db, self.db.queries
         with db.write("cancelling an effect") as conn:
             effect = self._locked_effect(conn, key)
@@ -291,6 +316,7 @@ class EffectVerbs:
         return Effect.from_row(updated)
 
     def retry_effect(self, key: str, *, now: float) -> Effect:
+        """A ``dead``, ``rejected`` or ``cancelled`` effect -> ``pending`` with fresh attempts."""
         db = self.db
         with db.write("retrying an effect") as conn:
             effect = self._locked_effect(conn, key)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from oncewire.storage.base import Transaction
-from oncewire.storage.driver import Driver
+from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.records import Receipt
 
 __all__ = ["ReceiptVerbs"]
 
 
 class ReceiptVerbs:
-    """Reserve, complete, read and purge idempotency receipts."""
+    """The receiver's seam: reserve, complete, read and purge idempotency receipts."""
 
     db: Driver
 
@@ -24,6 +23,7 @@ class ReceiptVerbs:
         now: float,
         expires_at: float | None,
     ) -> Receipt | None:
+        """Reserve ``key`` (None) or return the receipt already stored under it."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("reserving a receipt"):
@@ -57,6 +57,7 @@ class ReceiptVerbs:
         return [Receipt.from_row(row) for row in rows]
 
     def purge_receipts(self, *, expired_before: float) -> int:
+        """Delete receipts whose retention ended before ``expired_before``. Operator-only."""
         db = self.db
         with db.write("purging receipts") as conn:
             return db.run(conn, db.queries.purge_receipts, expired_before=expired_before)

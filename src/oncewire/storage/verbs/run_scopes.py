@@ -16,8 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from oncewire.storage.base import Transaction
-from oncewire.storage.driver import Driver
+from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.runs import (
     BarrierRow,
     BranchRow,
@@ -75,6 +74,7 @@ class RunScopeVerbs:
         return None if row is None else BranchRow(*row)
 
     def put_branch_in_tx(self, tx: Transaction, row: BranchRow) -> None:
+        """Insert the branch or replace its view."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("writing a branch"):
@@ -85,6 +85,7 @@ class RunScopeVerbs:
         return BranchRow(*rows[0]) if rows else None
 
     def insert_checkpoint_in_tx(self, tx: Transaction, row: CheckpointRow) -> bool:
+        """Insert unless the id exists; return whether it was inserted."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("writing a checkpoint"):
@@ -100,6 +101,7 @@ class RunScopeVerbs:
     def scope_cursor_in_tx(self, tx: Transaction, scope: str) -> int:
         # The scope's exclusive lock waits for every append in flight there: no event can
         # commit later under a cursor at or below the one read here.
+        """The cursor of the newest event of ``scope`` (0 when it has none)."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a cursor"):
@@ -109,6 +111,7 @@ class RunScopeVerbs:
         return int(row[0] or 0)
 
     def max_cursor_in_tx(self, tx: Transaction) -> int:
+        """The newest cursor in the whole store."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a cursor"):
@@ -119,6 +122,7 @@ class RunScopeVerbs:
     def latest_event_in_view(
         self, scope: str, segments: Sequence[tuple[str, int, int | None]], upto: int | None
     ) -> EventRow | None:
+        """The newest event of ``scope`` inside the visible segments ``(branch, after, upto)``."""
         best: Any = None
         for branch, after, until in segments:
             limit = until if until is not None else upto
@@ -163,6 +167,7 @@ class RunScopeVerbs:
             )
 
     def put_barrier_in_tx(self, tx: Transaction, row: BarrierRow) -> None:
+        """Insert the barrier or update its state (one held barrier per scope)."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("writing a barrier"):
@@ -182,6 +187,7 @@ class RunScopeVerbs:
 
     # -- deliveries --------------------------------------------------------------------------
     def insert_delivery_in_tx(self, tx: Transaction, row: DeliveryRow) -> DeliveryRow:
+        """Insert unless the idempotency key exists; return the stored row either way."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("committing a delivery"):
@@ -207,6 +213,7 @@ class RunScopeVerbs:
         recovery_json: str | None,
         published_at: float,
     ) -> bool:
+        """Publish a committed delivery (its bytes untouched); return whether it was."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("publishing a delivery"):
@@ -225,6 +232,7 @@ class RunScopeVerbs:
         return DeliveryRow(*rows[0]) if rows else None
 
     def committed_deliveries(self, *, now: float, limit: int) -> list[DeliveryRow]:
+        """Committed, unpublished deliveries whose owner's lease expired before ``now``."""
         rows = self.db.read(self.db.queries.committed_deliveries, now=now, limit=limit)
         return [DeliveryRow(*row) for row in rows]
 
@@ -245,5 +253,6 @@ class RunScopeVerbs:
             db.run(conn, db.queries.insert_report, **record_params(row))
 
     def list_reports(self, *, limit: int = 100, subject_id: str | None = None) -> list[ReportRow]:
+        """The newest reports first."""
         rows = self.db.read(self.db.queries.list_reports, subject_id=subject_id, limit=limit)
         return [ReportRow(*row) for row in rows]

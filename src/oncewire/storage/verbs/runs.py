@@ -17,8 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from oncewire.core.errors import RevertBarrierHeld
-from oncewire.storage.base import Transaction
-from oncewire.storage.driver import Driver, Row
+from oncewire.storage.driver import Driver, Row, Transaction
 from oncewire.storage.runs import (
     ActionRow,
     BarrierRow,
@@ -69,12 +68,15 @@ def _barrier_taken(event: EventRow) -> RevertBarrierHeld:
 
 
 class RunLedgerVerbs(RunScopeVerbs):
-    """The run verbs of :class:`~oncewire.storage.base.Store` (``RunVerbs``), over ``self.db``."""
+    """The run ledger's seam: its verbs, written once over ``self.db``; each docstring is the
+    contract the runs layer relies on."""
 
     db: Driver
 
     # -- runs and their chains ---------------------------------------------------------------
     def insert_run_in_tx(self, tx: Transaction, row: RunRow) -> bool:
+        """Insert a new run row (no events yet) unless its id exists or its branch already has
+        an active run; return whether it was inserted."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("starting a run"):
@@ -92,6 +94,7 @@ class RunLedgerVerbs(RunScopeVerbs):
     def command_context_in_tx(
         self, tx: Transaction, run_id: str, key: str
     ) -> CommandContext | None:
+        """The run, its head event, the event under ``key`` and its scope's held barrier."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a run"):
@@ -126,6 +129,8 @@ class RunLedgerVerbs(RunScopeVerbs):
         return None if row is None else EventRow.from_row(row)
 
     def append_run_event_in_tx(self, tx: Transaction, change: RunAppend) -> EventRow:
+        """Insert the event (extending the run's head), then write the run row and the phase,
+        finding and action rows. Returns the event with its cursor."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         e = change.event
@@ -164,6 +169,9 @@ class RunLedgerVerbs(RunScopeVerbs):
         findings: Sequence[str] = (),
         actions: Sequence[str] = (),
     ) -> list[tuple[str, str, int]]:
+        """Which of these phase, finding and action ids the run already uses: ``(kind, id,
+        seq)`` with kind ``review``/``repair``/``finding``/``action`` and the event that first
+        used it. A command that would open one again is refused before it writes anything."""
         if not (phases or findings or actions):
             return []
         db = self.db
@@ -203,6 +211,7 @@ class RunLedgerVerbs(RunScopeVerbs):
             )
 
     def abandon_run_in_tx(self, tx: Transaction, run_id: str, *, reason: str, now: float) -> bool:
+        """Mark an active run abandoned (no terminal is written); return whether it was."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("abandoning a run"):
@@ -228,6 +237,10 @@ class RunLedgerVerbs(RunScopeVerbs):
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
+        """Every read this thread makes inside the block sees one moment of the store (a read
+        transaction: deferred ``BEGIN`` on SQLite, ``REPEATABLE READ, READ ONLY`` on
+        PostgreSQL). Inside a transaction already open on this thread it adds nothing. A
+        verified read takes one, so that it never judges a run from two moments at once."""
         with self.db.snapshot():
             yield
 
@@ -236,10 +249,13 @@ class RunLedgerVerbs(RunScopeVerbs):
         return RunRow.from_row(rows[0]) if rows else None
 
     def run_key_pin(self, run_id: str) -> KeyPinRow | None:
+        """The key pin of a keyless run (read on this thread's connection, so inside its
+        transaction or snapshot)."""
         rows = self.db.read(self.db.queries.get_key_pin, run_id=run_id)
         return KeyPinRow(*rows[0]) if rows else None
 
     def unpinned_keyless_runs_in_tx(self, tx: Transaction) -> list[RunRow]:
+        """Every keyless run without a key pin, locked where the backend locks rows."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("reading keyless runs"):
@@ -277,18 +293,22 @@ class RunLedgerVerbs(RunScopeVerbs):
         return [RunRow.from_row(row) for row in rows]
 
     def run_events(self, run_id: str) -> list[EventRow]:
+        """Every event of the run's chain, by ``seq``."""
         rows = self.db.read(self.db.queries.run_events, run_id=run_id)
         return [EventRow.from_row(row) for row in rows]
 
     def run_chain(
         self, run_id: str, *, after_seq: int = 0
     ) -> list[tuple[int, int, str, str, str, str]]:
+        """``(cursor, seq, type, prev_hash, hash, payload_json)`` by seq: the lean read that
+        verification needs."""
         rows: list[Any] = self.db.read(
             self.db.queries.run_chain, run_id=run_id, after_seq=after_seq
         )
         return rows
 
     def orphan_event_runs(self) -> list[tuple[str, int]]:
+        """``(run_id, events)`` for events whose run row does not exist (an edited store)."""
         rows = self.db.read(self.db.queries.orphan_event_runs)
         return [(str(run_id), int(n)) for run_id, n in rows]
 
@@ -314,16 +334,20 @@ class RunLedgerVerbs(RunScopeVerbs):
     def expired_runs(
         self, *, now: float, limit: int, dead_owners: Sequence[str] = ()
     ) -> list[RunRow]:
+        """Active runs whose lease expired before ``now`` or whose owner is known dead, oldest
+        first."""
         rows = self.db.read(
             self.db.queries.expired_runs, now=now, dead_owners=list(dead_owners), limit=limit
         )
         return [RunRow.from_row(row) for row in rows]
 
     def active_run_owners(self) -> list[str]:
+        """The distinct owners of active runs."""
         return [str(row[0]) for row in self.db.read(self.db.queries.active_run_owners)]
 
     def branch_runs_in_tx(self, tx: Transaction, scope: str, branch: str) -> list[RunRow]:
         # Locked, in one order: a revert decides which of them it abandons and hides.
+        """Every run started on this branch (a revert recomputes which are hidden)."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("reading a branch's runs"):
