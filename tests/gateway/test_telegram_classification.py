@@ -29,6 +29,7 @@ from oncewire.gateway.platforms.telegram import (
 from oncewire.gateway.platforms.telegram_updates import UpdatePoller
 from oncewire.platforms.base import (
     Delivered,
+    Gone,
     MaybeDelivered,
     NotDelivered,
     RejectedForGood,
@@ -171,7 +172,7 @@ def test_each_description_prefix_matches_its_recorded_answer(constant: str, name
         ("editMessageText", "rate_limited", NotDelivered),
         ("sendMessage", "server_error", MaybeDelivered),
         ("editMessageText", "server_error", MaybeDelivered),
-        ("editMessageText", "edit_not_found", RejectedForGood),
+        ("editMessageText", "edit_not_found", Gone),
         ("sendMessage", "chat_not_found", RejectedForGood),
         ("sendMessage", "blocked", RejectedForGood),
         ("sendMessage", "kicked", RejectedForGood),

@@ -29,6 +29,7 @@ from oncewire.gateway.platforms.telegram import (
 from oncewire.platforms.base import (
     TELEGRAM_LIKE,
     Delivered,
+    Gone,
     MaybeDelivered,
     NotDelivered,
     RejectedForGood,
@@ -268,12 +269,12 @@ def test_a_delete_of_a_message_already_gone_is_delivered(fake: FakeTelegram) -> 
 
 
 # -- refused for good -------------------------------------------------------------------------
-def test_an_edit_of_a_message_someone_deleted_is_refused_for_good(fake: FakeTelegram) -> None:
+def test_an_edit_of_a_message_someone_deleted_is_gone(fake: FakeTelegram) -> None:
     bot = make_bot(fake)
 
     outcome = bot.edit(fake.to(), "424242", "text", marked=False)
 
-    assert isinstance(outcome, RejectedForGood)
+    assert isinstance(outcome, Gone)
     assert EDIT_TARGET_NOT_FOUND in outcome.reason
 
 

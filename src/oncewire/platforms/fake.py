@@ -16,7 +16,12 @@ text, and fire a bounded number of times (counted in the journal, across restart
 ``rejected``    refused for good (chat gone, bot blocked)
 ``hold``        park before acceptance (for crash tests); after ``hold_seconds``, a timeout
 ``hold_after``  accept and journal, then park; after ``hold_seconds``, a timeout
+``gone``        an edit or delete: someone else deleted the target first (journaled as a
+                delete ``by`` someone else); the caller sees :class:`Gone` (sends never match)
 =============  ==============================================================================
+
+An edit of a message deleted before answers :class:`Gone` too, as Telegram's "message to edit
+not found" does; a repeated delete is a no-op.
 
 ``python -m oncewire.platforms.fake view JOURNAL...`` prints what each chat shows;
 ``python -m oncewire.platforms.fake serve ...`` runs a fake as its own process
@@ -40,6 +45,7 @@ from oncewire.core.errors import ConfigurationError
 from oncewire.replies.splitting import rejoin
 from oncewire.replies.wire import (
     Delivered,
+    Gone,
     MaybeDelivered,
     NotDelivered,
     PlatformProfile,
@@ -50,7 +56,16 @@ from oncewire.storage.replies import SendRequest
 
 __all__ = ["FAULT_KINDS", "ChatView", "Copy", "FakePlatform", "Fault", "VisibleMessage"]
 
-FAULT_KINDS = ("timeout", "ack_lost", "rate_limit", "conn_error", "rejected", "hold", "hold_after")
+FAULT_KINDS = (
+    "timeout",
+    "ack_lost",
+    "rate_limit",
+    "conn_error",
+    "rejected",
+    "hold",
+    "hold_after",
+    "gone",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +96,7 @@ class Fault:
         return (
             (self.platform is None or self.platform == platform)
             and self.op in ("any", op)
+            and not (self.kind == "gone" and op == "send")  # a send has no target to lose
             and (self.chat is None or self.chat == chat)
             and (self.contains is None or self.contains in text)
         )
@@ -203,6 +219,8 @@ class FakePlatform:
                 return RejectedForGood("403 bot was blocked by the user")
             if kind == "timeout":
                 return MaybeDelivered("timed out waiting for the platform")
+            if kind == "gone":
+                return self._gone(request, message_id)
             if kind != "hold":
                 accepted = self._accept(op, request, message_id, text)
                 if isinstance(accepted, RejectedForGood):
@@ -226,6 +244,8 @@ class FakePlatform:
             if self._deleted[message_id] == request.chat:
                 return Delivered(message_id)  # already gone: a repeated delete is a no-op
             return RejectedForGood(f"message {message_id} not found in this chat")
+        elif op == "edit" and self._deleted.get(message_id or "") == request.chat:
+            return Gone(f"message {message_id} to edit not found")
         elif message_id not in self._alive or self._alive[message_id] != request.chat:
             return RejectedForGood(f"message {message_id} not found in this chat")
         elif op == "delete":
@@ -245,6 +265,27 @@ class FakePlatform:
         )
         assert message_id is not None
         return Delivered(message_id)
+
+    def _gone(self, request: SendRequest, message_id: str | None) -> WireOutcome:
+        """Someone else deletes the target (journaled as theirs), then the operation finds it
+        gone."""
+        if message_id is not None and self._alive.get(message_id) == request.chat:
+            del self._alive[message_id]
+            self._deleted[message_id] = request.chat
+            self._write(
+                {
+                    "event": "delete",
+                    "by": "someone else",
+                    "platform": self.name,
+                    "chat": request.chat,
+                    "thread": request.thread,
+                    "reply_to": request.reply_to,
+                    "message_id": message_id,
+                    "text": "",
+                    "ts": time.time(),
+                }
+            )
+        return Gone(f"message {message_id} not found")
 
 
 def _named(fault: Fault, name: str) -> Fault:

@@ -34,6 +34,7 @@ from typing import Any
 from oncewire.platforms.fake import FakePlatform, Fault
 from oncewire.replies.wire import (
     Delivered,
+    Gone,
     MaybeDelivered,
     NotDelivered,
     PlatformProfile,
@@ -115,6 +116,8 @@ class FakePlatformClient:
             return NotDelivered(str(reply["reset"]))
         if reply.get("status") == 429:
             return NotDelivered("429 too many requests", retry_after=float(reply["retry_after"]))
+        if "gone" in reply:
+            return Gone(str(reply["gone"]))
         return RejectedForGood(str(reply.get("reason", "rejected")))
 
 
@@ -142,6 +145,8 @@ class _Handler(socketserver.StreamRequestHandler):
             answer = {"reset": outcome.reason}
         elif isinstance(outcome, RejectedForGood):
             answer = {"status": 403, "reason": outcome.reason}
+        elif isinstance(outcome, Gone):
+            answer = {"status": 404, "gone": outcome.reason}
         else:
             return  # ambiguous: close without an answer
         self.wfile.write((json.dumps(answer) + "\n").encode())

@@ -10,6 +10,8 @@ algorithm: for each chunk slot of the plan,
 * a slot with no message is sent; unmarked if no earlier send of it may have landed, with the
   duplicate marker if one may have (an ``ambiguous`` send, or one still ``in_flight`` when its
   process died);
+* a slot whose message someone else deleted (an edit or delete answered :class:`Gone`) has no
+  message again, and is sent again like one never sent;
 * on the final delivery, slots beyond the plan are deleted.
 
 Streaming sends the first preview, edits it at a bounded cadence, and when the text outgrows
@@ -34,6 +36,7 @@ from oncewire.replies.service import plan_chunks
 from oncewire.replies.splitting import Chunk
 from oncewire.replies.wire import (
     Delivered,
+    Gone,
     MaybeDelivered,
     NotDelivered,
     Platform,
@@ -132,6 +135,10 @@ def _slots(ops: Iterable[ReplyOp]) -> dict[int, _Slot]:
                 slot.shown = None  # it may show either text: edit again
         elif op.kind is OpKind.DELETE and op.state is OpState.ACKED:
             slot.deleted = True
+        if op.state is OpState.GONE and op.message_id == slot.message_id:
+            # Someone else deleted the message: the slot shows nothing. maybe_landed stays as
+            # it was, so a slot an earlier send may also have reached is re-sent marked.
+            slot.message_id, slot.shown, slot.marked, slot.deleted = None, None, False, False
     return slots
 
 
@@ -326,6 +333,8 @@ class ReplyEngine:
             if not steps:
                 return True, 0.0
             outcome = self._perform(reply, platform, steps[0], ops, deliver=False, count=False)
+            if isinstance(outcome, Gone):
+                continue  # the slot has no message now: the next step sends it again
             if isinstance(outcome, NotDelivered):
                 return True, outcome.retry_after or self.backoff_base_seconds
             if not isinstance(outcome, Delivered):
@@ -382,6 +391,8 @@ class ReplyEngine:
                 if len(steps) == 1:
                     return DeliveryPass(self.ledger.replies.get(reply.id), "delivered")
                 continue
+            if isinstance(outcome, Gone):
+                continue  # not a failure of ours: the next step sends the slot again
             reply = self.ledger.replies.get(reply.id)
             if not isinstance(outcome, NotDelivered | MaybeDelivered):
                 return self._give_up(reply, platform, f"rejected: {outcome.reason}")
@@ -485,6 +496,8 @@ class ReplyEngine:
             store.end_op(
                 op.id, state=OpState.AMBIGUOUS, error=outcome.reason, now=now, count_attempt=count
             )
+        elif isinstance(outcome, Gone):
+            store.end_op(op.id, state=OpState.GONE, error=f"gone: {outcome.reason}", now=now)
         else:
             store.end_op(
                 op.id,

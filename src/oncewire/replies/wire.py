@@ -6,7 +6,9 @@ An adapter decides each outcome where its transport knows whether the request le
 * :class:`NotDelivered`: it never reached the platform (connection refused or reset before the
   request was written, or a 429 with ``retry_after``); safe to repeat, unmarked;
 * :class:`MaybeDelivered`: it may have landed (a timeout after sending, a lost acknowledgement);
-* :class:`RejectedForGood`: the platform refused for good (chat gone, bot blocked).
+* :class:`RejectedForGood`: the platform refused for good (chat gone, bot blocked);
+* :class:`Gone`: an edit or delete found its target message deleted by someone else (Telegram's
+  "message to edit not found"); the engine sends that chunk again as a new message.
 
 Nothing above the adapter ever classifies an outcome by reading an error message.
 
@@ -36,6 +38,7 @@ __all__ = [
     "NON_EDITABLE",
     "TELEGRAM_LIKE",
     "Delivered",
+    "Gone",
     "MaybeDelivered",
     "NotDelivered",
     "Platform",
@@ -124,7 +127,19 @@ class RejectedForGood:
     reason: str = "rejected"
 
 
-WireOutcome = Delivered | NotDelivered | MaybeDelivered | RejectedForGood
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """The edited or deleted message no longer exists: someone else deleted it.
+
+    Only an edit or a delete can answer it (a send has no target). The slot it targeted shows
+    nothing, so the engine sends that chunk again as a new message, unmarked unless an earlier
+    send of the slot may have landed as well, and records the new message id on the slot.
+    """
+
+    reason: str = "message not found"
+
+
+WireOutcome = Delivered | NotDelivered | MaybeDelivered | RejectedForGood | Gone
 
 
 class Platform(Protocol):
@@ -194,8 +209,10 @@ def _described(answer: object) -> str:
     return f"a {type(answer).__name__}"
 
 
-def _malformed(answer: object) -> str | None:
-    """What is wrong with ``answer`` as a WireOutcome, or None."""
+def _malformed(answer: object, operation: str) -> str | None:
+    """What is wrong with ``answer`` as a WireOutcome of ``operation``, or None."""
+    if isinstance(answer, Gone) and operation == "send":
+        return "Gone from a send (only an edit or a delete has a target that can be gone)"
     if isinstance(answer, Delivered):
         if type(answer.message_id) is str and answer.message_id:
             return None
@@ -209,7 +226,7 @@ def _malformed(answer: object) -> str | None:
             or after < 0
         ):
             return f"NotDelivered with retry_after {after!r}, not a finite number of seconds >= 0"
-    elif not isinstance(answer, MaybeDelivered | RejectedForGood):
+    elif not isinstance(answer, MaybeDelivered | RejectedForGood | Gone):
         return _described(answer)
     if not isinstance(answer.reason, str):
         return f"{type(answer).__name__} with reason {answer.reason!r}, not a string"
@@ -223,7 +240,7 @@ def vet_outcome(answer: object, operation: str, reply_id: int) -> WireOutcome:
     chat: the operation may have landed (a send is then repeated with the duplicate marker), so
     it is recorded as ambiguous, never acknowledged, and logged at ERROR.
     """
-    problem = _malformed(answer)
+    problem = _malformed(answer, operation)
     if problem is None:
         return answer  # type: ignore[return-value]  # _malformed checked its type
     log.error(

@@ -84,6 +84,9 @@ class OpState(enum.StrEnum):
     ACKED = "acked"  # the platform acknowledged it (message_id is known)
     REFUSED = "refused"  # it never reached the platform (or was rejected): it did not happen
     AMBIGUOUS = "ambiguous"  # it may have landed: a timeout after sending, a lost ack
+    # Someone else deleted the message (0006): an edit or delete found its target gone, and the
+    # send that made that message is set gone with it.
+    GONE = "gone"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ failed after the request started going out            ``MaybeDelivered``
 429 with ``parameters.retry_after``                   ``NotDelivered(retry_after)``
 5xx, or a 2xx that cannot be read                     ``MaybeDelivered``
 an edit: :data:`NOT_MODIFIED`                         ``Delivered`` (it shows that text already)
-an edit: :data:`EDIT_TARGET_NOT_FOUND`                ``RejectedForGood`` (see below)
+an edit: :data:`EDIT_TARGET_NOT_FOUND`                ``Gone`` (someone deleted it)
 a delete: :data:`DELETE_TARGET_NOT_FOUND`             ``Delivered`` (already gone)
 403 (:data:`BOT_BLOCKED`, kicked), any other 4xx      ``RejectedForGood``
 (:data:`CHAT_NOT_FOUND`, :data:`MESSAGE_TOO_LONG`,
@@ -23,8 +23,8 @@ a group that moved to ``migrate_to_chat_id``)
 
 Telegram answers 400 for many distinct cases and says descriptions may change, so only the
 three descriptions that change an outcome are read, each by a prefix named here. A message
-someone else deleted before an edit (:data:`EDIT_TARGET_NOT_FOUND`) is refused for good today;
-it is the case the ledger's planned ``Gone`` outcome (the slot is re-sent, unmarked) will take.
+someone else deleted before an edit (:data:`EDIT_TARGET_NOT_FOUND`) is ``Gone``: the engine sends
+that chunk again as a new message, unmarked.
 
 With a :class:`~oncewire.gateway.ratelimit.RateLimiter`, every send, edit and delete first takes
 a token of the bot's bucket and of the chat's; when there is none the operation answers
@@ -64,6 +64,7 @@ from oncewire.gateway.ratelimit import RateLimiter
 from oncewire.platforms.base import (
     TELEGRAM_LIKE,
     Delivered,
+    Gone,
     MaybeDelivered,
     NotDelivered,
     PlatformProfile,
@@ -102,7 +103,7 @@ REPLY_TIMEOUTS = Timeouts(read_seconds=10.0)
 # Description prefixes, as the Bot API words them. Only the first three change an outcome.
 NOT_MODIFIED = "Bad Request: message is not modified"
 DELETE_TARGET_NOT_FOUND = "Bad Request: message to delete not found"
-# A message deleted by someone else: refused for good until the ledger has ``Gone``.
+# A message deleted by someone else: the edit is Gone, and the engine sends the chunk again.
 EDIT_TARGET_NOT_FOUND = "Bad Request: message to edit not found"
 CHAT_NOT_FOUND = "Bad Request: chat not found"
 BOT_BLOCKED = "Forbidden: bot was blocked by the user"
@@ -282,6 +283,8 @@ def classify(method: str, answer: Answer, *, message_id: str | None = None) -> W
     if method == "deleteMessage" and description.startswith(DELETE_TARGET_NOT_FOUND):
         assert message_id is not None
         return Delivered(message_id)
+    if method == "editMessageText" and description.startswith(EDIT_TARGET_NOT_FOUND):
+        return Gone(f"{method}: {status} {description}")
     migrated = answer.parameters.get("migrate_to_chat_id")
     if migrated is not None:
         return RejectedForGood(f"{method}: {status} the chat moved to {migrated}")

@@ -91,14 +91,18 @@ CREATE TABLE oncewire_inbound (
     digest              TEXT             NOT NULL,
     status              TEXT             NOT NULL DEFAULT 'received'
                         CHECK (status IN ('received', 'answering', 'answered', 'delivered',
-                                          'quarantined')),
+                                          'quarantined', 'superseded', 'merged')),
     deliveries          INTEGER          NOT NULL DEFAULT 1 CHECK (deliveries >= 1),
     attempts            INTEGER          NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     last_error          TEXT,
     created_at          DOUBLE PRECISION NOT NULL,
     updated_at          DOUBLE PRECISION NOT NULL,
+    -- The inbound message whose reply answers a superseded or merged one (0006).
+    answered_by         BIGINT           REFERENCES oncewire_inbound (id),
     -- A platform message is admitted once, whatever re-delivers it.
-    CONSTRAINT oncewire_inbound_once UNIQUE (platform, bot, chat, thread, platform_message_id)
+    CONSTRAINT oncewire_inbound_once UNIQUE (platform, bot, chat, thread, platform_message_id),
+    CONSTRAINT oncewire_inbound_answered_by
+        CHECK ((answered_by IS NULL) = (status NOT IN ('superseded', 'merged')))
 );
 
 -- What recovery asks: admitted but unanswered, answered but undelivered.
@@ -117,7 +121,7 @@ CREATE TABLE oncewire_replies (
     cap              INTEGER          NOT NULL CHECK (cap >= 1),
     unit             TEXT             NOT NULL CHECK (unit IN ('utf16', 'codepoints')),
     state            TEXT             NOT NULL DEFAULT 'open'
-                     CHECK (state IN ('open', 'committed', 'delivered', 'dead')),
+                     CHECK (state IN ('open', 'committed', 'delivered', 'dead', 'withdrawn')),
     final_text       TEXT,
     plan             TEXT,
     marked           BOOLEAN          NOT NULL DEFAULT FALSE,
@@ -148,7 +152,8 @@ CREATE TABLE oncewire_reply_ops (
     body        TEXT             NOT NULL,
     marked      BOOLEAN          NOT NULL DEFAULT FALSE,
     state       TEXT             NOT NULL DEFAULT 'planned'
-                CHECK (state IN ('planned', 'in_flight', 'acked', 'refused', 'ambiguous')),
+                CHECK (state IN ('planned', 'in_flight', 'acked', 'refused', 'ambiguous',
+                                 'gone')),
     message_id  TEXT,
     retry_after DOUBLE PRECISION,
     error       TEXT,
@@ -161,7 +166,8 @@ CREATE TABLE oncewire_reply_ops (
     CONSTRAINT oncewire_reply_ops_target CHECK (kind = 'send' OR message_id IS NOT NULL)
 );
 
--- One visible message per slot: a slot is acknowledged as sent at most once.
+-- One visible message per slot: a slot is acknowledged as sent at most once while its message
+-- exists (a send whose message someone else deleted is 'gone').
 CREATE UNIQUE INDEX oncewire_reply_ops_one_send ON oncewire_reply_ops (reply_id, slot)
     WHERE kind = 'send' AND state = 'acked';
 

@@ -193,6 +193,12 @@ INSERT INTO oncewire_reply_ops (reply_id, seq, slot, kind, body, marked, state, 
 VALUES (:reply_id, :seq, :slot, :kind, :body, :marked, 'in_flight', :message_id, :now, :now)
 RETURNING {op_columns}
 
+-- name: send_gone
+-- Someone else deleted the message a send made: that send no longer shows anything, and the
+-- slot may be acknowledged as sent again.
+UPDATE oncewire_reply_ops SET state = 'gone', updated_at = :now
+ WHERE reply_id = :reply_id AND kind = 'send' AND state = 'acked' AND message_id = :message_id
+
 -- name: end_op
 -- Record the outcome of an operation in flight; no row when it is not in flight.
 UPDATE oncewire_reply_ops

@@ -80,12 +80,15 @@ CREATE TABLE oncewire_inbound (
     digest              TEXT    NOT NULL,
     status              TEXT    NOT NULL DEFAULT 'received'
                         CHECK (status IN ('received', 'answering', 'answered', 'delivered',
-                                          'quarantined')),
+                                          'quarantined', 'superseded', 'merged')),
     deliveries          INTEGER NOT NULL DEFAULT 1 CHECK (deliveries >= 1),
     attempts            INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     last_error          TEXT,
     created_at          REAL    NOT NULL,
     updated_at          REAL    NOT NULL,
+    -- The inbound message whose reply answers a superseded or merged one; 0006
+    answered_by         INTEGER REFERENCES oncewire_inbound (id)
+                        CHECK ((answered_by IS NULL) = (status NOT IN ('superseded', 'merged'))),
     -- A platform message is admitted once, whatever re-delivers it.
     UNIQUE (platform, bot, chat, thread, platform_message_id)
 );
@@ -106,7 +109,7 @@ CREATE TABLE oncewire_replies (
     cap              INTEGER NOT NULL CHECK (cap >= 1),
     unit             TEXT    NOT NULL CHECK (unit IN ('utf16', 'codepoints')),
     state            TEXT    NOT NULL DEFAULT 'open'
-                     CHECK (state IN ('open', 'committed', 'delivered', 'dead')),
+                     CHECK (state IN ('open', 'committed', 'delivered', 'dead', 'withdrawn')),
     final_text       TEXT,
     plan             TEXT,
     marked           INTEGER NOT NULL DEFAULT 0 CHECK (marked IN (0, 1)),
@@ -136,7 +139,8 @@ CREATE TABLE oncewire_reply_ops (
     body        TEXT    NOT NULL,
     marked      INTEGER NOT NULL DEFAULT 0 CHECK (marked IN (0, 1)),
     state       TEXT    NOT NULL DEFAULT 'planned'
-                CHECK (state IN ('planned', 'in_flight', 'acked', 'refused', 'ambiguous')),
+                CHECK (state IN ('planned', 'in_flight', 'acked', 'refused', 'ambiguous',
+                                 'gone')),
     message_id  TEXT,
     retry_after REAL,
     error       TEXT,
@@ -149,7 +153,8 @@ CREATE TABLE oncewire_reply_ops (
     CHECK (kind = 'send' OR message_id IS NOT NULL)
 );
 
--- One visible message per slot: a slot is acknowledged as sent at most once.
+-- One visible message per slot: a slot is acknowledged as sent at most once while its message
+-- exists (a send whose message someone else deleted is 'gone').
 CREATE UNIQUE INDEX oncewire_reply_ops_one_send ON oncewire_reply_ops (reply_id, slot)
     WHERE kind = 'send' AND state = 'acked';
 

@@ -394,7 +394,7 @@ class InboundReplyVerbs:
         settle: tuple[int, str] | None = None,
     ) -> ReplyOp:
         if state in (OpState.PLANNED, OpState.IN_FLIGHT):
-            raise InvalidState(f"an operation ends acked, refused or ambiguous, not {state}")
+            raise InvalidState(f"an operation ends acked, refused, ambiguous or gone, not {state}")
         db, q = self.db, self.db.queries
         with db.write("recording a wire outcome") as conn:
             self._settle_in(conn, settle, now)
@@ -411,6 +411,8 @@ class InboundReplyVerbs:
             if row is None:
                 raise InvalidState(f"wire operation {op_id} is not in flight", op_id=op_id)
             op = ReplyOp.from_row(row)
+            if state is OpState.GONE:
+                db.run(conn, q.send_gone, reply_id=op.reply_id, message_id=op.message_id, now=now)
             if count_attempt:
                 db.run(conn, q.count_reply_attempt, error=error, now=now, reply_id=op.reply_id)
             if deliver:
