@@ -2,7 +2,7 @@
 branches, an action ledger, completion deliveries and boot reconciliation.
 
 Reach it as ``ledger.runs`` (see :class:`oncewire.runs.service.Runs`); the review preset's
-commands as ``ledger.runs.review``.
+commands as ``ledger.runs.review``, the turn preset's as ``ledger.runs.turn``.
 """
 
 from oncewire.runs.append import RunContext
@@ -27,12 +27,14 @@ from oncewire.runs.records import (
 from oncewire.runs.recovery import reconcile as reconcile
 from oncewire.runs.review import REVIEW, ReviewCommands
 from oncewire.runs.service import DEFAULT_LEASE_SECONDS, CommandResult, Runs
+from oncewire.runs.turn import TURN, TurnCommands, TurnSession, TurnState
 
 __all__ = [
     "ACTIVE_STATUSES",
     "DEFAULT_LEASE_SECONDS",
     "REVIEW",
     "TERMINAL_STATUSES",
+    "TURN",
     "WORLD_CHANGING",
     "ActionState",
     "Barrier",
@@ -51,6 +53,9 @@ __all__ = [
     "Runs",
     "SideEffectClass",
     "Transition",
+    "TurnCommands",
+    "TurnSession",
+    "TurnState",
     "Verdict",
     "Verification",
     "Workflow",

@@ -348,12 +348,23 @@ def abandon_in_tx(ctx: RunContext, tx: Transaction, row: RunRow, *, reason: str)
 
 
 def accept_effect_in_tx(
-    ctx: RunContext, tx: Transaction, key: str, kind: str, payload: Any
+    ctx: RunContext,
+    tx: Transaction,
+    key: str,
+    kind: str,
+    payload: Any,
+    *,
+    max_attempts: int | None = None,
+    deadline_seconds: float | None = None,
 ) -> None:
     """Accept an effect into the outbox inside a run command's transaction, through the
     outbox's one accept path (its limits, its ``max_payload_bytes``, its crash point): the
     same key and payload again is a no-op; another payload raises :class:`PayloadConflict`,
-    another kind :class:`KindConflict`."""
-    _, created = ctx.effects.accept_in_tx(tx, key, kind, payload)
+    another kind :class:`KindConflict`. ``max_attempts`` (the outbox's default when None) and
+    ``deadline_seconds`` are the effect's."""
+    options: dict[str, Any] = {"deadline_seconds": deadline_seconds}
+    if max_attempts is not None:
+        options["max_attempts"] = max_attempts
+    _, created = ctx.effects.accept_in_tx(tx, key, kind, payload, **options)
     if created:  # the command's event and the effect are written; neither is committed
         ACCEPT_BEFORE_COMMIT.hit()

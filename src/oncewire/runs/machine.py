@@ -24,6 +24,7 @@ from oncewire.storage.runs import ActionRow, FindingRow, PhaseRow
 
 __all__ = [
     "NEW",
+    "RecoveryPlan",
     "Refusal",
     "Rows",
     "Step",
@@ -144,6 +145,17 @@ class Workflow:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class RecoveryPlan:
+    """What reconciliation does with a run its dead owner left, as a workflow decides it:
+    run ``steps`` (each through the normal command path, the last one a terminal); or release
+    the run without a terminal (``abandon``: why); or leave it untouched (``defer``: why)."""
+
+    steps: tuple[tuple[str, dict[str, Any]], ...] = ()
+    abandon: str | None = None
+    defer: str | None = None
+
+
 _WORKFLOWS: dict[str, Workflow] = {}
 
 
@@ -153,8 +165,8 @@ def register(flow: Workflow) -> Workflow:
 
 
 def workflow(name: str) -> Workflow:
-    if not _WORKFLOWS:
-        from oncewire.runs import review  # noqa: F401  (registers the built-in preset)
+    if name not in _WORKFLOWS:
+        from oncewire.runs import review, turn  # noqa: F401  (register the built-in presets)
     try:
         return _WORKFLOWS[name]
     except KeyError:

@@ -147,7 +147,8 @@ class Run:
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE_STATUSES and self.abandoned_at is None and not self.fault
+        # Whatever the workflow's statuses: a run is active until its terminal or its release.
+        return self.finished_at is None and self.abandoned_at is None and not self.fault
 
     @property
     def candidate(self) -> dict[str, Any] | None:

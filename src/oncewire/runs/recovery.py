@@ -1,10 +1,12 @@
 """Reconciliation: closing what dead owners left, without inventing a result.
 
-Only runs whose lease expired are touched; a live owner's run is never. Each run is reconciled
-in its own transaction, through the same commands a live run would use (an interrupted review
-is completed as ``review_unavailable`` with no findings, then the run terminates). A run about
-which nothing truthful can be said (a repair that kept no action ledger) is released as
-``abandoned`` without a terminal. A scope held by a revert barrier is deferred. A run whose
+Only runs whose lease expired are touched; a live owner's run is never. What happens to a run
+is its workflow's recovery plan (:data:`RECOVERY_PLANS`). The review preset's runs are
+reconciled each in its own transaction, through the same commands a live run would use (an
+interrupted review is completed as ``review_unavailable`` with no findings, then the run
+terminates); a review run about which nothing truthful can be said (a repair that kept no action
+ledger) is released as ``abandoned`` without a terminal. A turn is deferred (``resumable``): the
+gateway resumes it. A scope held by a revert barrier is deferred. A run whose
 history fails verification is released without touching its evidence. Committed deliveries
 that no live run protects are then settled, each in its own transaction.
 
@@ -15,21 +17,49 @@ sweep: one run's failure cannot deny the others their recovery.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
 from oncewire.core.ids import new_id, owner_is_dead_locally
 from oncewire.runs import append
 from oncewire.runs.append import RunContext
-from oncewire.runs.machine import fast_digest
+from oncewire.runs.machine import RecoveryPlan, State, fast_digest
 from oncewire.runs.records import ReconcileReport
-from oncewire.runs.review.recovery import recovery_plan
+from oncewire.runs.review.recovery import recovery_plan as review_plan
+from oncewire.runs.turn.recovery import recovery_plan as turn_plan
 from oncewire.storage.runs import DeliveryRow, ReportRow, RunRow
 
-__all__ = ["RECOVERY_REASON", "reconcile", "reconcile_delivery", "reconcile_run"]
+__all__ = [
+    "RECOVERY_PLANS",
+    "RECOVERY_REASON",
+    "reconcile",
+    "reconcile_delivery",
+    "reconcile_run",
+]
 
 RECOVERY_REASON = "lease_expired"
+
+
+def _review(ctx: RunContext, state: State) -> RecoveryPlan:
+    """The review preset closes the run through its own commands (see its recovery module),
+    reading the outbox for how each linked effect ended."""
+    effect_states: dict[str, str] = {}
+    for action in state["unresolved"].values():
+        if action.get("effect_key"):
+            effect = ctx.effects.find(action["effect_key"])
+            if effect is not None:
+                effect_states[action["effect_key"]] = str(effect.state)
+    steps, abandon = review_plan(state, effect_states, reason=RECOVERY_REASON)
+    return RecoveryPlan(steps=tuple(steps), abandon=abandon)
+
+
+# Each workflow's recovery plan: what reconciliation does with a run of it that a dead owner
+# left. A workflow without one is deferred (``no_recovery_plan``), never closed by guesswork.
+RECOVERY_PLANS: dict[str, Callable[[RunContext, State], RecoveryPlan]] = {
+    "review": _review,
+    "turn": turn_plan,
+}
 
 RECONCILE_BEFORE_COMMIT = crash.register(
     "runs.reconcile_before_commit", "a run's reconciliation is written but not committed"
@@ -90,21 +120,25 @@ def reconcile_run(
                 )
             else:
                 state = result.state
-                effect_states: dict[str, str] = {}
-                for action in state["unresolved"].values():
-                    if action.get("effect_key"):
-                        effect = ctx.effects.find(action["effect_key"])
-                        if effect is not None:
-                            effect_states[action["effect_key"]] = str(effect.state)
-                steps, abandon = recovery_plan(state, effect_states, reason=RECOVERY_REASON)
-                if abandon is not None:
-                    append.abandon_in_tx(ctx, tx, row, reason=abandon)
+                planner = RECOVERY_PLANS.get(row.workflow)
+                plan = (
+                    planner(ctx, state)
+                    if planner is not None
+                    else RecoveryPlan(defer="no_recovery_plan")
+                )
+                if plan.defer is not None:
+                    # Nothing is written but the report: the run, its lease and its fence stay.
                     report = ReconcileReport(
-                        "run", run_id, run_id, "abandoned", row.status, abandon
+                        "run", run_id, run_id, "deferred", row.status, plan.defer
+                    )
+                elif plan.abandon is not None:
+                    append.abandon_in_tx(ctx, tx, row, reason=plan.abandon)
+                    report = ReconcileReport(
+                        "run", run_id, run_id, "abandoned", row.status, plan.abandon
                     )
                 else:
                     fence = row.fence + 1
-                    for index, (command, request) in enumerate(steps):
+                    for index, (command, request) in enumerate(plan.steps):
                         _, row, state = append.append_in_tx(
                             ctx,
                             tx,

@@ -42,6 +42,7 @@ from oncewire.runs.reads import RunReads
 from oncewire.runs.records import CommandResult, Projection, ReconcileReport, Run
 from oncewire.runs.recovery import reconcile
 from oncewire.runs.review import ReviewCommands
+from oncewire.runs.turn import TurnCommands
 from oncewire.runs.views import event_view as _event
 from oncewire.runs.views import run_view
 from oncewire.storage import Store, Transaction
@@ -85,8 +86,8 @@ class Runs(RunReads):
     ``key`` (bytes, held outside the database) makes the chain an HMAC-SHA256 chain; a ledger
     must be opened with the same key for every run it writes and verifies. ``effects`` is the
     outbox that an action's ``dispatch`` accepts through. The review preset's named commands
-    are ``runs.review``; branches and deliveries are ``runs.branches`` and
-    ``runs.deliveries``.
+    are ``runs.review``, the turn preset's ``runs.turn``; branches and deliveries are
+    ``runs.branches`` and ``runs.deliveries``.
     """
 
     def __init__(
@@ -98,6 +99,7 @@ class Runs(RunReads):
         self.branches = Branches(self.context)
         self.deliveries = Deliveries(self.context)
         self.review = ReviewCommands(self)
+        self.turn = TurnCommands(self)
 
     @property
     def store(self) -> Store:
@@ -126,6 +128,41 @@ class Runs(RunReads):
         Raises :class:`BranchBusy` while another run is active on the branch, and
         :class:`RevertBarrierHeld` while a revert holds the scope.
         """
+        with self.store.transaction() as tx:
+            result = self.start_in_tx(
+                tx,
+                run_id,
+                key=key,
+                scope=scope,
+                branch=branch,
+                turn=turn,
+                workflow_name=workflow_name,
+                params=params,
+                owner=owner,
+                lease_seconds=lease_seconds,
+            )
+            if not result.replayed:
+                COMMAND_BEFORE_COMMIT.hit()
+        if not result.replayed:
+            COMMAND_AFTER_COMMIT.hit()
+        return result
+
+    def start_in_tx(
+        self,
+        tx: Transaction,
+        run_id: str,
+        *,
+        key: str,
+        scope: str,
+        branch: str | None = None,
+        turn: str | None = None,
+        workflow_name: str = "review",
+        params: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> CommandResult:
+        """:meth:`start` inside the caller's transaction: the run exists when it commits, and
+        not at all when it rolls back."""
         _check_key(key)
         if not isinstance(run_id, str) or not run_id:
             raise ConfigurationError("a run id must be a non-empty string")
@@ -140,70 +177,67 @@ class Runs(RunReads):
         request_digest = digest({"command": "start", "request": request})
         owner = owner or this_process_owner()
         now = self.now()
-        with self.store.transaction() as tx:
+        existing = self.store.get_run_in_tx(tx, run_id)
+        if existing is not None:
+            return self._restart(tx, existing, key, request_digest)
+        append.refuse_barrier(self.context, tx, scope, "start a run")
+        try:
+            flow = workflow(workflow_name)
+        except Refusal as exc:
+            raise ConfigurationError(exc.reason) from None
+        self.branches.ensure_in_tx(tx, scope, branch, now)
+        row = RunRow(
+            run_id=run_id,
+            scope=scope,
+            branch=branch,
+            turn=turn,
+            workflow=flow.name,
+            chain=chain_name(self.key),
+            status="new",
+            terminal_reason=None,
+            state_json="{}",
+            head_seq=0,
+            head_hash=genesis_hash(run_id, self.key),
+            owner=owner,
+            fence=1,
+            lease_expires_at=now + lease_seconds,
+            created_at=now,
+            updated_at=now,
+            finished_at=None,
+            abandoned_at=None,
+            abandon_reason=None,
+            hidden=False,
+            key_id=key_id(self.key),
+        )
+        if not self.store.insert_run_in_tx(tx, row):
             existing = self.store.get_run_in_tx(tx, run_id)
-            if existing is not None:
+            if existing is not None:  # a concurrent start of this run committed first
                 return self._restart(tx, existing, key, request_digest)
-            append.refuse_barrier(self.context, tx, scope, "start a run")
-            try:
-                flow = workflow(workflow_name)
-            except Refusal as exc:
-                raise ConfigurationError(exc.reason) from None
-            self.branches.ensure_in_tx(tx, scope, branch, now)
-            row = RunRow(
-                run_id=run_id,
-                scope=scope,
-                branch=branch,
-                turn=turn,
-                workflow=flow.name,
-                chain=chain_name(self.key),
-                status="new",
-                terminal_reason=None,
-                state_json="{}",
-                head_seq=0,
-                head_hash=genesis_hash(run_id, self.key),
-                owner=owner,
-                fence=1,
-                lease_expires_at=now + lease_seconds,
-                created_at=now,
-                updated_at=now,
-                finished_at=None,
-                abandoned_at=None,
-                abandon_reason=None,
-                hidden=False,
-                key_id=key_id(self.key),
+            busy = self.store.active_run_on_branch_in_tx(tx, scope, branch)
+            if busy is None:
+                raise RunConflict(f"run {run_id!r} already exists", run_id=run_id)
+            expired = busy.lease_expires_at is not None and busy.lease_expires_at < now
+            raise BranchBusy(
+                f"branch {branch!r} has the active run {busy.run_id!r} "
+                f"({busy.status})"
+                + ("; its lease expired: it needs reconciliation" if expired else ""),
+                run_id=busy.run_id,
+                status=busy.status,
+                requires_reconciliation=expired,
             )
-            if not self.store.insert_run_in_tx(tx, row):
-                existing = self.store.get_run_in_tx(tx, run_id)
-                if existing is not None:  # a concurrent start of this run committed first
-                    return self._restart(tx, existing, key, request_digest)
-                busy = self.store.active_run_on_branch_in_tx(tx, scope, branch)
-                if busy is None:
-                    raise RunConflict(f"run {run_id!r} already exists", run_id=run_id)
-                expired = busy.lease_expires_at is not None and busy.lease_expires_at < now
-                raise BranchBusy(
-                    f"branch {branch!r} has the active run {busy.run_id!r} "
-                    f"({busy.status})"
-                    + ("; its lease expired: it needs reconciliation" if expired else ""),
-                    run_id=busy.run_id,
-                    status=busy.status,
-                    requires_reconciliation=expired,
-                )
-            stored, new_row, state = append.append_in_tx(
-                self.context,
-                tx,
-                row,
-                {"status": NEW},
-                "start",
-                request,
-                key=key,
-                request_digest=request_digest,
-                owner=owner,
-                fence=1,
-                lease_expires_at=now + lease_seconds,
-            )
-            COMMAND_BEFORE_COMMIT.hit()
-        COMMAND_AFTER_COMMIT.hit()
+        stored, new_row, state = append.append_in_tx(
+            self.context,
+            tx,
+            row,
+            {"status": NEW},
+            "start",
+            request,
+            key=key,
+            request_digest=request_digest,
+            owner=owner,
+            fence=1,
+            lease_expires_at=now + lease_seconds,
+        )
         return CommandResult(run_view(new_row, state), _event(stored), False)
 
     def _restart(
@@ -237,59 +271,106 @@ class Runs(RunReads):
         ``also_in_tx(tx)`` runs inside the command's transaction after its event is written
         (and not on a replay), so that another ledger's write commits with it or not at all.
         """
+        with self.store.transaction() as tx:
+            result = self.execute_in_tx(
+                tx,
+                run_id,
+                command,
+                request,
+                key=key,
+                owner=owner,
+                fence=fence,
+                lease_seconds=lease_seconds,
+                also_in_tx=also_in_tx,
+            )
+            if not result.replayed:
+                COMMAND_BEFORE_COMMIT.hit()
+        if not result.replayed:
+            COMMAND_AFTER_COMMIT.hit()
+        return result
+
+    def execute_in_tx(
+        self,
+        tx: Transaction,
+        run_id: str,
+        command: str,
+        request: dict[str, Any],
+        *,
+        key: str,
+        owner: str | None = None,
+        fence: int | None = None,
+        lease_seconds: float | None = None,
+        also_in_tx: Callable[[Transaction], None] | None = None,
+    ) -> CommandResult:
+        """:meth:`execute` inside the caller's transaction: the event is durable when the
+        caller commits, and gone (with the caller's other writes) when it rolls back."""
         _check_key(key)
         if command == "start":
             raise ConfigurationError("use start() to start a run")
         request_digest = digest({"command": command, "request": request})
         now = self.now()
-        with self.store.transaction() as tx:
-            context = self.store.command_context_in_tx(tx, run_id, key)
-            if context is None:
-                raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
-            row = context.run
-            append.refuse_released(row)
-            if context.prior is not None:
-                return append.replay(self.context, row, context.prior, request_digest)
-            state = append.verified_head(self.context, row, context.head)
-            if command != "resolve_action" and context.barrier is not None:
-                append.refuse_barrier(self.context, tx, row.scope, command)
-            if fence is not None and fence != row.fence:
-                raise StaleFence(
-                    f"run {run_id!r} is held under fence {row.fence}, not {fence}",
-                    run_id=run_id,
-                    fence=row.fence,
-                )
-            if command == "terminate":
-                # A terminal authorises a result: it is admitted only on a history that
-                # verifies from its genesis.
-                append.require_audit(self.context, row)
-            lease_expires_at = row.lease_expires_at
-            if lease_seconds is not None:
-                lease_expires_at = now + lease_seconds
-            stored, new_row, state = append.append_in_tx(
-                self.context,
-                tx,
-                row,
-                state,
-                command,
-                request,
-                key=key,
-                request_digest=request_digest,
-                owner=owner if owner is not None else row.owner,
+        context = self.store.command_context_in_tx(tx, run_id, key)
+        if context is None:
+            raise RunNotFound(f"no run {run_id!r}", run_id=run_id)
+        row = context.run
+        append.refuse_released(row)
+        if context.prior is not None:
+            return append.replay(self.context, row, context.prior, request_digest)
+        state = append.verified_head(self.context, row, context.head)
+        if command != "resolve_action" and context.barrier is not None:
+            append.refuse_barrier(self.context, tx, row.scope, command)
+        if fence is not None and fence != row.fence:
+            raise StaleFence(
+                f"run {run_id!r} is held under fence {row.fence}, not {fence}",
+                run_id=run_id,
                 fence=row.fence,
-                lease_expires_at=lease_expires_at,
             )
-            if also_in_tx is not None:
-                also_in_tx(tx)
-            COMMAND_BEFORE_COMMIT.hit()
-        COMMAND_AFTER_COMMIT.hit()
+        if command == "terminate":
+            # A terminal authorises a result: it is admitted only on a history that
+            # verifies from its genesis.
+            append.require_audit(self.context, row)
+        lease_expires_at = row.lease_expires_at
+        if lease_seconds is not None:
+            lease_expires_at = now + lease_seconds
+        stored, new_row, state = append.append_in_tx(
+            self.context,
+            tx,
+            row,
+            state,
+            command,
+            request,
+            key=key,
+            request_digest=request_digest,
+            owner=owner if owner is not None else row.owner,
+            fence=row.fence,
+            lease_expires_at=lease_expires_at,
+        )
+        if also_in_tx is not None:
+            also_in_tx(tx)
         return CommandResult(run_view(new_row, state), _event(stored), False)
 
-    def accept_effect_in_tx(self, tx: Transaction, key: str, kind: str, payload: Any) -> None:
+    def accept_effect_in_tx(
+        self,
+        tx: Transaction,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int | None = None,
+        deadline_seconds: float | None = None,
+    ) -> None:
         """Accept an effect into the outbox inside a run command's transaction, through the
         outbox's one accept path (the same key and payload again is a no-op; another payload
         raises :class:`PayloadConflict`)."""
-        append.accept_effect_in_tx(self.context, tx, key, kind, payload)
+        append.accept_effect_in_tx(
+            self.context,
+            tx,
+            key,
+            kind,
+            payload,
+            max_attempts=max_attempts,
+            deadline_seconds=deadline_seconds,
+        )
 
     def renew(self, run_id: str, *, owner: str, fence: int, lease_seconds: float) -> Run:
         """Extend the owner's lease; refused with :class:`StaleFence` once another took over."""
