@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core import crash
 from oncewire.core.canonical import digest_json
 from oncewire.core.clock import Clock
 from oncewire.core.errors import (
@@ -38,6 +39,8 @@ from oncewire.storage import Store, Transaction
 from oncewire.storage.runs import EventRow, RunAppend, RunRow
 
 __all__ = [
+    "COMMAND_AFTER_COMMIT",
+    "COMMAND_BEFORE_COMMIT",
     "RunContext",
     "abandon_in_tx",
     "accept_effect_in_tx",
@@ -53,6 +56,15 @@ __all__ = [
 ]
 
 _STATE_TAIL = '"state":"'
+
+# Hit by whoever commits a command in a transaction of its own (the caller of an ``_in_tx``
+# command commits, and names its own windows).
+COMMAND_BEFORE_COMMIT = crash.register(
+    "runs.command_before_commit", "a run command's event and row are written but not committed"
+)
+COMMAND_AFTER_COMMIT = crash.register(
+    "runs.command_after_commit", "a run command is committed; the caller has not heard back"
+)
 
 
 @dataclass(frozen=True, slots=True)

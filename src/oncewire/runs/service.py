@@ -19,7 +19,6 @@ import builtins
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from oncewire.core import crash
 from oncewire.core.canonical import digest
 from oncewire.core.clock import Clock
 from oncewire.core.errors import (
@@ -32,7 +31,7 @@ from oncewire.core.errors import (
 from oncewire.core.ids import this_process_owner
 from oncewire.effects.outbox import Effects
 from oncewire.runs import append
-from oncewire.runs.append import RunContext
+from oncewire.runs.append import COMMAND_AFTER_COMMIT, COMMAND_BEFORE_COMMIT, RunContext
 from oncewire.runs.branches import Barrier, Branch, Branches, Checkpoint, Revert
 from oncewire.runs.chain import chain_name, genesis_hash
 from oncewire.runs.deliveries import Deliveries
@@ -51,13 +50,6 @@ from oncewire.storage.runs import ReportRow, RunRow
 __all__ = ["DEFAULT_LEASE_SECONDS", "CommandResult", "Runs"]
 
 DEFAULT_LEASE_SECONDS = 60.0
-
-COMMAND_BEFORE_COMMIT = crash.register(
-    "runs.command_before_commit", "a run command's event and row are written but not committed"
-)
-COMMAND_AFTER_COMMIT = crash.register(
-    "runs.command_after_commit", "a run command is committed; the caller has not heard back"
-)
 
 
 def _check_key(key: str) -> None:

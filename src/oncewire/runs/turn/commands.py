@@ -15,16 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from oncewire.core import crash
 from oncewire.core.canonical import digest
 from oncewire.core.errors import (
     ConfigurationError,
     RunConflict,
     RunNotFound,
-    StaleFence,
-    TransitionRefused,
 )
-from oncewire.core.ids import owner_is_dead_locally
 from oncewire.runs import append
 from oncewire.runs.append import RunContext
 from oncewire.runs.records import CommandResult
@@ -35,19 +31,11 @@ from oncewire.runs.turn.table import (
     session_branch,
     session_scope,
 )
+from oncewire.runs.turn.takeover import take_over_in_tx
 from oncewire.runs.views import event_view, run_view
 from oncewire.storage import Store, Transaction
 
 __all__ = ["TurnCommands", "TurnSession", "text_sha256"]
-
-# The run ledger's own command points (registered in oncewire.runs.service): a takeover is a
-# command like any other.
-_BEFORE_COMMIT = crash.register(
-    "runs.command_before_commit", "a run command's event and row are written but not committed"
-)
-_AFTER_COMMIT = crash.register(
-    "runs.command_after_commit", "a run command is committed; the caller has not heard back"
-)
 
 
 def text_sha256(text: str) -> str:
@@ -155,9 +143,9 @@ class TurnCommands:
         with self._store.transaction() as tx:
             result = write(tx)
             if not result.replayed:
-                _BEFORE_COMMIT.hit()
+                append.COMMAND_BEFORE_COMMIT.hit()
         if not result.replayed:
-            _AFTER_COMMIT.hit()
+            append.COMMAND_AFTER_COMMIT.hit()
         return result
 
     def _execute_in_tx(
@@ -510,65 +498,17 @@ class TurnCommands:
         reason: str = "restart",
         dead_owners: Sequence[str] = (),
     ) -> CommandResult:
-        ctx = self._runs.context
-        if not isinstance(owner, str) or not owner:
-            raise ConfigurationError("a takeover needs the new owner's name")
-        if not isinstance(from_fence, int) or isinstance(from_fence, bool) or from_fence < 1:
-            raise ConfigurationError("from_fence is the fence the previous owner held (>= 1)")
-        if not lease_seconds > 0:
-            raise ConfigurationError("lease_seconds must be positive")
-        name = run_id(_inbound(inbound_id))
-        request = {
-            "owner": owner,
-            "from_fence": from_fence,
-            "fence": from_fence + 1,
-            "reason": reason,
-        }
-        key = f"resume:{from_fence + 1}"
-        request_digest = digest({"command": "resume", "request": request})
-        now = ctx.now()
-        context = ctx.store.command_context_in_tx(tx, name, key)
-        if context is None:
-            raise RunNotFound(f"no run {name!r}", run_id=name)
-        row = context.run
-        append.refuse_released(row)
-        if context.prior is not None:
-            return append.replay(ctx, row, context.prior, request_digest)
-        state = append.verified_head(ctx, row, context.head)
-        if context.barrier is not None:
-            append.refuse_barrier(ctx, tx, row.scope, "resume")
-        if row.fence != from_fence:
-            raise StaleFence(
-                f"run {name!r} is held under fence {row.fence}, not {from_fence}",
-                run_id=name,
-                fence=row.fence,
-            )
-        live = row.lease_expires_at is not None and row.lease_expires_at >= now
-        holder = row.owner or ""
-        held = live and holder != owner and holder not in dead_owners
-        if held and not owner_is_dead_locally(holder):
-            raise TransitionRefused(
-                f"run {name!r}: its owner {holder!r} holds it (lease live); it is taken "
-                "over only once the lease expired or the owner is known dead",
-                run_id=name,
-                command="resume",
-                status=row.status,
-                reason="lease_held",
-            )
-        stored, new_row, state = append.append_in_tx(
-            ctx,
+        """:meth:`resume` in the caller's transaction."""
+        return take_over_in_tx(
+            self._runs.context,
             tx,
-            row,
-            state,
-            "resume",
-            request,
-            key=key,
-            request_digest=request_digest,
+            run_id(_inbound(inbound_id)),
             owner=owner,
-            fence=from_fence + 1,
-            lease_expires_at=now + lease_seconds,
+            from_fence=from_fence,
+            lease_seconds=lease_seconds,
+            reason=reason,
+            dead_owners=dead_owners,
         )
-        return CommandResult(run_view(new_row, state), event_view(stored), False)
 
     # -- terminal and release --------------------------------------------------------------
     def terminate(
