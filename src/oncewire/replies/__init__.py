@@ -1,6 +1,12 @@
 """replies: one record per inbound message owning every wire operation, and the reply engine."""
 
-from oncewire.replies.engine import DEFAULT_NOTICE, DeliveryPass, RecoveryReport, ReplyEngine
+from oncewire.replies.engine import (
+    DEFAULT_NOTICE,
+    DEFAULT_STOPPED_NOTE,
+    DeliveryPass,
+    RecoveryReport,
+    ReplyEngine,
+)
 from oncewire.replies.service import Replies, plan_chunks
 from oncewire.replies.splitting import Chunk, measure, rejoin, split_text
 from oncewire.replies.wire import (
@@ -27,6 +33,7 @@ from oncewire.storage.replies import (
 
 __all__ = [
     "DEFAULT_NOTICE",
+    "DEFAULT_STOPPED_NOTE",
     "DISCORD_LIKE",
     "NON_EDITABLE",
     "TELEGRAM_LIKE",

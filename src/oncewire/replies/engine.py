@@ -14,6 +14,10 @@ algorithm: for each chunk slot of the plan,
   message again, and is sent again like one never sent;
 * on the final delivery, slots beyond the plan are deleted.
 
+A withdrawal (:meth:`ReplyEngine.withdraw`) is committed as a plan with no chunk, so the same
+convergence deletes every message the reply shows (or, where the platform cannot delete, edits
+each to a one-line note) and finishes it ``withdrawn``.
+
 Streaming sends the first preview, edits it at a bounded cadence, and when the text outgrows
 the cap seals the full chunk and carries on in a new message; on an editable platform the final
 delivery is then a (recoverable) edit. Refusals wait as the platform asks: short waits inline,
@@ -49,11 +53,18 @@ from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState
 if TYPE_CHECKING:
     from oncewire.ledger import Ledger, LedgerTransaction
 
-__all__ = ["DEFAULT_NOTICE", "DeliveryPass", "RecoveryReport", "ReplyEngine"]
+__all__ = [
+    "DEFAULT_NOTICE",
+    "DEFAULT_STOPPED_NOTE",
+    "DeliveryPass",
+    "RecoveryReport",
+    "ReplyEngine",
+]
 
 log = logging.getLogger("oncewire.replies")
 
 DEFAULT_NOTICE = "Sorry: a reply to your message could not be delivered."
+DEFAULT_STOPPED_NOTE = "(stopped)"  # what a withdrawn preview shows where it cannot be deleted
 
 COMMITTED_NOT_SENT = crash.register(
     "replies.committed_not_sent",
@@ -79,7 +90,8 @@ PREVIEW_NOT_COMMITTED = crash.register(
 
 @dataclass(frozen=True, slots=True)
 class DeliveryPass:
-    """What one delivery pass did: ``delivered``, ``scheduled``, ``dead`` or ``busy``."""
+    """What one delivery pass did: ``delivered``, ``withdrawn``, ``scheduled``, ``dead`` or
+    ``busy``."""
 
     reply: Reply
     status: str
@@ -94,6 +106,7 @@ class RecoveryReport:
     scheduled: list[int] = field(default_factory=list)
     dead: list[int] = field(default_factory=list)
     busy: list[int] = field(default_factory=list)
+    withdrawn: list[int] = field(default_factory=list)  # withdrawals whose previews are gone
     unanswered: list[int] = field(default_factory=list)  # inbound ids the application must answer
 
     def as_dict(self) -> dict[str, list[int]]:
@@ -143,10 +156,20 @@ def _slots(ops: Iterable[ReplyOp]) -> dict[int, _Slot]:
 
 
 def _steps(
-    slots: Mapping[int, _Slot], chunks: list[Chunk], final: bool, platform: Platform
+    slots: Mapping[int, _Slot],
+    chunks: list[Chunk],
+    final: bool,
+    platform: Platform,
+    note: str = DEFAULT_STOPPED_NOTE,
 ) -> list[_Step]:
     profile = platform.profile
     steps: list[_Step] = []
+    if final and not chunks and not profile.can_delete and profile.can_edit:
+        # A withdrawal where messages cannot be deleted: each preview says it stopped.
+        for index, shown in sorted(slots.items()):
+            if shown.message_id is not None and not shown.deleted and shown.shown != note:
+                steps.append(_Step(index, OpKind.EDIT, note, shown.marked, shown.message_id))
+        return steps
     for index, chunk in enumerate(chunks):
         slot = slots.get(index)
         want = chunk.text
@@ -179,6 +202,7 @@ class ReplyEngine:
         backoff_cap_seconds: float = 60.0,
         lease_seconds: float = 120.0,
         notice: str = DEFAULT_NOTICE,
+        stopped_note: str = DEFAULT_STOPPED_NOTE,
     ) -> None:
         for name, value in (
             ("inline_wait_max_seconds", inline_wait_max_seconds),
@@ -202,6 +226,7 @@ class ReplyEngine:
         self.backoff_cap_seconds = backoff_cap_seconds
         self.lease_seconds = lease_seconds
         self.notice = notice
+        self.stopped_note = stopped_note
         # reply id -> (edit op id, message id): an edit the platform acknowledged whose
         # acknowledgement rides on this engine's next write for the reply. A crash before that
         # write leaves the edit in flight, and an edit in flight is only replayed.
@@ -231,6 +256,20 @@ class ReplyEngine:
             return self.platforms[name]
         except KeyError:
             raise ConfigurationError(f"no platform adapter named {name!r}") from None
+
+    def withdraw(self, inbound_id: int) -> DeliveryPass:
+        """Withdraw the inbound's reply before its answer is committed, then converge it: every
+        preview it shows is deleted (edited to :attr:`stopped_note` where the platform cannot
+        delete) and the record ends ``withdrawn``.
+
+        The withdrawal is on the record before any operation, so a crash part-way is finished
+        by :meth:`recover` like any delivery. To withdraw in the caller's transaction, use
+        ``ledger.replies.withdraw_in_tx`` and then :meth:`deliver`. A committed answer is always
+        delivered: withdrawing it raises :class:`InvalidState`.
+        """
+        inbound = self.ledger.inbound.get(inbound_id)
+        reply = self.ledger.replies.withdraw(inbound_id, self.platform(inbound.platform).profile)
+        return self.deliver(reply.id)
 
     def answer(
         self,
@@ -360,17 +399,19 @@ class ReplyEngine:
 
     def _converge(self, reply: Reply, platform: Platform, chunks: list[Chunk]) -> DeliveryPass:
         store, clock = self.ledger.store, self.ledger.clock
+        # A withdrawal finishes as withdrawn, in a write of its own after its last operation.
+        end = ReplyState.WITHDRAWN if reply.withdrawal else ReplyState.DELIVERED
         while True:
             ops = self._ops(reply.id)
-            steps = _steps(_slots(ops), chunks, True, platform)
+            steps = _steps(_slots(ops), chunks, True, platform, self.stopped_note)
             if not steps:
                 done = store.finish_reply(
                     reply.id,
-                    state=ReplyState.DELIVERED,
+                    state=end,
                     now=clock.now(),
                     settle=self._pending.pop(reply.id, None),
                 )
-                return DeliveryPass(done, "delivered")
+                return DeliveryPass(done, str(end))
             # A platform's "retry after" binds every later operation of the reply, previews'
             # refusals included.
             hold = (
@@ -384,11 +425,10 @@ class ReplyEngine:
                 return self._schedule(reply, clock.now() + hold, "rate limited by the platform")
             if hold > 0:
                 clock.sleep(hold)
-            outcome = self._perform(
-                reply, platform, steps[0], ops, deliver=len(steps) == 1, count=True
-            )
+            last = len(steps) == 1 and end is ReplyState.DELIVERED
+            outcome = self._perform(reply, platform, steps[0], ops, deliver=last, count=True)
             if isinstance(outcome, Delivered):
-                if len(steps) == 1:
+                if last:
                     return DeliveryPass(self.ledger.replies.get(reply.id), "delivered")
                 continue
             if isinstance(outcome, Gone):
@@ -508,11 +548,12 @@ class ReplyEngine:
             )
 
     def _give_up(self, reply: Reply, platform: Platform, reason: str) -> DeliveryPass:
-        """``dead``, after one attempt at an honest "could not deliver" notice."""
+        """``dead``, after one attempt at an honest "could not deliver" notice (a withdrawal
+        has nothing to apologise for: it gets none)."""
         store, clock = self.ledger.store, self.ledger.clock
         self._flush(reply.id)
         ops = store.reply_ops(reply.id)
-        if not any(op.slot == -1 for op in ops):
+        if not reply.withdrawal and not any(op.slot == -1 for op in ops):
             op = store.begin_op(
                 reply.id,
                 slot=-1,
@@ -598,6 +639,7 @@ class ReplyEngine:
                 report.released.append(reply.id)
             buckets = {
                 "delivered": report.delivered,
+                "withdrawn": report.withdrawn,
                 "scheduled": report.scheduled,
                 "dead": report.dead,
             }

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
 from oncewire.core.clock import Clock
-from oncewire.core.errors import ConfigurationError, ReplyConflict, ReplyNotFound
+from oncewire.core.errors import ConfigurationError, InvalidState, ReplyConflict, ReplyNotFound
 from oncewire.core.limits import MAX_ATTEMPTS_LIMIT, check_count
 from oncewire.core.states import coerce_states
 from oncewire.inbound.service import Inbox
@@ -144,6 +144,48 @@ class Replies:
         with self._store.transaction() as tx:
             return self.commit_in_tx(tx, inbound_id, text, profile, **options)  # type: ignore[arg-type]
 
+    def withdraw_in_tx(
+        self,
+        tx: Transaction,
+        inbound_id: int,
+        profile: PlatformProfile,
+        *,
+        max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
+    ) -> Reply:
+        """Withdraw the inbound's reply before its answer is committed, in the caller's
+        transaction (with the run's ``interrupted`` and the inbound's ``superseded``, say).
+
+        The record (created if the inbound has none) is committed with no chunk, so delivering
+        it deletes every preview it shows, or edits them to a one-line note where the platform
+        cannot delete, and it ends ``withdrawn``; a later commit of an answer for the inbound
+        raises :class:`ReplyConflict`. Withdrawing again returns the record. A reply whose
+        answer is committed is always delivered: withdrawing it raises :class:`InvalidState`.
+        """
+        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+        inbound = self._inbound(inbound_id)
+        reply, _ = self._store.withdraw_reply_in_tx(
+            tx,
+            inbound_id=inbound_id,
+            request=_request(inbound, reply_to=None, format="plain", use_reply_to=True),
+            cap=profile.cap,
+            unit=profile.unit,
+            max_attempts=max_attempts,
+            now=self._clock.now(),
+        )
+        if not reply.withdrawal:
+            raise InvalidState(
+                f"reply {reply.id} of inbound {inbound_id} is {reply.state} with an answer: "
+                "a committed answer is delivered, not withdrawn",
+                reply_id=reply.id,
+                inbound_id=inbound_id,
+            )
+        return reply
+
+    def withdraw(self, inbound_id: int, profile: PlatformProfile) -> Reply:
+        """:meth:`withdraw_in_tx` in a transaction of its own."""
+        with self._store.transaction() as tx:
+            return self.withdraw_in_tx(tx, inbound_id, profile)
+
     def get(self, reply_id: int) -> Reply:
         reply = self._store.get_reply(reply_id)
         if reply is None:
@@ -171,7 +213,7 @@ class Replies:
         )
 
     def undelivered(self, limit: int = 100) -> builtins.list[Reply]:
-        """Committed but not yet delivered (whatever their schedule)."""
+        """Committed but not yet delivered (whatever their schedule), withdrawals included."""
         return self.list(ReplyState.COMMITTED, limit=limit)
 
     def due(self, limit: int = 100) -> builtins.list[Reply]:

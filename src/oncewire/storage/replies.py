@@ -21,6 +21,7 @@ __all__ = [
     "INBOUND_COLUMNS",
     "OP_COLUMNS",
     "REPLY_COLUMNS",
+    "WITHDRAWAL_PLAN",
     "Inbound",
     "InboundState",
     "OpKind",
@@ -49,6 +50,11 @@ OP_COLUMNS = (
 )
 
 
+# The chunk plan of a withdrawal: no chunk at all (any text, even an empty one, has at least one),
+# so the delivery deletes every message the reply shows.
+WITHDRAWAL_PLAN = "[]"
+
+
 class InboundState(enum.StrEnum):
     """Where an inbound message stands, from admitted to its reply delivered (or set aside)."""
 
@@ -60,12 +66,16 @@ class InboundState(enum.StrEnum):
 
 
 class ReplyState(enum.StrEnum):
-    """Where a reply record stands, from open (no final text yet) to delivered or dead."""
+    """Where a reply record stands, from open (no final text yet) to delivered, withdrawn or
+    dead."""
 
     OPEN = "open"  # the record exists (previews may be visible); no final text yet
-    COMMITTED = "committed"  # the final text and its chunk plan are committed; delivering
+    # The final text and its chunk plan are committed; delivering. A withdrawal is committed
+    # too, as an empty text with no chunk (WITHDRAWAL_PLAN): delivering it deletes the previews.
+    COMMITTED = "committed"
     DELIVERED = "delivered"  # every chunk of the final text is acknowledged on the platform
     DEAD = "dead"  # out of attempts or refused for good; last_error says why
+    WITHDRAWN = "withdrawn"  # withdrawn before its answer: no preview of it is left (0006)
 
 
 class OpKind(enum.StrEnum):
@@ -213,6 +223,11 @@ class Reply:
             created_at=row[20],
             updated_at=row[21],
         )
+
+    @property
+    def withdrawal(self) -> bool:
+        """The record was withdrawn before an answer was committed (its plan has no chunk)."""
+        return self.plan_json == WITHDRAWAL_PLAN
 
     @property
     def plan(self) -> list[dict[str, str]]:
@@ -366,6 +381,27 @@ class ReplyVerbs(abc.ABC):
         """
 
     @abc.abstractmethod
+    def withdraw_reply_in_tx(
+        self,
+        tx: Transaction,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> tuple[Reply, bool]:
+        """Withdraw the inbound's reply (creating it if needed) before an answer is committed;
+        (row, changed).
+
+        An open reply becomes ``committed`` with an empty text and :data:`WITHDRAWAL_PLAN`, so
+        the delivery deletes every message it shows and finishes it ``withdrawn``; the inbound's
+        status is the caller's. A reply already committed, finished or withdrawn is returned
+        unchanged (the ledger tells a withdrawal from an answer).
+        """
+
+    @abc.abstractmethod
     def get_reply(self, reply_id: int) -> Reply | None: ...
 
     @abc.abstractmethod
@@ -425,7 +461,8 @@ class ReplyVerbs(abc.ABC):
         last_error: str | None = None,
         settle: tuple[int, str] | None = None,
     ) -> Reply:
-        """``delivered`` (the inbound becomes ``delivered``) or ``dead`` (it stays ``answered``);
+        """``delivered`` (the inbound becomes ``delivered``), ``dead`` (it stays ``answered``) or
+        ``withdrawn`` (a withdrawal whose messages are deleted; the inbound is left as it is);
         the lease ends."""
 
     # -- wire operations ---------------------------------------------------------------------

@@ -80,6 +80,14 @@ UPDATE oncewire_replies
  WHERE inbound_id = :inbound_id AND state = 'open'
 RETURNING {reply_columns}
 
+-- name: withdraw_reply
+-- Withdraw a reply still open: an empty text and a plan with no chunk, committed so that the
+-- delivery deletes its previews; no row when it was committed (or finished) before.
+UPDATE oncewire_replies
+   SET state = 'committed', final_text = '', plan = :plan, not_before = :now, updated_at = :now
+ WHERE inbound_id = :inbound_id AND state = 'open'
+RETURNING {reply_columns}
+
 -- name: get_reply
 SELECT {reply_columns} FROM oncewire_replies WHERE id = :reply_id
 

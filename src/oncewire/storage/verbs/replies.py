@@ -14,6 +14,7 @@ from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, S
 from oncewire.storage.base import Transaction
 from oncewire.storage.driver import Driver
 from oncewire.storage.replies import (
+    WITHDRAWAL_PLAN,
     Inbound,
     InboundState,
     OpKind,
@@ -187,6 +188,30 @@ class InboundReplyVerbs:
             )
         return reply, True
 
+    def withdraw_reply_in_tx(
+        self,
+        tx: Transaction,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> tuple[Reply, bool]:
+        db, q = self.db, self.db.queries
+        conn = db.tx_conn(tx)
+        with db.translate_errors("withdrawing a reply"):
+            self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
+            row = db.one(
+                conn, q.withdraw_reply, inbound_id=inbound_id, plan=WITHDRAWAL_PLAN, now=now
+            )
+            if row is not None:
+                return Reply.from_row(row), True
+            existing = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
+        assert existing is not None  # inserted, or already there, in this transaction
+        return Reply.from_row(existing), False
+
     def get_reply(self, reply_id: int) -> Reply | None:
         rows = self.db.read(self.db.queries.get_reply, reply_id=reply_id)
         return Reply.from_row(rows[0]) if rows else None
@@ -301,8 +326,8 @@ class InboundReplyVerbs:
         last_error: str | None = None,
         settle: tuple[int, str] | None = None,
     ) -> Reply:
-        if state not in (ReplyState.DELIVERED, ReplyState.DEAD):
-            raise InvalidState(f"a reply finishes as delivered or dead, not {state}")
+        if state not in (ReplyState.DELIVERED, ReplyState.DEAD, ReplyState.WITHDRAWN):
+            raise InvalidState(f"a reply finishes as delivered, dead or withdrawn, not {state}")
         with self.db.write("finishing a reply") as conn:
             self._settle_in(conn, settle, now)
             return self._finish_reply_in(conn, reply_id, state, now, last_error)
