@@ -4,6 +4,12 @@ A platform re-delivers: a webhook retries, a websocket resumes, a reconnect repl
 re-reads. :meth:`Inbox.admit` is an insert-on-conflict on (platform, bot, chat, thread,
 platform message id), so whichever copy arrives first is the message and every later copy is
 reported as a re-delivery (and counted), never processed again.
+
+A message a newer one interrupts is ``superseded`` (:meth:`Inbox.supersede`), one steered into
+a running turn ``merged`` (:meth:`Inbox.merge`); both name the inbound message whose reply
+answers them (``answered_by``). The ``_in_tx`` variants write in the caller's store transaction
+(``with ledger.store.transaction() as tx``, the one the run ledger's verbs take), so a gateway
+can mark the message, end the run and withdraw the reply at once.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from oncewire.core.clock import Clock
 from oncewire.core.errors import InboundNotFound
 from oncewire.core.limits import MAX_KEY_CHARS, check_name
 from oncewire.core.states import coerce_states
-from oncewire.storage import Store
+from oncewire.storage import Store, Transaction
 from oncewire.storage.replies import Inbound, InboundState
 
 __all__ = ["DEFAULT_MAX_STARTS", "Admission", "Inbox"]
@@ -102,10 +108,19 @@ class Inbox:
         A message that keeps killing the process that answers it is set aside on its own,
         without stopping recovery for anyone else.
         """
+        with self._store.transaction() as tx:
+            return self.start_in_tx(tx, inbound_id, max_starts=max_starts)
+
+    def start_in_tx(
+        self, tx: Transaction, inbound_id: int, *, max_starts: int = DEFAULT_MAX_STARTS
+    ) -> Inbound | None:
+        """:meth:`start` in the caller's transaction (with the turn's run start and the reply's
+        opening, say): the count, and a quarantine past ``max_starts``, commit with them."""
         now = self._clock.now()
-        inbound = self._store.start_inbound(inbound_id, now=now)
+        inbound = self._store.start_inbound_in_tx(tx, inbound_id, now=now)
         if inbound.attempts > max_starts:
-            self._store.quarantine_inbound(
+            self._store.quarantine_inbound_in_tx(
+                tx,
                 inbound_id,
                 reason=f"answering started {inbound.attempts - 1} times without finishing",
                 now=now,
@@ -115,3 +130,46 @@ class Inbox:
 
     def quarantine(self, inbound_id: int, reason: str) -> Inbound:
         return self._store.quarantine_inbound(inbound_id, reason=reason, now=self._clock.now())
+
+    def supersede_in_tx(self, tx: Transaction, inbound_id: int, *, by: int) -> Inbound:
+        """The message was interrupted by the newer inbound ``by`` before its answer was
+        committed: ``superseded``, answered by ``by``, in the caller's transaction.
+
+        Allowed from ``received`` and ``answering``; superseding again by the same message
+        changes nothing; anything else (an answer committed or delivered, a quarantined message,
+        another link) raises :class:`InvalidState` and writes nothing.
+        """
+        inbound, _ = self._store.link_inbound_in_tx(
+            tx,
+            inbound_id,
+            status=InboundState.SUPERSEDED,
+            answered_by=by,
+            now=self._clock.now(),
+        )
+        return inbound
+
+    def supersede(self, inbound_id: int, *, by: int) -> Inbound:
+        """:meth:`supersede_in_tx` in a transaction of its own."""
+        with self._store.transaction() as tx:
+            return self.supersede_in_tx(tx, inbound_id, by=by)
+
+    def merge_in_tx(self, tx: Transaction, inbound_id: int, *, into: int) -> Inbound:
+        """The message was steered into the running turn of inbound ``into``, whose reply
+        answers it: ``merged``, answered by ``into``, in the caller's transaction.
+
+        Allowed from ``received`` only (its own turn never started); merging again into the
+        same message changes nothing; anything else raises :class:`InvalidState`.
+        """
+        inbound, _ = self._store.link_inbound_in_tx(
+            tx,
+            inbound_id,
+            status=InboundState.MERGED,
+            answered_by=into,
+            now=self._clock.now(),
+        )
+        return inbound
+
+    def merge(self, inbound_id: int, *, into: int) -> Inbound:
+        """:meth:`merge_in_tx` in a transaction of its own."""
+        with self._store.transaction() as tx:
+            return self.merge_in_tx(tx, inbound_id, into=into)

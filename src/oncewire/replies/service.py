@@ -89,6 +89,31 @@ class Replies:
             now=self._clock.now(),
         )
 
+    def open_in_tx(
+        self,
+        tx: Transaction,
+        inbound_id: int,
+        profile: PlatformProfile,
+        *,
+        reply_to: str | None = None,
+        format: str = "plain",
+        use_reply_to: bool = True,
+        max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
+    ) -> Reply:
+        """:meth:`open` in the caller's transaction, so that a turn's start (the inbound's
+        start, the run's, the reply record) commits as one."""
+        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+        inbound = self._inbound(inbound_id)
+        return self._store.open_reply_in_tx(
+            tx,
+            inbound_id=inbound_id,
+            request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
+            cap=profile.cap,
+            unit=profile.unit,
+            max_attempts=max_attempts,
+            now=self._clock.now(),
+        )
+
     def commit_in_tx(
         self,
         tx: Transaction,
@@ -152,8 +177,9 @@ class Replies:
         *,
         max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
     ) -> Reply:
-        """Withdraw the inbound's reply before its answer is committed, in the caller's
-        transaction (with the run's ``interrupted`` and the inbound's ``superseded``, say).
+        """Withdraw the inbound's reply before its answer is committed, in the caller's store
+        transaction (``ledger.store.transaction()``, with the run's ``interrupted`` and the
+        inbound's ``superseded``, say).
 
         The record (created if the inbound has none) is committed with no chunk, so delivering
         it deletes every preview it shows, or edits them to a one-line note where the platform

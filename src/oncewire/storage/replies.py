@@ -37,7 +37,7 @@ __all__ = [
 # Column orders of the three tables, as every backend selects them for ``from_row``.
 INBOUND_COLUMNS = (
     "id, platform, bot, chat, thread, platform_message_id, payload, digest, status, deliveries, "
-    "attempts, last_error, created_at, updated_at"
+    "attempts, last_error, created_at, updated_at, answered_by"
 )
 REPLY_COLUMNS = (
     "id, inbound_id, platform, bot, chat, thread, reply_to, format, cap, unit, state, "
@@ -56,13 +56,17 @@ WITHDRAWAL_PLAN = "[]"
 
 
 class InboundState(enum.StrEnum):
-    """Where an inbound message stands, from admitted to its reply delivered (or set aside)."""
+    """Where an inbound message stands, from admitted to its reply delivered (or set aside, or
+    answered by another message's reply)."""
 
     RECEIVED = "received"  # admitted; nobody has started answering it
     ANSWERING = "answering"  # a reply record is open (the answer may be streaming)
     ANSWERED = "answered"  # the final text is committed; delivery is not finished
     DELIVERED = "delivered"  # the reply is visible (or, if dead, its failure was reported)
     QUARANTINED = "quarantined"  # set aside after repeated failures; recovery skips it
+    # Interrupted by a newer message (answered_by) before its answer was committed (0006).
+    SUPERSEDED = "superseded"
+    MERGED = "merged"  # steered into a running turn: answered_by's reply answers it (0006)
 
 
 class ReplyState(enum.StrEnum):
@@ -129,6 +133,8 @@ class Inbound:
     last_error: str | None
     created_at: float
     updated_at: float
+    # The inbound message whose reply answers this one (superseded or merged only).
+    answered_by: int | None = None
 
     @property
     def payload(self) -> Any:
@@ -154,6 +160,7 @@ class Inbound:
             last_error=row[11],
             created_at=row[12],
             updated_at=row[13],
+            answered_by=row[14],
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -169,6 +176,7 @@ class Inbound:
             "deliveries": self.deliveries,
             "attempts": self.attempts,
             "last_error": self.last_error,
+            "answered_by": self.answered_by,
         }
 
 
@@ -343,6 +351,35 @@ class ReplyVerbs(abc.ABC):
     @abc.abstractmethod
     def quarantine_inbound(self, inbound_id: int, *, reason: str, now: float) -> Inbound: ...
 
+    @abc.abstractmethod
+    def start_inbound_in_tx(self, tx: Transaction, inbound_id: int, *, now: float) -> Inbound:
+        """:meth:`start_inbound` in the caller's transaction."""
+
+    @abc.abstractmethod
+    def quarantine_inbound_in_tx(
+        self, tx: Transaction, inbound_id: int, *, reason: str, now: float
+    ) -> Inbound:
+        """:meth:`quarantine_inbound` in the caller's transaction."""
+
+    @abc.abstractmethod
+    def link_inbound_in_tx(
+        self,
+        tx: Transaction,
+        inbound_id: int,
+        *,
+        status: InboundState,
+        answered_by: int,
+        now: float,
+    ) -> tuple[Inbound, bool]:
+        """Mark the inbound ``superseded`` or ``merged``, answered by ``answered_by``; (row,
+        changed).
+
+        ``superseded`` is reached from ``received`` or ``answering`` (its answer was not
+        committed), ``merged`` from ``received`` only (its own turn never started). Asking
+        again with the same link changes nothing; any other transition raises
+        :class:`InvalidState`, and an unknown inbound (either one) :class:`InboundNotFound`.
+        """
+
     # -- replies -----------------------------------------------------------------------------
     @abc.abstractmethod
     def open_reply(
@@ -356,6 +393,20 @@ class ReplyVerbs(abc.ABC):
         now: float,
     ) -> Reply:
         """The inbound's reply record, created ``open`` if it has none (inbound: answering)."""
+
+    @abc.abstractmethod
+    def open_reply_in_tx(
+        self,
+        tx: Transaction,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> Reply:
+        """:meth:`open_reply` in the caller's transaction."""
 
     @abc.abstractmethod
     def commit_reply_in_tx(

@@ -47,6 +47,14 @@ UPDATE oncewire_inbound SET status = 'quarantined', last_error = :reason, update
  WHERE id = :inbound_id
 RETURNING {inbound_columns}
 
+-- name: link_inbound
+-- Superseded (from received, or answering when from_answering) or merged (from received): the
+-- message is answered by another one's reply. No row when its status does not allow it.
+UPDATE oncewire_inbound SET status = :status, answered_by = :answered_by, updated_at = :now
+ WHERE id = :inbound_id
+   AND (status = 'received' OR (status = 'answering' AND :from_answering))
+RETURNING {inbound_columns}
+
 -- name: inbound_answering
 -- A reply record was opened for a message nobody had started answering.
 UPDATE oncewire_inbound SET status = 'answering', updated_at = :now

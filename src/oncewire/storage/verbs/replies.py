@@ -84,6 +84,13 @@ class InboundReplyVerbs:
             row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
         return _found_inbound(row, inbound_id)
 
+    def start_inbound_in_tx(self, tx: Transaction, inbound_id: int, *, now: float) -> Inbound:
+        db = self.db
+        conn = db.tx_conn(tx)
+        with db.translate_errors("starting an inbound message"):
+            row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
+        return _found_inbound(row, inbound_id)
+
     def quarantine_inbound(self, inbound_id: int, *, reason: str, now: float) -> Inbound:
         db = self.db
         with db.write("quarantining an inbound message") as conn:
@@ -91,6 +98,57 @@ class InboundReplyVerbs:
                 conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
             )
         return _found_inbound(row, inbound_id)
+
+    def quarantine_inbound_in_tx(
+        self, tx: Transaction, inbound_id: int, *, reason: str, now: float
+    ) -> Inbound:
+        db = self.db
+        conn = db.tx_conn(tx)
+        with db.translate_errors("quarantining an inbound message"):
+            row = db.one(
+                conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
+            )
+        return _found_inbound(row, inbound_id)
+
+    def link_inbound_in_tx(
+        self,
+        tx: Transaction,
+        inbound_id: int,
+        *,
+        status: InboundState,
+        answered_by: int,
+        now: float,
+    ) -> tuple[Inbound, bool]:
+        if status not in (InboundState.SUPERSEDED, InboundState.MERGED):
+            raise InvalidState(f"an inbound message is superseded or merged, not {status}")
+        if answered_by == inbound_id:
+            raise InvalidState(f"inbound {inbound_id} cannot be answered by itself")
+        db, q = self.db, self.db.queries
+        conn = db.tx_conn(tx)
+        with db.translate_errors("linking an inbound message"):
+            if db.one(conn, q.inbound_exists, inbound_id=answered_by) is None:
+                raise InboundNotFound(f"no inbound message {answered_by}", inbound_id=answered_by)
+            row = db.one(
+                conn,
+                q.link_inbound,
+                status=str(status),
+                answered_by=answered_by,
+                from_answering=status is InboundState.SUPERSEDED,
+                inbound_id=inbound_id,
+                now=now,
+            )
+            if row is not None:
+                return Inbound.from_row(row), True
+            current = db.one(conn, q.get_inbound, inbound_id=inbound_id)
+        inbound = _found_inbound(current, inbound_id)
+        if inbound.status is status and inbound.answered_by == answered_by:
+            return inbound, False  # asked again: already so
+        linked = "" if inbound.answered_by is None else f" by {inbound.answered_by}"
+        raise InvalidState(
+            f"inbound {inbound_id} is {inbound.status}{linked}: it cannot become {status} "
+            f"by {answered_by}",
+            inbound_id=inbound_id,
+        )
 
     # -- replies -----------------------------------------------------------------------------
     def _insert_reply(
@@ -122,6 +180,23 @@ class InboundReplyVerbs:
             now=now,
         )
 
+    def _open_reply_in(
+        self,
+        conn: Any,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> Reply:
+        db, q = self.db, self.db.queries
+        self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
+        db.run(conn, q.inbound_answering, inbound_id=inbound_id, now=now)
+        row = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
+        assert row is not None  # inserted, or already there, in this transaction
+        return Reply.from_row(row)
+
     def open_reply(
         self,
         *,
@@ -132,13 +207,23 @@ class InboundReplyVerbs:
         max_attempts: int,
         now: float,
     ) -> Reply:
-        db, q = self.db, self.db.queries
-        with db.write("opening a reply") as conn:
-            self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
-            db.run(conn, q.inbound_answering, inbound_id=inbound_id, now=now)
-            row = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
-        assert row is not None  # inserted, or already there, in this transaction
-        return Reply.from_row(row)
+        with self.db.write("opening a reply") as conn:
+            return self._open_reply_in(conn, inbound_id, request, cap, unit, max_attempts, now)
+
+    def open_reply_in_tx(
+        self,
+        tx: Transaction,
+        *,
+        inbound_id: int,
+        request: SendRequest,
+        cap: int,
+        unit: str,
+        max_attempts: int,
+        now: float,
+    ) -> Reply:
+        conn = self.db.tx_conn(tx)
+        with self.db.translate_errors("opening a reply"):
+            return self._open_reply_in(conn, inbound_id, request, cap, unit, max_attempts, now)
 
     def commit_reply_in_tx(
         self,
