@@ -188,3 +188,53 @@ def test_the_command_line_reconcile_defers_turns(
         "SELECT status, fence, owner FROM oncewire_runs WHERE run_id = ?", ("turn:1",)
     )
     assert tuple(row) == ("running", 1, "w")
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _rehash(run_id: str, seq: int, type_: str, prev_hash: str, payload_json: str) -> str:
+    """The event hash recomputed without a key, as a tamperer with the code would."""
+    material = f"{run_id}\x1f{seq}\x1f{type_}\x1f{prev_hash}\x1f{payload_json}".encode()
+    return hashlib.sha256(material).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ({"reply_sha256": None}, "answered needs the committed reply's text digest"),
+        ({"status": "interrupted"}, "interrupted needs a recorded interrupt"),
+    ],
+)
+def test_a_rehashed_terminal_no_command_could_write_fails_verification(
+    ledger: Ledger, db: RunsDatabase, edit: dict[str, object], reason: str
+) -> None:
+    inbound = admit(ledger, "m-1")
+    ledger.runs.turn.start(inbound, SESSION, owner="worker", lease_seconds=LEASE)
+    step(ledger, inbound, 1)
+    ledger.runs.turn.terminate(inbound, "answered", reason="final_answer", reply_text="Hi.")
+    (row,) = db.query(
+        "SELECT id, run_id, seq, type, prev_hash, payload FROM oncewire_run_events "
+        "WHERE type = 'run_terminated'",
+    )
+    payload = json.loads(row["payload"])
+    payload["request"].update(edit)
+    # A consistent forgery: the request digest, the payload and the hash all recomputed.
+    payload["digest"] = hashlib.sha256(
+        _canonical({"command": "terminate", "request": payload["request"]}).encode()
+    ).hexdigest()
+    text = _canonical(payload)
+    forged = _rehash(row["run_id"], row["seq"], row["type"], row["prev_hash"], text)
+    db.tamper(
+        (
+            "UPDATE oncewire_run_events SET payload = ?, hash = ?, request_digest = ? WHERE id = ?",
+            (text, forged, payload["digest"], row["id"]),
+        ),
+        ("UPDATE oncewire_runs SET head_hash = ? WHERE run_id = ?", (forged, row["run_id"])),
+    )
+    (verification,) = ledger.runs.verify(row["run_id"])
+    assert not verification.ok and verification.first_bad_seq == row["seq"]
+    assert verification.reason is not None and reason in verification.reason
+    shown = ledger.runs.get(row["run_id"])
+    assert (shown.status, shown.terminal_reason) == ("failed", "safety_boundary")
