@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from oncewire.core.errors import ConfigurationError
 from oncewire.runs import TurnSession, TurnState
 from oncewire.runs.machine import NEW, Refusal, Step, apply_command
 from oncewire.runs.records import Run
@@ -294,3 +295,14 @@ def test_reconciliation_defers_a_turn_and_a_turn_run_is_active_until_its_termina
     assert shown(turn.state).active  # interrupting is active, though the review has no such state
     turn.terminate("outcome_unknown")
     assert not shown(turn.state).active
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [("", "bot", "chat"), ("p", "bot", " chat"), ("p", 5, "chat"), ("p", "bot", "chat", "\x00")],
+)
+def test_a_session_the_inbox_could_not_admit_is_refused_before_anything_is_written(
+    fields: tuple[Any, ...],
+) -> None:
+    with pytest.raises(ConfigurationError, match="the session's"):
+        TurnSession(*fields)

@@ -21,6 +21,7 @@ from oncewire.core.errors import (
     RunConflict,
     RunNotFound,
 )
+from oncewire.core.limits import MAX_KEY_CHARS, check_name
 from oncewire.runs import append
 from oncewire.runs.append import RunContext
 from oncewire.runs.records import CommandResult
@@ -53,6 +54,14 @@ class TurnSession:
     bot: str
     chat: str
     thread: str = ""
+
+    def __post_init__(self) -> None:
+        # The inbox's rules for the same four fields, so that every admitted message's session
+        # can be named, and a bad one is refused before anything is written.
+        for name in ("platform", "bot", "chat", "thread"):
+            check_name(
+                f"the session's {name}", getattr(self, name), MAX_KEY_CHARS, empty=name == "thread"
+            )
 
     @property
     def scope(self) -> str:
