@@ -17,7 +17,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.cli import main
-from oncewire.core.errors import TransitionRefused
+from oncewire.core.errors import BranchBusy, TransitionRefused
 from oncewire.replies import TELEGRAM_LIKE
 from oncewire.runs import TurnSession
 from oncewire.testing import ManualClock
@@ -238,3 +238,29 @@ def test_a_rehashed_terminal_no_command_could_write_fails_verification(
     assert verification.reason is not None and reason in verification.reason
     shown = ledger.runs.get(row["run_id"])
     assert (shown.status, shown.terminal_reason) == ("failed", "safety_boundary")
+
+
+def test_a_turn_starts_in_one_transaction_with_the_inbox_and_the_reply_record(
+    ledger: Ledger, db: RunsDatabase
+) -> None:
+    inbound = admit(ledger, "m-1")
+    busy = admit(ledger, "m-2")
+    ledger.runs.turn.start(busy, SESSION, owner="worker", lease_seconds=LEASE)  # holds the session
+
+    def start_turn(inbound_id: int) -> None:
+        with ledger.store.transaction() as tx:
+            assert ledger.inbound.start_in_tx(tx, inbound_id) is not None
+            ledger.replies.open_in_tx(tx, inbound_id, TELEGRAM_LIKE)
+            ledger.runs.turn.start_in_tx(tx, inbound_id, SESSION, owner="worker")
+
+    with pytest.raises(BranchBusy):
+        start_turn(inbound)  # the run start is refused: the inbox's start and the reply go too
+    (row,) = db.query("SELECT status, attempts FROM oncewire_inbound WHERE id = ?", (inbound,))
+    assert tuple(row) == ("received", 0)
+    assert db.query("SELECT id FROM oncewire_replies WHERE inbound_id = ?", (inbound,)) == []
+    ledger.runs.turn.terminate(busy, "cancelled", reason="operator")
+    start_turn(inbound)
+    (row,) = db.query("SELECT status, attempts FROM oncewire_inbound WHERE id = ?", (inbound,))
+    assert tuple(row) == ("answering", 1)
+    assert len(db.query("SELECT id FROM oncewire_replies WHERE inbound_id = ?", (inbound,))) == 1
+    assert ledger.runs.get(f"turn:{inbound}").status == "running"
