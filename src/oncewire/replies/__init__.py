@@ -4,6 +4,7 @@ from oncewire.replies.engine import (
     DEFAULT_NOTICE,
     DEFAULT_STOPPED_NOTE,
     DeliveryPass,
+    PreviewPass,
     RecoveryReport,
     ReplyEngine,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "OpState",
     "Platform",
     "PlatformProfile",
+    "PreviewPass",
     "RecoveryReport",
     "RejectedForGood",
     "Replies",

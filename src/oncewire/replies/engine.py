@@ -20,9 +20,15 @@ each to a one-line note) and finishes it ``withdrawn``.
 
 Streaming sends the first preview, edits it at a bounded cadence, and when the text outgrows
 the cap seals the full chunk and carries on in a new message; on an editable platform the final
-delivery is then a (recoverable) edit. Refusals wait as the platform asks: short waits inline,
-long ones scheduled on the record so other replies go on. After ``max_attempts`` failed
-operations the reply is ``dead`` and one "could not deliver" notice is attempted.
+delivery is then a (recoverable) edit. Its steps are public, for a caller that previews on one
+thread and answers on another: :meth:`ReplyEngine.open`, :meth:`ReplyEngine.preview` (the
+newest text, as often as the caller likes), :meth:`ReplyEngine.commit` and
+:meth:`ReplyEngine.deliver`. A preview holds no database lock during its platform call, so one
+parked on a slow platform never holds up the commit of the answer.
+
+Refusals wait as the platform asks: short waits inline, long ones scheduled on the record so
+other replies go on. After ``max_attempts`` failed operations the reply is ``dead`` and one
+"could not deliver" notice is attempted.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ __all__ = [
     "DEFAULT_NOTICE",
     "DEFAULT_STOPPED_NOTE",
     "DeliveryPass",
+    "PreviewPass",
     "RecoveryReport",
     "ReplyEngine",
 ]
@@ -95,6 +102,20 @@ class DeliveryPass:
 
     reply: Reply
     status: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewPass:
+    """What one :meth:`ReplyEngine.preview` did.
+
+    ``previewing`` turns False once previews of this reply should stop: its answer is
+    committed, another engine holds it, or an outcome is uncertain (the final delivery repairs
+    and marks what is unknown). ``wait_seconds`` is how long the platform asked to be left
+    alone (a rate limit) before the next preview.
+    """
+
+    previewing: bool
+    wait_seconds: float = 0.0
 
 
 @dataclass
@@ -283,7 +304,7 @@ class ReplyEngine:
         If the inbound's answer was committed before, it is delivered as recorded and
         ``on_commit`` is not called (another text raises :class:`ReplyConflict`).
         """
-        reply = self._commit(inbound_id, text, on_commit)
+        reply = self.commit(inbound_id, text, on_commit=on_commit)
         return self.deliver(reply.id)
 
     def stream(
@@ -300,13 +321,11 @@ class ReplyEngine:
         preview message id written down; calling ``stream`` again for the same inbound (after a
         restart) edits those messages instead of sending a second answer.
         """
-        inbound = self.ledger.inbound.get(inbound_id)
-        platform = self.platform(inbound.platform)
-        profile = platform.profile
-        reply = self.ledger.replies.open(inbound_id, profile)
+        reply, taken = self._open(inbound_id)
         if reply.state is not ReplyState.OPEN:
             return self.deliver(reply.id)
-        previewing = preview and profile.can_edit and self._take(reply) is not None
+        platform = self.platform(reply.request.platform)
+        previewing = preview and platform.profile.can_edit and taken
         text, shown, next_at = "", "", float("-inf")
         try:
             for delta in deltas:
@@ -327,15 +346,60 @@ class ReplyEngine:
             shown = text if previewing else shown
         if shown == text:
             PREVIEW_NOT_COMMITTED.hit()
-        reply = self._commit(inbound_id, text, on_commit)
+        reply = self.commit(inbound_id, text, on_commit=on_commit)
         return self.deliver(reply.id)
 
-    def _commit(
+    # -- the steps of a stream, one by one ----------------------------------------------------
+    def open(self, inbound_id: int) -> Reply:
+        """The inbound's reply record, opened before any preview and taken by this engine.
+
+        Operations a dead process left in flight become ``ambiguous`` here. A record that is
+        not ``open`` (its answer was committed before) is returned as it is: deliver it.
+        """
+        return self._open(inbound_id)[0]
+
+    def _open(self, inbound_id: int) -> tuple[Reply, bool]:
+        """(record, taken): taken is False while another live engine holds it."""
+        inbound = self.ledger.inbound.get(inbound_id)
+        reply = self.ledger.replies.open(inbound_id, self.platform(inbound.platform).profile)
+        if reply.state is not ReplyState.OPEN:
+            return reply, False
+        taken = self._take(reply)
+        return (reply, False) if taken is None else (taken, True)
+
+    def preview(self, reply: Reply | int, text: str) -> PreviewPass:
+        """Bring the reply's preview up to ``text`` (the newest text: call it as often as the
+        answer grows, from a thread of its own if the caller likes).
+
+        Each operation is written ``in_flight`` under the record's lease and the sequence
+        number last read (``expect_seq``), so two writers can never both act on one view. No
+        database lock is held during a platform call: a preview parked on a slow platform
+        does not hold up :meth:`commit` on another thread. Once the answer is committed,
+        previews stop.
+        """
+        reply_id = reply if isinstance(reply, int) else reply.id
+        current = self.ledger.replies.get(reply_id)
+        platform = self.platform(current.request.platform)
+        if current.state is not ReplyState.OPEN or not platform.profile.can_edit:
+            return PreviewPass(False)
+        previewing, wait = self._preview_safely(current, platform, text)
+        return PreviewPass(previewing, wait)
+
+    def commit(
         self,
         inbound_id: int,
         text: str,
-        on_commit: Callable[[LedgerTransaction, str], Any] | None,
+        *,
+        on_commit: Callable[[LedgerTransaction, str], Any] | None = None,
     ) -> Reply:
+        """Commit ``text`` as the inbound's answer (with the caller's rows, via ``on_commit``)
+        without sending anything; :meth:`deliver` sends it.
+
+        A preview in flight on another thread does not hold it up (its outcome is recorded on
+        the record whenever the platform answers). If the inbound's answer was committed
+        before, that record is returned and ``on_commit`` is not called (another text raises
+        :class:`ReplyConflict`).
+        """
         inbound = self.ledger.inbound.get(inbound_id)
         profile = self.platform(inbound.platform).profile
         with self.ledger.transaction() as tx:
@@ -367,6 +431,8 @@ class ReplyEngine:
         """Bring the preview up to ``text``: (keep previewing, seconds to wait before the next)."""
         chunks = plan_chunks(text, platform.profile)
         while True:
+            if self.ledger.replies.get(reply.id).state is not ReplyState.OPEN:
+                return False, 0.0  # the answer is committed: the delivery owns the screen now
             ops = self._ops(reply.id)
             steps = _steps(_slots(ops), chunks, False, platform)
             if not steps:
