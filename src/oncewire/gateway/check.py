@@ -124,7 +124,7 @@ def _secrets(config: GatewayConfig, env: Mapping[str, str]) -> list[CheckResult]
     if config.model.api_key_env is not None:
         users.setdefault(config.model.api_key_env, []).append("[model] api_key_env")
     for platform in config.platforms:
-        for key in ("token_env", "secret_env"):
+        for key in ("token_env", "secret_env", "webhook_secret_env"):
             name = getattr(platform, key)
             if name is not None:
                 users.setdefault(name, []).append(f"platform {platform.name} {key}")

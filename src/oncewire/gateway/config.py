@@ -87,6 +87,8 @@ class PlatformConfig:
     token_env: str | None = None  # telegram, discord
     api_base: str | None = None  # telegram, discord
     inbound: str | None = None  # telegram: polling | webhook
+    # telegram: the environment variable holding the webhook's secret token (webhook mode)
+    webhook_secret_env: str | None = None
     edit_interval_seconds: float = 1.0
     allowed_users: tuple[int, ...] = ()
     send_url: str | None = None  # webhook
@@ -220,13 +222,19 @@ def _platform(t: _Table) -> PlatformConfig:
     name = t.text("name")
     kind = t.choice("kind", PLATFORM_KINDS)
     if kind == "telegram":
-        t.only(*_CHAT_KEYS, *_RATE_KEYS, "inbound")
+        t.only(*_CHAT_KEYS, *_RATE_KEYS, "inbound", "webhook_secret_env")
+        inbound = t.choice("inbound", INBOUND_MODES, "polling")
         return PlatformConfig(
             name=name,
             kind=kind,
             token_env=t.env("token_env", "TELEGRAM_BOT_TOKEN"),
             api_base=t.url("api_base", "https://api.telegram.org"),
-            inbound=t.choice("inbound", INBOUND_MODES, "polling"),
+            inbound=inbound,
+            # Webhook mode is never unauthenticated: without the key, a default variable.
+            webhook_secret_env=t.env(
+                "webhook_secret_env",
+                "TELEGRAM_WEBHOOK_SECRET" if inbound == "webhook" else None,
+            ),
             streaming=t.boolean("streaming", True),
             edit_interval_seconds=t.seconds("edit_interval_seconds", 1.0),
             allowed_users=t.user_ids("allowed_users"),

@@ -38,7 +38,7 @@ from oncewire.gateway.platforms.telegram import (
     raise_for,
 )
 
-__all__ = ["ALLOWED_UPDATES", "TelegramInbound", "UpdatePoller"]
+__all__ = ["ALLOWED_UPDATES", "TelegramInbound", "UpdatePoller", "parse_update"]
 
 log = logging.getLogger("oncewire.gateway.telegram")
 
