@@ -7,6 +7,12 @@ parameters; method names in any case) and prints ``ready port=N`` once it listen
 * ``getMe``; ``getUpdates`` (``offset`` confirms every update below it, unconfirmed updates are
   served again, ``timeout`` long-polls, ``limit``, ``allowed_updates``; a newer poll ends the
   one still waiting with 409 ``Conflict: terminated by other getUpdates request...``);
+* ``setWebhook`` (``url``, ``secret_token``, ``allowed_updates``, ``drop_pending_updates``),
+  ``deleteWebhook`` (``drop_pending_updates``), ``getWebhookInfo``. With a webhook set, the fake
+  POSTs each pending update, oldest first, to the URL (with ``X-Telegram-Bot-Api-Secret-Token``
+  when a secret token was given) and retries it with a short backoff until it is answered 2xx,
+  which confirms it; ``getUpdates`` then answers 409 :data:`WEBHOOK_ACTIVE`. The webhook is
+  kept in ``DIR/webhook.json``, so a restarted fake goes on delivering;
 * ``sendMessage`` (``chat_id``, ``text``, ``message_thread_id``, ``reply_parameters`` with
   ``allow_sending_without_reply``, or ``reply_to_message_id``), ``editMessageText``,
   ``deleteMessage``, ``sendChatAction``;
@@ -30,7 +36,8 @@ sends an ``edited_message`` of an injected ``message_id``) → ``{"update_id", "
 ``fault`` arms a :class:`~oncewire.platforms.fake.Fault` (JSON fields; ``conn_error`` is a
 listener blackout of ``blackout_seconds``, see :mod:`oncewire.fakes.control`); ``release``
 lets parked operations go on; ``state`` reports the confirmed offset, the pending updates, the
-long polls waiting now and the faults fired.
+long polls waiting now, the webhook's URL and every delivery attempt (``update_id``,
+``status``, 0 when the URL could not be reached) and the faults fired.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ import os
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,7 +76,7 @@ from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies.splitting import measure
 from oncewire.storage.replies import SendRequest
 
-__all__ = ["USER_IDS_FROM", "TelegramFake", "main", "serve"]
+__all__ = ["USER_IDS_FROM", "WEBHOOK_ACTIVE", "TelegramFake", "main", "serve"]
 
 USER_IDS_FROM = 1_000_001
 BOT_ID = 7000001
@@ -81,6 +90,16 @@ CONFLICT = (
     "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
     "is running"
 )
+WEBHOOK_ACTIVE = (
+    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete "
+    "the webhook first"
+)
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_SECRET_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+# Webhook delivery retries: the first wait, doubled after each failure up to the last.
+RETRY_FIRST_SECONDS = 0.1
+RETRY_MAX_SECONDS = 2.0
+DELIVERY_TIMEOUT_SECONDS = 10.0
 
 Reply = tuple[int, Any]  # (HTTP status, body); body None: no answer at all
 
@@ -154,6 +173,26 @@ class Updates:
         return ready[:limit]
 
 
+class Webhook:
+    """Where updates are POSTed while a webhook is set, persisted beside the journal."""
+
+    def __init__(self, url: str, secret_token: str | None, allowed: list[str] | None) -> None:
+        self.url = url
+        self.secret_token = secret_token
+        self.allowed = allowed
+
+    def as_json(self) -> dict[str, Any]:
+        return {"url": self.url, "secret_token": self.secret_token, "allowed": self.allowed}
+
+    @classmethod
+    def load(cls, path: Path) -> Webhook | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return cls(data["url"], data.get("secret_token"), data.get("allowed"))
+
+
 class TelegramFake:
     """The fake's state: chats (a journaled FakePlatform), users' messages, updates."""
 
@@ -175,6 +214,9 @@ class TelegramFake:
         self.updates = Updates(directory / "updates.jsonl")
         self.calls = CallLog(directory / "calls.jsonl")
         self._lock = threading.Lock()
+        self._webhook_path = directory / "webhook.json"
+        self._webhook = Webhook.load(self._webhook_path)  # guarded by updates.cond
+        self._deliveries: list[dict[str, int]] = []  # every webhook delivery attempt
         self._fault_names = itertools.count()
         self._shown: dict[tuple[str, str], str] = {}  # (chat, bot message id) -> text shown
         self._user_ids: dict[str, set[int]] = {}  # chat -> ids of users' messages
@@ -187,6 +229,7 @@ class TelegramFake:
             chat = str(message["chat"]["id"])
             self._chat_types[chat] = message["chat"]["type"]
             self._user_ids.setdefault(chat, set()).add(int(message["message_id"]))
+        threading.Thread(target=self._deliver_forever, name="webhook", daemon=True).start()
 
     # -- Bot API methods ---------------------------------------------------------------------
     def get_me(self, params: Mapping[str, Any]) -> Reply:
@@ -213,9 +256,13 @@ class TelegramFake:
             updates.generation += 1
             mine = updates.generation
             updates.cond.notify_all()
+            if self._webhook is not None:
+                raise ApiError(409, WEBHOOK_ACTIVE)
             if offset is not None and offset > 0:
                 updates.confirm(offset)
             while True:
+                if self._webhook is not None:
+                    raise ApiError(409, WEBHOOK_ACTIVE)
                 if updates.generation != mine:
                     raise ApiError(409, CONFLICT)
                 ready = updates.pending(allowed, limit)
@@ -283,9 +330,64 @@ class TelegramFake:
             raise _bad("action is empty")
         return 200, {"ok": True, "result": True}
 
+    def set_webhook(self, params: Mapping[str, Any]) -> Reply:
+        url = params.get("url")
+        if url in (None, ""):
+            return self.delete_webhook(params)  # as Telegram: an empty URL removes the webhook
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise _bad("bad webhook: an HTTP or HTTPS URL must be provided for webhook")
+        secret = params.get("secret_token")
+        if secret in (None, ""):
+            secret = None
+        elif (
+            not isinstance(secret, str)
+            or len(secret) > 256
+            or not set(secret) <= _SECRET_TOKEN_CHARS
+        ):
+            raise _bad("secret token contains unallowed characters")
+        allowed = _json_param(params, "allowed_updates")
+        hook = Webhook(url, secret, allowed if isinstance(allowed, list) else None)
+        with self.updates.cond:
+            _write_atomically(self._webhook_path, hook.as_json())
+            self._webhook = hook
+            if _truthy(params.get("drop_pending_updates")):
+                self.updates.confirm(self.updates.next_id())
+            self.updates.cond.notify_all()  # a long poll waiting now ends with 409
+        return 200, {"ok": True, "result": True, "description": "Webhook was set"}
+
+    def delete_webhook(self, params: Mapping[str, Any]) -> Reply:
+        with self.updates.cond:
+            had = self._webhook is not None
+            self._webhook = None
+            self._webhook_path.unlink(missing_ok=True)
+            if _truthy(params.get("drop_pending_updates")):
+                self.updates.confirm(self.updates.next_id())
+        said = "Webhook was deleted" if had else "Webhook is already deleted"
+        return 200, {"ok": True, "result": True, "description": said}
+
+    def get_webhook_info(self, params: Mapping[str, Any]) -> Reply:
+        with self.updates.cond:
+            hook = self._webhook
+            pending = len(self.updates.pending(hook.allowed if hook else None, 1 << 30))
+            failed = [d for d in self._deliveries if not 200 <= d["status"] < 300]
+        info: dict[str, Any] = {
+            "url": hook.url if hook else "",
+            "has_custom_certificate": False,
+            "pending_update_count": pending,
+        }
+        if hook is not None and hook.allowed is not None:
+            info["allowed_updates"] = hook.allowed
+        if failed:
+            info["last_error_date"] = failed[-1]["date"]
+            info["last_error_message"] = f"Wrong response from the webhook: {failed[-1]['status']}"
+        return 200, {"ok": True, "result": info}
+
     METHODS = {
         "getme": get_me,
         "getupdates": get_updates,
+        "setwebhook": set_webhook,
+        "deletewebhook": delete_webhook,
+        "getwebhookinfo": get_webhook_info,
         "sendmessage": send_message,
         "editmessagetext": edit_message_text,
         "deletemessage": delete_message,
@@ -349,12 +451,48 @@ class TelegramFake:
             pending = [u["update_id"] for u in self.updates.pending(None, 1 << 30)]
             confirmed = self.updates.confirmed
             waiting = self.updates.waiting
+            webhook = None if self._webhook is None else self._webhook.url
+            deliveries = [
+                {"update_id": d["update_id"], "status": d["status"]} for d in self._deliveries
+            ]
         return {
             "confirmed_offset": confirmed,
             "polls_waiting": waiting,
             "pending_updates": pending,
+            "webhook": webhook,
+            "deliveries": deliveries,
             "faults_fired": [(f["fault"], f["kind"], f["op"]) for f in view.faults],
         }
+
+    # -- webhook delivery --------------------------------------------------------------------
+    def _deliver_forever(self) -> None:
+        """POST the oldest pending update to the webhook until it is answered 2xx (then it is
+        confirmed and the next one goes), waiting a little longer after each failure."""
+        wait = RETRY_FIRST_SECONDS
+        while True:
+            with self.updates.cond:
+                while True:
+                    hook = self._webhook
+                    ready = [] if hook is None else self.updates.pending(hook.allowed, 1)
+                    if ready:
+                        break
+                    self.updates.cond.wait(0.5)
+            assert hook is not None
+            update = ready[0]
+            status = _post_update(hook, update)
+            with self.updates.cond:
+                self._deliveries.append(
+                    {"update_id": update["update_id"], "status": status, "date": int(time.time())}
+                )
+                delivered = 200 <= status < 300
+                if delivered and self._webhook is hook:
+                    self.updates.confirm(update["update_id"] + 1)
+            self.calls.write({"webhook_delivery": update["update_id"], "status": status})
+            if delivered:
+                wait = RETRY_FIRST_SECONDS
+            else:
+                time.sleep(wait)
+                wait = min(wait * 2, RETRY_MAX_SECONDS)
 
     # -- pieces ------------------------------------------------------------------------------
     def _chat(self, params: Mapping[str, Any]) -> str:
@@ -415,6 +553,35 @@ class TelegramFake:
             raise ApiError(403, "Forbidden: bot was blocked by the user")
         assert isinstance(outcome, MaybeDelivered)
         return 0, None  # timeout, ack_lost, a parked hold: no answer
+
+
+# Deliveries go straight to the URL, whatever proxy the environment names.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _post_update(hook: Webhook, update: Mapping[str, Any]) -> int:
+    """POST one update to the webhook: the HTTP status, 0 when nothing answered."""
+    request = urllib.request.Request(hook.url, data=json.dumps(update).encode(), method="POST")
+    request.add_header("content-type", "application/json")
+    if hook.secret_token is not None:
+        request.add_header(SECRET_HEADER, hook.secret_token)
+    try:
+        with _DIRECT.open(request, timeout=DELIVERY_TIMEOUT_SECONDS) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def _write_atomically(path: Path, data: Mapping[str, Any]) -> None:
+    temporary = path.with_suffix(".tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        json.dump(data, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
 
 
 def _int(params: Mapping[str, Any], key: str, default: int | None) -> int | None:

@@ -36,6 +36,10 @@ Once the Bot API refuses the token (401, or 404 for a method that exists),
 without a call: the replies wait, unmarked, for an adapter with a working token instead of
 being given up.
 
+:meth:`TelegramBot.set_webhook` and :meth:`TelegramBot.delete_webhook` switch the bot between
+webhook mode (Telegram POSTs each update to a URL with a secret token) and long polling; a
+webhook the Bot API refuses (a bad URL or secret token) is :class:`WebhookRefused`.
+
 The token is part of every URL. It never appears in a log line, an exception, a reason or a
 repr: requests carry a placeholder and only the transport puts the token in its place.
 """
@@ -45,7 +49,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -90,6 +95,7 @@ __all__ = [
     "TelegramBot",
     "TelegramError",
     "TelegramUnavailable",
+    "WebhookRefused",
     "classify",
     "raise_for",
 ]
@@ -113,6 +119,9 @@ POLL_CONFLICT = "Conflict: terminated by other getUpdates request"
 # The forum's General topic: sendMessage refuses message_thread_id=1, the message goes there
 # when no thread is given.
 GENERAL_TOPIC = "1"
+
+# A webhook's secret token, as the Bot API allows it.
+_SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}\Z")
 
 # The placeholder requests carry where the URL needs the token.
 _TOKEN_PLACEHOLDER = "TOKEN"
@@ -144,6 +153,12 @@ class TelegramUnavailable(TelegramError):
     def __init__(self, message: str | None = None, *, retry_after: float | None = None) -> None:
         super().__init__(message, retry_after=retry_after)
         self.retry_after = retry_after
+
+
+class WebhookRefused(TelegramError):
+    """The Bot API refused the webhook (its URL or secret token): fix it and set it again."""
+
+    code = "telegram_webhook_refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +369,48 @@ class TelegramBot:
             first_name=str(me.get("first_name", "")),
             is_bot=me.get("is_bot") is True,
         )
+
+    def set_webhook(
+        self,
+        url: str,
+        secret: str,
+        *,
+        allowed_updates: Sequence[str] | None = None,
+        drop_pending_updates: bool = False,
+    ) -> None:
+        """Have Telegram POST each update to ``url`` with ``secret`` in the
+        ``X-Telegram-Bot-Api-Secret-Token`` header (long polling then answers 409).
+
+        ``secret`` is 1-256 characters of ``A-Z a-z 0-9 _ -`` (else ValueError, before any
+        call). Raises :class:`WebhookRefused` when the Bot API refuses the URL or the secret,
+        :class:`BotUnauthorized` for a bad token, :class:`TelegramUnavailable` otherwise.
+        """
+        if not _SECRET_TOKEN.match(secret):
+            raise ValueError(
+                "a Telegram webhook secret token is 1-256 characters of A-Z, a-z, 0-9, _ and -"
+            )
+        if not url.startswith(("https://", "http://")):
+            raise ValueError(f"a webhook URL starts with https://, got {url!r}")
+        payload: dict[str, Any] = {"url": url, "secret_token": secret}
+        if allowed_updates is not None:
+            payload["allowed_updates"] = list(allowed_updates)
+        if drop_pending_updates:
+            payload["drop_pending_updates"] = True
+        self._webhook_call("setWebhook", payload)
+
+    def delete_webhook(self, *, drop_pending_updates: bool = False) -> None:
+        """Stop webhook delivery, so long polling works again (harmless without a webhook).
+        Raises :class:`BotUnauthorized` for a bad token, :class:`TelegramUnavailable`
+        otherwise."""
+        payload = {"drop_pending_updates": True} if drop_pending_updates else {}
+        self._webhook_call("deleteWebhook", payload)
+
+    def _webhook_call(self, method: str, payload: Mapping[str, Any]) -> None:
+        answer = self._api.call(method, payload)
+        self._note_unauthorized(method, answer)
+        if answer.failure is None and answer.status == 400 and answer.body is not None:
+            raise WebhookRefused(f"{method}: 400 {self._api.redact(answer.description)}")
+        raise_for(self._api, method, answer)
 
     # -- the platform contract ---------------------------------------------------------------
     def send(self, request: SendRequest, body: str, *, marked: bool) -> WireOutcome:
