@@ -389,8 +389,6 @@ class TelegramBot:
             raise ValueError(
                 "a Telegram webhook secret token is 1-256 characters of A-Z, a-z, 0-9, _ and -"
             )
-        if not url.startswith(("https://", "http://")):
-            raise ValueError(f"a webhook URL starts with https://, got {url!r}")
         payload: dict[str, Any] = {"url": url, "secret_token": secret}
         if allowed_updates is not None:
             payload["allowed_updates"] = list(allowed_updates)
