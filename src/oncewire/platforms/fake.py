@@ -21,7 +21,9 @@ text, and fire a bounded number of times (counted in the journal, across restart
 =============  ==============================================================================
 
 An edit of a message deleted before answers :class:`Gone` too, as Telegram's "message to edit
-not found" does; a repeated delete is a no-op.
+not found" does; a repeated delete is a no-op. With ``honour_keys`` the fake drops a send whose
+``request.idempotency_key`` it accepted before (as a Discord nonce or an ``Idempotency-Key``
+header does) and answers the message that send made.
 
 ``python -m oncewire.platforms.fake view JOURNAL...`` prints what each chat shows;
 ``python -m oncewire.platforms.fake serve ...`` runs a fake as its own process
@@ -112,8 +114,11 @@ class FakePlatform:
         *,
         name: str | None = None,
         faults: Sequence[Fault] = (),
+        honour_keys: bool = False,
     ) -> None:
         self.journal = Path(journal)
+        self.honour_keys = honour_keys
+        self._keys: dict[str, str] = {}  # idempotency key -> the message its send made
         self._profile = profile
         self.name = name or profile.name
         self.faults = [f if f.name else _named(f, str(n)) for n, f in enumerate(faults)]
@@ -128,6 +133,8 @@ class FakePlatform:
             if entry["event"] == "send":
                 self._next_id = max(self._next_id, int(entry["message_id"]) + 1)
                 self._alive[entry["message_id"]] = entry["chat"]
+                if entry.get("key"):
+                    self._keys[entry["key"]] = entry["message_id"]
             elif entry["event"] == "delete":
                 self._alive.pop(entry["message_id"], None)
                 self._deleted[entry["message_id"]] = entry["chat"]
@@ -236,10 +243,15 @@ class FakePlatform:
     def _accept(
         self, op: str, request: SendRequest, message_id: str | None, text: str
     ) -> WireOutcome:
+        key = request.idempotency_key if op == "send" else None
+        if self.honour_keys and key in self._keys:
+            return Delivered(self._keys[key])  # a repeat of a key: the platform drops it
         if op == "send":
             message_id = str(self._next_id)
             self._next_id += 1
             self._alive[message_id] = request.chat
+            if key is not None:
+                self._keys[key] = message_id
         elif op == "delete" and message_id in self._deleted:
             if self._deleted[message_id] == request.chat:
                 return Delivered(message_id)  # already gone: a repeated delete is a no-op
@@ -260,6 +272,7 @@ class FakePlatform:
                 "reply_to": request.reply_to,
                 "message_id": message_id,
                 "text": text,
+                "key": key,
                 "ts": time.time(),
             }
         )

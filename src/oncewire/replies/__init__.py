@@ -22,6 +22,7 @@ from oncewire.replies.wire import (
     PlatformProfile,
     RejectedForGood,
     WireOutcome,
+    idempotency_key,
 )
 from oncewire.storage.replies import (
     OpKind,
@@ -58,6 +59,7 @@ __all__ = [
     "ReplyState",
     "SendRequest",
     "WireOutcome",
+    "idempotency_key",
     "measure",
     "plan_chunks",
     "rejoin",

@@ -52,9 +52,10 @@ from oncewire.replies.wire import (
     Platform,
     WireOutcome,
     check_platform,
+    idempotency_key,
     vet_outcome,
 )
-from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState
+from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState, SendRequest
 
 if TYPE_CHECKING:
     from oncewire.ledger import Ledger, LedgerTransaction
@@ -141,6 +142,8 @@ class _Slot:
     marked: bool = False  # the message was sent with the marker (edits keep it)
     maybe_landed: bool = False  # a send of this slot may have landed without an id
     deleted: bool = False
+    uncertain: ReplyOp | None = None  # the first send that may have landed, under this key
+    generation: int = 0  # messages of this slot someone else deleted: part of its send key
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ class _Step:
     body: str
     marked: bool
     message_id: str | None
+    generation: int = 0
 
 
 def _slots(ops: Iterable[ReplyOp]) -> dict[int, _Slot]:
@@ -162,6 +166,12 @@ def _slots(ops: Iterable[ReplyOp]) -> dict[int, _Slot]:
                 slot.deleted = False
             elif op.state in (OpState.IN_FLIGHT, OpState.AMBIGUOUS) and slot.message_id is None:
                 slot.maybe_landed = True
+                slot.uncertain = slot.uncertain or op
+            elif op.state is OpState.GONE:
+                # A new message gets a new key: an earlier uncertain send cannot be repeated
+                # under it, so a resend is marked if one may have landed.
+                slot.generation += 1
+                slot.uncertain = None
         elif op.kind is OpKind.EDIT:
             if op.state is OpState.ACKED:
                 slot.shown = op.body
@@ -182,6 +192,7 @@ def _steps(
     final: bool,
     platform: Platform,
     note: str = DEFAULT_STOPPED_NOTE,
+    now: float = 0.0,
 ) -> list[_Step]:
     profile = platform.profile
     steps: list[_Step] = []
@@ -197,9 +208,16 @@ def _steps(
         if slot is not None and slot.message_id is not None and not slot.deleted:
             if slot.shown != want and profile.can_edit:
                 steps.append(_Step(index, OpKind.EDIT, want, slot.marked, slot.message_id))
+        elif slot is None:
+            steps.append(_Step(index, OpKind.SEND, want, False, None))
         else:
-            marked = slot is not None and slot.maybe_landed
-            steps.append(_Step(index, OpKind.SEND, want, marked, None))
+            body, marked, first = want, slot.maybe_landed, slot.uncertain
+            window = profile.idempotent_send_window_seconds
+            if marked and first is not None and now - first.created_at < window:
+                # The platform still drops a repeat of that send's key: the same body, with
+                # the same rendering, shows once (an edit then brings it to the wanted text).
+                body, marked = first.body, first.marked
+            steps.append(_Step(index, OpKind.SEND, body, marked, None, slot.generation))
     if final and profile.can_delete:
         for index in sorted(slots):
             slot = slots[index]
@@ -434,7 +452,7 @@ class ReplyEngine:
             if self.ledger.replies.get(reply.id).state is not ReplyState.OPEN:
                 return False, 0.0  # the answer is committed: the delivery owns the screen now
             ops = self._ops(reply.id)
-            steps = _steps(_slots(ops), chunks, False, platform)
+            steps = _steps(_slots(ops), chunks, False, platform, now=self.ledger.clock.now())
             if not steps:
                 return True, 0.0
             outcome = self._perform(reply, platform, steps[0], ops, deliver=False, count=False)
@@ -469,7 +487,7 @@ class ReplyEngine:
         end = ReplyState.WITHDRAWN if reply.withdrawal else ReplyState.DELIVERED
         while True:
             ops = self._ops(reply.id)
-            steps = _steps(_slots(ops), chunks, True, platform, self.stopped_note)
+            steps = _steps(_slots(ops), chunks, True, platform, self.stopped_note, clock.now())
             if not steps:
                 done = store.finish_reply(
                     reply.id,
@@ -556,7 +574,8 @@ class ReplyEngine:
         # vet_outcome: whatever an adapter returns, only a well-formed Delivered is an ack.
         if step.kind is OpKind.SEND:
             SEND_IN_FLIGHT.hit()
-            answer = platform.send(reply.request, step.body, marked=step.marked)
+            request = self._keyed(reply, step.slot, step.generation)
+            answer = platform.send(request, step.body, marked=step.marked)
             outcome = vet_outcome(answer, "send", reply.id)
             if isinstance(outcome, Delivered):
                 SENT_ACK_LOST.hit()
@@ -575,6 +594,12 @@ class ReplyEngine:
         except InvalidState as exc:  # another engine took the reply over mid-call
             raise StaleFence(f"reply {reply.id} was taken over during a call") from exc
         return outcome
+
+    def _keyed(self, reply: Reply, slot: int, generation: int) -> SendRequest:
+        """The reply's request with the idempotency key of this slot's sends."""
+        answered = self.ledger.inbound.get(reply.inbound_id).platform_message_id
+        key = idempotency_key(reply.request, answered, slot, generation)
+        return replace(reply.request, idempotency_key=key)
 
     def _record(self, op: ReplyOp, outcome: WireOutcome, *, deliver: bool, count: bool) -> None:
         store, now = self.ledger.store, self.ledger.clock.now()
@@ -632,7 +657,7 @@ class ReplyEngine:
                 lease_seconds=self.lease_seconds,
                 expect_seq=max((op.seq for op in ops), default=0),
             )
-            answer = platform.send(reply.request, self.notice, marked=False)
+            answer = platform.send(self._keyed(reply, -1, 0), self.notice, marked=False)
             self._record(op, vet_outcome(answer, "send", reply.id), deliver=False, count=False)
         dead = store.finish_reply(
             reply.id, state=ReplyState.DEAD, now=clock.now(), last_error=reason

@@ -22,7 +22,9 @@ refuses, when an engine is built, an adapter whose operations cannot return an o
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ __all__ = [
     "RejectedForGood",
     "WireOutcome",
     "check_platform",
+    "idempotency_key",
     "vet_outcome",
 ]
 
@@ -65,10 +68,25 @@ class PlatformProfile:
     can_delete: bool
     threads: bool
     marker: str = DEFAULT_MARKER  # rendered before a message that may duplicate a landed one
+    # How long the platform drops a repeated send with the same idempotency key (a Discord
+    # nonce: minutes; a webhook honouring Idempotency-Key: math.inf). Inside it, a send that may
+    # have landed is repeated unmarked with the same body and key; 0: the platform keeps none.
+    idempotent_send_window_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
             raise ConfigurationError(f"unknown unit {self.unit!r} (one of: {', '.join(UNITS)})")
+        window = self.idempotent_send_window_seconds
+        if (
+            type(window) is bool
+            or not isinstance(window, int | float)
+            or math.isnan(window)
+            or window < 0
+        ):
+            raise ConfigurationError(
+                f"idempotent_send_window_seconds must be a number of seconds >= 0 (or math.inf), "
+                f"not {window!r}"
+            )
         if self.cap < 4 * self.marker_cost:
             raise ConfigurationError(f"a cap of {self.cap} leaves no room beside the marker")
 
@@ -140,6 +158,30 @@ class Gone:
 
 
 WireOutcome = Delivered | NotDelivered | MaybeDelivered | RejectedForGood | Gone
+
+
+def idempotency_key(
+    request: SendRequest, inbound_message_id: str, slot: int, generation: int = 0
+) -> str:
+    """The idempotency key of every send of one chunk slot of the reply to one inbound message,
+    as an adapter sees it on ``request.idempotency_key``.
+
+    A repeat of a send that may have landed carries the same key, so a platform that drops
+    repeated keys shows the chunk once. The key names the chat and the platform's id of the
+    message answered, not a store's row id, so two stores answering one platform never share a
+    key. ``generation`` counts the slot's messages someone else deleted (:class:`Gone`): the
+    chunk sent again after that is a new message, with a new key.
+    """
+    place = [
+        request.platform,
+        request.bot,
+        request.chat,
+        request.thread,
+        inbound_message_id,
+        slot,
+        generation,
+    ]
+    return "ow-" + hashlib.sha256(json.dumps(place).encode()).hexdigest()[:40]
 
 
 class Platform(Protocol):

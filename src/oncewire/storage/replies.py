@@ -105,7 +105,12 @@ class OpState(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SendRequest:
-    """Where a reply goes and how, stored in full so that recovery keeps the threading."""
+    """Where a reply goes and how, stored in full so that recovery keeps the threading.
+
+    ``idempotency_key`` is not stored: the engine sets it on each send it hands an adapter (the
+    same for every send of one chunk slot, see :func:`oncewire.replies.wire.idempotency_key`),
+    for a platform that drops a repeated key (a Discord nonce, an ``Idempotency-Key`` header).
+    """
 
     platform: str
     bot: str
@@ -113,6 +118,7 @@ class SendRequest:
     thread: str = ""
     reply_to: str | None = None
     format: str = "plain"
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
