@@ -24,6 +24,8 @@ from oncewire.replies import (
     PlatformProfile,
     ReplyEngine,
     ReplyState,
+    SendRequest,
+    WireOutcome,
 )
 from oncewire.testing import ManualClock
 
@@ -124,3 +126,64 @@ def test_a_withdrawal_cut_short_is_finished_by_recovery(tmp_path: Path) -> None:
         assert reply is not None and report.withdrawn == [reply.id]
         assert reply.state is ReplyState.WITHDRAWN
         assert again.view().visible("fk_tg", "c1") == []
+
+
+class ProcessDied(BaseException):
+    """The process running the engine died in the middle of a platform call."""
+
+
+class DiesDuringDelete:
+    """The fake, behind an adapter whose process dies once the platform performed a delete:
+    the operation stays in flight on the record, as a SIGKILL leaves it."""
+
+    def __init__(self, fake: FakePlatform) -> None:
+        self.fake = fake
+
+    @property
+    def profile(self) -> PlatformProfile:
+        return self.fake.profile
+
+    def send(self, request: SendRequest, body: str, *, marked: bool) -> WireOutcome:
+        return self.fake.send(request, body, marked=marked)
+
+    def edit(
+        self, request: SendRequest, message_id: str, body: str, *, marked: bool
+    ) -> WireOutcome:
+        return self.fake.edit(request, message_id, body, marked=marked)
+
+    def delete(self, request: SendRequest, message_id: str) -> WireOutcome:
+        self.fake.delete(request, message_id)
+        raise ProcessDied
+
+
+def test_a_process_that_dies_mid_withdrawal_is_finished_by_the_next(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with Rig(tmp_path / "rig", clock=clock) as rig:
+        dying = ReplyEngine(
+            rig.ledger,
+            {"fk_tg": DiesDuringDelete(rig.platforms["fk_tg"])},
+            owner="first-life",
+            edit_interval_seconds=0.0,
+        )
+        inbound = rig.admit("fk_tg", "c1", "in-1").inbound
+        _preview_then_stop(dying, inbound.id, reply_text("A-d", LONG_BODY), after=4400)
+        with pytest.raises(ProcessDied):
+            dying.withdraw(inbound.id)
+        reply = rig.ledger.replies.for_inbound(inbound.id)
+        assert reply is not None and reply.withdrawal and reply.state is ReplyState.COMMITTED
+        ops = rig.ledger.replies.ops(reply.id)
+        assert [(op.kind, op.state) for op in ops][-1] == (OpKind.DELETE, OpState.IN_FLIGHT)
+        assert len(rig.view().visible("fk_tg", "c1")) == 1  # the first delete did land
+
+        clock.advance(dying.lease_seconds + 1)  # the dead engine's lease runs out
+        report = rig.engine.recover()
+        assert report.released == [reply.id] and report.withdrawn == [reply.id]
+        assert rig.ledger.replies.get(reply.id).state is ReplyState.WITHDRAWN
+        assert rig.view().visible("fk_tg", "c1") == []
+        deletes = [
+            (op.slot, op.state)
+            for op in rig.ledger.replies.ops(reply.id)
+            if op.kind is OpKind.DELETE
+        ]
+        # The call in flight at the death may have landed (it did): ambiguous, then replayed.
+        assert deletes == [(0, OpState.AMBIGUOUS), (0, OpState.ACKED), (1, OpState.ACKED)]
