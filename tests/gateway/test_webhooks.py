@@ -22,6 +22,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.core.errors import ConfigurationError
+from oncewire.gateway.check import check_config
 from oncewire.gateway.config import GatewayConfig, PlatformConfig, WebhooksConfig, parse_config
 from oncewire.gateway.platforms.telegram import PollConflict, TelegramBot, WebhookRefused
 from oncewire.gateway.platforms.telegram_updates import TelegramInbound, UpdatePoller
@@ -569,3 +570,33 @@ def test_stop_answers_the_admission_in_progress_then_refuses_connections(
 def _refused(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_webhook_mode_has_a_secret_variable_by_default_and_polling_none(tmp_path: Path) -> None:
+    text = config_text(str(tmp_path / "g.db")).replace(
+        'webhook_secret_env = "TG_WEBHOOK_SECRET"\n', ""
+    )
+    webhook_mode = parse_config(text, tmp_path / "gateway.toml").platforms[0]
+    polling = parse_config(
+        text.replace('inbound = "webhook"', 'inbound = "polling"'), tmp_path / "gateway.toml"
+    ).platforms[0]
+
+    assert webhook_mode.webhook_secret_env == "TELEGRAM_WEBHOOK_SECRET"
+    assert polling.webhook_secret_env is None
+    with pytest.raises(ConfigurationError, match="webhook_secret_env: must name an environment"):
+        parse_config(
+            text.replace('inbound = "webhook"', 'inbound = "webhook"\nwebhook_secret_env = "a b"'),
+            tmp_path / "gateway.toml",
+        )
+
+
+def test_gateway_check_looks_for_the_webhook_secret(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    text = config_text(str(tmp_path / "g.db")) + '[model]\nbase_url = "http://127.0.0.1:9/v1"\n'
+    path.write_text(text, encoding="utf-8")
+
+    _, results = check_config(path, {"TELEGRAM_BOT_TOKEN": TOKEN, "HOOK_SECRET": HOOK_SECRET})
+
+    (secret,) = [r for r in results if r.name == "env TG_WEBHOOK_SECRET"]
+    assert secret.failed
+    assert secret.detail == "not set (needed by platform tg webhook_secret_env)"
