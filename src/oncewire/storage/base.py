@@ -1,10 +1,10 @@
 """The Store: the only way ledgers and engines touch a database.
 
 One seam per ledger: the verbs of each ledger are one class in :mod:`oncewire.storage.verbs`,
-written once over the backend's driver (``EffectVerbs``, ``ReceiptVerbs``, ``RunLedgerVerbs``);
-:class:`Store` inherits them and declares the lifecycle each backend implements. The inbox's and
-the replies' verbs are declared by :class:`~oncewire.storage.replies.ReplyVerbs` and written once
-in ``InboundReplyVerbs``, which each backend mixes in.
+written once over the backend's driver, whose docstrings are the contract (``EffectVerbs`` for
+the outbox, ``ReceiptVerbs`` for the receiver, ``InboundReplyVerbs`` for the inbox and the
+replies, ``RunLedgerVerbs`` for the run ledger); :class:`Store` inherits them and declares only
+the lifecycle each backend implements.
 
 A store speaks in domain verbs (accept an effect, claim what is due, settle an attempt, reserve a
 receipt), never in raw SQL from the layers above. Verbs whose name ends in ``_in_tx`` run inside
@@ -29,9 +29,9 @@ from oncewire.storage.records import (
     Effect,
     EffectState,
 )
-from oncewire.storage.replies import ReplyVerbs
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
+from oncewire.storage.verbs.replies import InboundReplyVerbs
 from oncewire.storage.verbs.runs import RunLedgerVerbs
 
 __all__ = ["Store", "Transaction"]
@@ -69,7 +69,7 @@ class _Savepoint:
         self._run(f'RELEASE SAVEPOINT "{self.name}"')
 
 
-class Store(EffectVerbs, ReceiptVerbs, RunLedgerVerbs, ReplyVerbs, abc.ABC):
+class Store(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs, abc.ABC):
     """A backend. Thread-safe: each thread gets its own connection."""
 
     dialect: str

@@ -1,4 +1,4 @@
-"""The run ledger's part of the Store seam: records and domain verbs.
+"""The run ledger's records; its verbs are :mod:`oncewire.storage.verbs.runs` and ``run_scopes``.
 
 The runs layer never writes SQL. It opens a transaction with :meth:`Store.transaction`, reads
 the rows a command needs with the ``*_in_tx`` verbs, decides in Python (the transition table,

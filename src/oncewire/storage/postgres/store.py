@@ -30,12 +30,11 @@ from oncewire.storage.postgres.connection import (
 )
 from oncewire.storage.postgres.driver import CHANNEL, PostgresDriver, PostgresTransaction
 from oncewire.storage.postgres.inspect import inspect
-from oncewire.storage.verbs.replies import InboundReplyVerbs
 
 __all__ = ["CHANNEL", "PostgresStore", "PostgresTransaction"]
 
 
-class PostgresStore(InboundReplyVerbs, Store):
+class PostgresStore(Store):
     """Every ledger's verbs on one PostgreSQL database (see the module's docstring)."""
 
     dialect = "postgresql"

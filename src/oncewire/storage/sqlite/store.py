@@ -34,14 +34,13 @@ from oncewire.storage.sqlite.connection import (
 )
 from oncewire.storage.sqlite.driver import SQLiteDriver, SQLiteTransaction, undecodable_text
 from oncewire.storage.sqlite.inspect import inspect
-from oncewire.storage.verbs.replies import InboundReplyVerbs
 
 __all__ = ["SQLiteStore", "SQLiteTransaction"]
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
-class SQLiteStore(InboundReplyVerbs, Store):
+class SQLiteStore(Store):
     """Every ledger's verbs on one SQLite file (see the module's docstring for its settings)."""
 
     dialect = "sqlite"

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, StaleFence
-from oncewire.storage.base import Transaction
-from oncewire.storage.driver import Driver
+from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.replies import (
     WITHDRAWAL_PLAN,
     Inbound,
@@ -29,7 +28,8 @@ __all__ = ["InboundReplyVerbs"]
 
 
 class InboundReplyVerbs:
-    """Admit inbound messages, open and commit replies, lease them, record wire operations."""
+    """The inbox's and the replies' seam: admit inbound messages, open and commit replies, lease
+    them, record wire operations; written once over ``self.db``, each docstring the contract."""
 
     db: Driver
 
@@ -46,6 +46,7 @@ class InboundReplyVerbs:
         digest: str,
         now: float,
     ) -> tuple[Inbound, bool]:
+        """Insert the inbound unless its key exists (then count a re-delivery); (row, new)."""
         db, q = self.db, self.db.queries
         key = {
             "platform": platform,
@@ -79,12 +80,14 @@ class InboundReplyVerbs:
         return [Inbound.from_row(row) for row in rows]
 
     def start_inbound(self, inbound_id: int, *, now: float) -> Inbound:
+        """Count one start of answering; ``received`` becomes ``answering``."""
         db = self.db
         with db.write("starting an inbound message") as conn:
             row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
         return _found_inbound(row, inbound_id)
 
     def start_inbound_in_tx(self, tx: Transaction, inbound_id: int, *, now: float) -> Inbound:
+        """:meth:`start_inbound` in the caller's transaction."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("starting an inbound message"):
@@ -102,6 +105,7 @@ class InboundReplyVerbs:
     def quarantine_inbound_in_tx(
         self, tx: Transaction, inbound_id: int, *, reason: str, now: float
     ) -> Inbound:
+        """:meth:`quarantine_inbound` in the caller's transaction."""
         db = self.db
         conn = db.tx_conn(tx)
         with db.translate_errors("quarantining an inbound message"):
@@ -119,6 +123,13 @@ class InboundReplyVerbs:
         answered_by: int,
         now: float,
     ) -> tuple[Inbound, bool]:
+        """Mark the inbound ``superseded`` or ``merged``, answered by ``answered_by``; (row,
+        changed).
+
+        ``superseded`` is reached from ``received`` or ``answering`` (its answer was not
+        committed), ``merged`` from ``received`` only (its own turn never started). Asking
+        again with the same link changes nothing; any other transition raises
+        :class:`InvalidState`, and an unknown inbound (either one) :class:`InboundNotFound`."""
         if status not in (InboundState.SUPERSEDED, InboundState.MERGED):
             raise InvalidState(f"an inbound message is superseded or merged, not {status}")
         if answered_by == inbound_id:
@@ -207,6 +218,7 @@ class InboundReplyVerbs:
         max_attempts: int,
         now: float,
     ) -> Reply:
+        """The inbound's reply record, created ``open`` if it has none (inbound: answering)."""
         with self.db.write("opening a reply") as conn:
             return self._open_reply_in(conn, inbound_id, request, cap, unit, max_attempts, now)
 
@@ -221,6 +233,7 @@ class InboundReplyVerbs:
         max_attempts: int,
         now: float,
     ) -> Reply:
+        """:meth:`open_reply` in the caller's transaction."""
         conn = self.db.tx_conn(tx)
         with self.db.translate_errors("opening a reply"):
             return self._open_reply_in(conn, inbound_id, request, cap, unit, max_attempts, now)
@@ -239,6 +252,12 @@ class InboundReplyVerbs:
         planned_sends: Sequence[tuple[int, str]],
         now: float,
     ) -> tuple[Reply, bool]:
+        """Commit the final text on the inbound's reply (creating it if needed); (row, changed).
+
+        An open reply becomes ``committed`` and its inbound ``answered``; ``planned_sends``
+        (slot, body) are written as planned operations, except for slots a
+        preview already sent. A reply that already has a final text is
+        returned unchanged (the ledger compares the texts)."""
         db, q = self.db, self.db.queries
         conn = db.conn()  # the caller's transaction runs on this thread's connection
         if not db.in_transaction(conn):
@@ -284,6 +303,13 @@ class InboundReplyVerbs:
         max_attempts: int,
         now: float,
     ) -> tuple[Reply, bool]:
+        """Withdraw the inbound's reply (creating it if needed) before an answer is committed;
+        (row, changed).
+
+        An open reply becomes ``committed`` with an empty text and :data:`WITHDRAWAL_PLAN`, so
+        the delivery deletes every message it shows and finishes it ``withdrawn``; the inbound's
+        status is the caller's. A reply already committed, finished or withdrawn is returned
+        unchanged (the ledger tells a withdrawal from an answer)."""
         db, q = self.db, self.db.queries
         conn = db.tx_conn(tx)
         with db.translate_errors("withdrawing a reply"):
@@ -341,6 +367,8 @@ class InboundReplyVerbs:
         lease_seconds: float,
         dead_owners: Sequence[str] = (),
     ) -> Reply | None:
+        """Lease the reply to ``owner`` unless another live owner holds it or it is finished
+        (``delivered`` or ``dead``); None if so."""
         db = self.db
         with db.write("claiming a reply") as conn:
             row = db.one(
@@ -366,6 +394,7 @@ class InboundReplyVerbs:
         not_before: float | None = None,
         last_error: str | None = None,
     ) -> None:
+        """Give the lease back (optionally scheduling the next try)."""
         db = self.db
         with db.write("releasing a reply") as conn:
             db.run(
@@ -411,6 +440,9 @@ class InboundReplyVerbs:
         last_error: str | None = None,
         settle: tuple[int, str] | None = None,
     ) -> Reply:
+        """``delivered`` (the inbound becomes ``delivered``), ``dead`` (it stays ``answered``) or
+        ``withdrawn`` (a withdrawal whose messages are deleted; the inbound is left as it is);
+        the lease ends."""
         if state not in (ReplyState.DELIVERED, ReplyState.DEAD, ReplyState.WITHDRAWN):
             raise InvalidState(f"a reply finishes as delivered, dead or withdrawn, not {state}")
         with self.db.write("finishing a reply") as conn:
@@ -449,6 +481,20 @@ class InboundReplyVerbs:
         settle: tuple[int, str] | None = None,
         expect_seq: int | None = None,
     ) -> ReplyOp:
+        """Mark an operation ``in_flight`` (a matching planned one, or a new one) and commit.
+
+        ``expect_seq`` is the last operation sequence number the caller read: if the reply's
+        operations changed since, :class:`StaleFence` is raised and nothing is written (an
+        engine acting on a stale view could send a chunk twice).
+
+        ``settle`` (op id, message id) records an earlier in-flight edit as acknowledged in the
+        same transaction (``settle`` means the same in :meth:`end_op` and :meth:`finish_reply`):
+        an engine may fold an edit's acknowledgement into its next write, because an edit
+        left ``in_flight`` by a crash is only replayed.
+
+        With ``owner``, the reply is leased to it in the same transaction (or
+        :class:`StaleFence` is raised if another live lease holds it, or the reply is finished).
+        A marked send records the marker decision on the reply."""
         db, q = self.db, self.db.queries
         with db.write("starting a wire operation") as conn:
             self._settle_in(conn, settle, now)
@@ -503,6 +549,8 @@ class InboundReplyVerbs:
         deliver: bool = False,
         settle: tuple[int, str] | None = None,
     ) -> ReplyOp:
+        """Record an operation's outcome; ``count_attempt`` adds a failed attempt to the reply;
+        ``deliver`` also finishes the reply as delivered, in the same transaction."""
         if state in (OpState.PLANNED, OpState.IN_FLIGHT):
             raise InvalidState(f"an operation ends acked, refused, ambiguous or gone, not {state}")
         db, q = self.db, self.db.queries
