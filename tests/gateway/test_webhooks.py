@@ -600,3 +600,41 @@ def test_gateway_check_looks_for_the_webhook_secret(tmp_path: Path) -> None:
     (secret,) = [r for r in results if r.name == "env TG_WEBHOOK_SECRET"]
     assert secret.failed
     assert secret.detail == "not set (needed by platform tg webhook_secret_env)"
+
+
+def test_a_platform_name_that_needs_quoting_is_served_at_its_quoted_path(
+    store: Store, tmp_path: Path
+) -> None:
+    text = config_text(store.db).replace('name = "hook"', 'name = "hook one/two"')
+    admitter = Admitter(store.ledger)
+    server = WebhookServer(loopback_config(text, tmp_path / "g.toml"), admitter, environ=ENVIRON)
+    body = b'{"message_id": "m1", "chat": "c1", "text": "hi"}'
+    with server, httpx2.Client(base_url=server.url) as client:
+        path = server.paths()["hook one/two"]
+        answer = client.post(
+            path, content=body, headers={SIGNATURE_HEADER: sign(HOOK_SECRET, body)}
+        )
+
+    assert path == "/webhook/hook%20one%2Ftwo"
+    assert answer.status_code == 200, answer.text
+    assert store.rows() == [("hook one/two", "c1", "m1", 1)]
+
+
+def test_a_restarted_fake_goes_on_delivering_to_the_webhook(
+    store: Store,
+    serve: Callable[..., tuple[WebhookServer, Admitter]],
+    telegram: tuple[Fake, TelegramBot],
+) -> None:
+    fake, bot = telegram
+    server, _ = serve(store, fake.base)
+    bot.set_webhook(server.url + server.paths()["tg"], TG_SECRET)
+    fake.stop()
+
+    again = Fake("oncewire.fakes.telegram_api", fake.journal, "--token", TOKEN, "--name", "fk_tg")
+    try:
+        update_id = again.call("inject", chat_id=CHAT, text="after the restart")["update_id"]
+        wait_for(lambda: delivered(again, update_id), what="a 2xx delivery")
+    finally:
+        again.stop()
+
+    assert store.rows() == [("tg", str(CHAT), "1000001", 1)]

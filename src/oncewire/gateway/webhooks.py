@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from oncewire.core.errors import ConfigurationError, OncewireError
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
@@ -159,13 +159,14 @@ class WebhookServer:
         self._admit = admit
         self._max_body_bytes = max_body_bytes
         self._drain_seconds = drain_seconds
-        self._routes: dict[str, _Route] = {}
+        self._paths: dict[str, str] = {}  # platform name -> its route's path, as in a URL
+        self._routes: dict[str, _Route] = {}  # the same path, percent-decoded as served
         for platform in config.platforms:
             if platform.kind == "telegram" and platform.inbound == "webhook":
                 assert platform.webhook_secret_env is not None  # the config gives a default
                 secret = config.secret(platform.webhook_secret_env, environ)
                 path = telegram_webhook_path(platform.name, secret)
-                self._routes[path] = _Route(platform, secret, self._telegram)
+                self._add(path, _Route(platform, secret, self._telegram))
             elif platform.kind == "webhook":
                 if platform.secret_env is None:
                     raise ConfigurationError(
@@ -175,7 +176,7 @@ class WebhookServer:
                         key="secret_env",
                     )
                 secret = config.secret(platform.secret_env, environ)
-                self._routes[webhook_path(platform.name)] = _Route(platform, secret, self._webhook)
+                self._add(webhook_path(platform.name), _Route(platform, secret, self._webhook))
         self.app = Starlette(
             routes=[
                 Route("/healthz", self._healthz, methods=["GET"]),
@@ -205,7 +206,11 @@ class WebhookServer:
     def paths(self) -> dict[str, str]:
         """Each platform's route path, by platform name (the Telegram ones carry a secret
         suffix: do not log them)."""
-        return {route.platform.name: path for path, route in self._routes.items()}
+        return dict(self._paths)
+
+    def _add(self, path: str, route: _Route) -> None:
+        self._paths[route.platform.name] = path
+        self._routes[unquote(path)] = route
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> int:
@@ -292,7 +297,7 @@ class WebhookServer:
         return JSONResponse({"ok": True})
 
     async def _post(self, request: Request) -> Response:
-        route = self._routes.get(request.url.path)
+        route = self._routes.get(request.scope["path"])
         if route is None:
             return _json(404, {"ok": False, "error": "no such route"})
         try:
