@@ -56,6 +56,13 @@ class LedgerTransaction:
             ACCEPT_BEFORE_COMMIT.hit()
         self._scope.__exit__(exc_type, exc, tb)
 
+    @property
+    def store_transaction(self) -> Transaction:
+        """The store's transaction this one wraps, for the ledgers' ``_in_tx`` verbs: pass
+        ``tx`` itself to ``ledger.inbound.start_in_tx(tx, ...)``, ``ledger.replies.open_in_tx``,
+        ``ledger.runs.turn.start_in_tx`` and the like, and they write in this transaction."""
+        return self._raw
+
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         """Run the caller's own SQL in this transaction; returns the driver's cursor.
 

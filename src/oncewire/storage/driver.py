@@ -27,7 +27,15 @@ from typing import Any, Protocol
 
 from oncewire.storage.sql import Queries, Query
 
-__all__ = ["Driver", "Pending", "Pipeline", "Row", "StatementRunner", "Transaction"]
+__all__ = [
+    "Driver",
+    "Pending",
+    "Pipeline",
+    "Row",
+    "StatementRunner",
+    "Transaction",
+    "store_transaction",
+]
 
 Row = Sequence[Any]
 
@@ -182,6 +190,14 @@ class Driver(Protocol):
     def in_transaction(self, conn: Any) -> bool:
         """Whether ``conn`` has a transaction open."""
         ...
+
+
+def store_transaction(tx: Transaction) -> Transaction:
+    """The store's own transaction behind ``tx``. A wrapper that shares one (the Ledger's
+    ``with ledger.transaction() as tx``) hands it over as ``tx.store_transaction``, so every
+    ``_in_tx`` verb takes either."""
+    inner: Transaction | None = getattr(tx, "store_transaction", None)
+    return tx if inner is None else inner
 
 
 class StatementRunner(abc.ABC):

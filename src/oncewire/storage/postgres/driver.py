@@ -15,16 +15,13 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from oncewire.core.errors import InvalidState
-from oncewire.storage.driver import Pipeline, StatementRunner
+from oncewire.storage.driver import Pipeline, StatementRunner, Transaction, store_transaction
 from oncewire.storage.postgres.connection import connect, psycopg, translate_errors, translated
 from oncewire.storage.sql import Queries, queries
 from oncewire.storage.sqlguard import SavepointStack, check_statement, named_to_pyformat
-
-if TYPE_CHECKING:
-    from oncewire.storage.base import Transaction
 
 __all__ = ["CHANNEL", "PostgresDriver", "PostgresTransaction"]
 
@@ -288,6 +285,7 @@ class PostgresDriver(StatementRunner):
         return translate_errors(what)
 
     def tx_conn(self, tx: Transaction) -> Any:
+        tx = store_transaction(tx)
         if not isinstance(tx, PostgresTransaction):
             raise InvalidState(
                 f"this store is PostgreSQL: {type(tx).__name__} is not one of its transactions; "

@@ -13,17 +13,14 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oncewire.core.errors import InvalidState
-from oncewire.storage.driver import StatementRunner
+from oncewire.storage.driver import StatementRunner, Transaction, store_transaction
 from oncewire.storage.records import UndecodableText
 from oncewire.storage.sql import Queries, queries
 from oncewire.storage.sqlguard import SavepointStack, check_statement
 from oncewire.storage.sqlite.connection import connect, translate_errors, translated
-
-if TYPE_CHECKING:
-    from oncewire.storage.base import Transaction
 
 __all__ = ["SQLiteDriver", "SQLiteTransaction", "lenient_text", "undecodable_text"]
 
@@ -198,6 +195,7 @@ class SQLiteDriver(StatementRunner):
         return translate_errors(what)
 
     def tx_conn(self, tx: Transaction) -> sqlite3.Connection:
+        tx = store_transaction(tx)
         if not isinstance(tx, SQLiteTransaction):
             raise InvalidState(
                 f"this store is SQLite: {type(tx).__name__} is not one of its transactions; "
