@@ -7,6 +7,7 @@ from typing import NoReturn
 
 import click
 
+from oncewire.cli import gateway_run
 from oncewire.cli.common import emit, json_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.check import CheckResult, check_config, config_error
@@ -26,6 +27,9 @@ def group() -> None:
     """The chat gateway: check its configuration and what it connects to, and switch a
     Telegram bot to webhook mode."""
 
+
+group.add_command(gateway_run.run)
+group.add_command(gateway_run.status)
 
 config_option = click.option(
     "--config",

@@ -1,0 +1,105 @@
+"""Admission (T1): a platform's message becomes the gateway's in one commit, before it is
+confirmed to the platform.
+
+:meth:`Admitter.admit_telegram` is the whole of T1 for a Telegram message: one insert-on-conflict
+on the inbox (``ledger.inbound.admit``), keyed by the platform, the bot, the chat, the forum
+topic and the message id. Only after it returns may the caller confirm the update to Telegram
+(the poller's offset, a webhook's 2xx): a crash in between serves the update again, and its
+second admission is a re-delivery (``new=False``), never a second turn.
+
+What is not admitted, and why (each is still confirmed: serving it again changes nothing):
+
+* a message from a bot (the gateway's own echoes in a group, other bots);
+* a sender outside the platform's ``allowed_users`` (when that list is not empty);
+* an edit of a message (``edited_message``): the message was admitted when it was sent and its
+  turn answers what it said then.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from oncewire.gateway.config import PlatformConfig
+from oncewire.gateway.platforms.telegram_updates import TelegramInbound
+from oncewire.inbound import Admission
+from oncewire.ledger import Ledger
+
+__all__ = ["Admitter", "telegram_bot_id"]
+
+log = logging.getLogger("oncewire.gateway.admission")
+
+
+def telegram_bot_id(token: str) -> str:
+    """The bot's id: the part of a Bot API token before its colon (not secret; Telegram shows
+    it as the bot's user id). The inbox keys every message by it, so a second bot on the same
+    chat has a session of its own."""
+    bot, sep, rest = token.partition(":")
+    if not sep or not bot.isdigit() or not rest:
+        raise ValueError("a Telegram bot token looks like 123456:ABC... (the bot id, a colon)")
+    return bot
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What one admission did: the admission (None: the message was not admitted) and why."""
+
+    admission: Admission | None
+    reason: str  # "new", "redelivered", "from_bot", "not_allowed", "edit"
+
+
+class Admitter:
+    """T1 for every platform the runner serves; ``on_new`` is called after each commit that
+    admitted a new message (the runner wakes its scheduler)."""
+
+    def __init__(self, ledger: Ledger, on_new: Callable[[int], None] | None = None) -> None:
+        self.ledger = ledger
+        self.on_new = on_new
+
+    def admit_telegram(
+        self, platform: PlatformConfig, bot: str, message: TelegramInbound
+    ) -> Admitted:
+        """Admit one Telegram message (one transaction); the caller confirms it afterwards."""
+        if message.sender_is_bot:
+            return Admitted(None, "from_bot")
+        if platform.allowed_users and (
+            message.sender_id not in {str(user) for user in platform.allowed_users}
+        ):
+            log.info(
+                "message %s in chat %s on %s not admitted: sender %s is not in allowed_users",
+                message.message_id,
+                message.chat_id,
+                platform.name,
+                message.sender_id,
+            )
+            return Admitted(None, "not_allowed")
+        if message.edited:
+            return Admitted(None, "edit")
+        payload = {
+            "text": message.text,
+            "sender_id": message.sender_id,
+            "sender_username": message.sender_username,
+            "chat_type": message.chat_type,
+            "update_id": message.update_id,
+            "date": message.date,
+        }
+        admission = self.ledger.inbound.admit(
+            platform.name,
+            bot,
+            message.chat_id,
+            message.message_id,
+            payload,
+            thread=message.thread_id,
+        )
+        if admission.new:
+            log.info(
+                "admitted inbound %s (%s chat %s message %s)",
+                admission.inbound.id,
+                platform.name,
+                message.chat_id,
+                message.message_id,
+            )
+            if self.on_new is not None:
+                self.on_new(admission.inbound.id)
+        return Admitted(admission, "new" if admission.new else "redelivered")

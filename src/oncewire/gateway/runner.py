@@ -1,0 +1,381 @@
+"""``oncewire gateway run``: one process owning one store, its pollers, turns and deliveries.
+
+Boot, in order, driven only by rows (nothing is read from a transcript, nothing is guessed):
+
+1. open the store (``[store] db``; migrations run);
+2. ``engine.recover()``: operations a dead process left in flight become ``ambiguous`` and
+   every committed reply is delivered (or scheduled, as its record says);
+3. turns whose owner is gone (a process on this host that died, or a lease that ran out) are
+   taken over: ended ``interrupted`` when their message was superseded, ended ``answered``
+   when their reply is committed (a guard: T5 commits both at once), resumed otherwise (the
+   model is asked again, with ``[turns] resume_note``);
+4. ``received`` messages are scheduled, per session in id order;
+5. a poller thread per Telegram platform with ``inbound = "polling"``: each update is admitted
+   (T1, :mod:`oncewire.gateway.admission`) and only then confirmed to Telegram; then the
+   line ``ready`` is printed on stdout.
+
+A scheduler thread starts turns (:mod:`oncewire.gateway.turn`) on a pool of ``[turns]
+max_concurrent`` worker threads, one turn per session at a time (the run ledger's
+one-active-run-per-branch index holds it; the scheduler only avoids asking twice), and a reply
+thread delivers replies whose retry time has come (``engine.run_due``).
+
+:meth:`Runner.stop` (SIGTERM or SIGINT) drains: the pollers stop at once (an update not yet
+admitted stays with Telegram), no new turn starts, running turns get ``grace_seconds`` to
+finish and deliver; a turn still running then is interrupted where it stands and left to the
+next process, which resumes it. The process then exits 0.
+
+Not yet: tools, busy modes other than one turn per session (interrupt, steer, reject),
+Telegram webhook mode and generic webhook platforms as inbound, Discord, a bot lease that
+refuses a second gateway on the same store, renewal of long turns' leases.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TextIO
+
+from oncewire.core.errors import ConfigurationError
+from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.gateway.admission import Admitter, telegram_bot_id
+from oncewire.gateway.config import GatewayConfig, PlatformConfig
+from oncewire.gateway.model import OpenAIChatClient
+from oncewire.gateway.model_results import Interrupt, ModelClient
+from oncewire.gateway.platforms.telegram import (
+    BotUnauthorized,
+    PollConflict,
+    TelegramBot,
+    TelegramUnavailable,
+)
+from oncewire.gateway.platforms.telegram_updates import UpdatePoller
+from oncewire.gateway.ratelimit import RateLimiter, RateLimits
+from oncewire.gateway.turn import TurnResult, TurnSettings, TurnWorker
+from oncewire.inbound import InboundState
+from oncewire.ledger import Ledger
+from oncewire.replies import Platform, ReplyEngine, ReplyState
+
+__all__ = ["Runner", "SessionKey"]
+
+log = logging.getLogger("oncewire.gateway.runner")
+
+SessionKey = tuple[str, str, str, str]  # platform, bot, chat, thread
+TURN_STATUSES = ("running", "interrupting")  # a turn run that is still active
+IDLE_POLL_SECONDS = 1.0  # the scheduler looks at the store at least this often
+POLL_BACKOFF_SECONDS = (1.0, 30.0)  # a failing poller's first and longest wait
+
+
+@dataclass
+class _Running:
+    inbound_id: int
+    interrupt: Interrupt
+    future: Future[TurnResult]
+
+
+class Runner:
+    """The gateway process: ``Runner(config).run()`` blocks until :meth:`stop`, then drains."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        grace_seconds: float = 30.0,
+        poll_timeout_seconds: int = 25,
+        out: TextIO | None = None,
+        model: ModelClient | None = None,
+    ) -> None:
+        if grace_seconds < 0:
+            raise ConfigurationError("grace_seconds must be >= 0")
+        self.config = config
+        self.grace_seconds = grace_seconds
+        self.poll_timeout_seconds = poll_timeout_seconds
+        self.out = out
+        self.owner = this_process_owner()
+        self._model = model
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._running: dict[SessionKey, _Running] = {}
+        self._resumes: dict[int, int] = {}  # inbound id -> the fence its dead owner held
+        self._threads: list[threading.Thread] = []
+        self._pollers: list[UpdatePoller] = []
+
+    def stop(self) -> None:
+        """Begin the drain (safe from a signal handler: it only sets a flag)."""
+        self._stop.set()
+        self._wake.set()
+
+    # -- the whole life --------------------------------------------------------------------
+    def run(self) -> int:
+        config = self.config
+        telegram = [p for p in config.platforms if p.kind == "telegram"]
+        for platform in config.platforms:
+            if platform.kind != "telegram":
+                log.warning("platform %s (%s) is not served yet", platform.name, platform.kind)
+            elif platform.inbound != "polling":
+                log.warning(
+                    "platform %s: webhook inbound is not wired into the runner yet; its "
+                    "replies are delivered but no new message is received",
+                    platform.name,
+                )
+        tokens = {p.name: config.secret(p.token_env or "") for p in telegram}
+        bots = {name: telegram_bot_id(token) for name, token in tokens.items()}
+        system_prompt = None
+        if config.model.system_prompt_file is not None:
+            try:
+                system_prompt = config.model.system_prompt_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"{config.path}: system_prompt_file: cannot read "
+                    f"{config.model.system_prompt_file}: {exc.strerror or exc}"
+                ) from exc
+        model = self._model or OpenAIChatClient.from_config(config.model)
+        adapters: dict[str, TelegramBot] = {}
+        ledger = Ledger(config.store.db)
+        try:
+            for p in telegram:
+                assert p.api_base is not None
+                adapters[p.name] = TelegramBot(
+                    tokens[p.name], api_base=p.api_base, limiter=RateLimiter(RateLimits.of(p))
+                )
+            platforms: dict[str, Platform] = dict(adapters)
+            engine = ReplyEngine(ledger, platforms, owner=self.owner)
+            worker = TurnWorker(
+                ledger,
+                engine,
+                model,
+                {p.name: p for p in telegram},
+                TurnSettings(
+                    max_retries=config.model.max_retries,
+                    max_starts=config.turns.max_starts,
+                    resume_note=config.turns.resume_note,
+                    system_prompt=system_prompt,
+                ),
+                owner=self.owner,
+            )
+            self._boot(ledger, engine)
+            admitter = Admitter(ledger, on_new=lambda _id: self._wake.set())
+            pool = ThreadPoolExecutor(config.turns.max_concurrent, thread_name_prefix="turn")
+            self._spawn("scheduler", lambda: self._schedule(ledger, worker, pool))
+            self._spawn("replies", lambda: self._deliver_due(engine))
+            for p in telegram:
+                if p.inbound == "polling":
+                    self._start_poller(p, tokens[p.name], bots[p.name], admitter)
+            if self.out is not None:
+                self.out.write("ready\n")
+                self.out.flush()
+            log.info("gateway ready: %s poller(s), owner %s", len(self._pollers), self.owner)
+            self._stop.wait()
+            self._drain(pool)
+        finally:
+            for poller in self._pollers:
+                poller.close()
+            for adapter in adapters.values():
+                adapter.close()
+            if self._model is None and isinstance(model, OpenAIChatClient):
+                model.close()
+            ledger.close()
+        log.info("gateway stopped")
+        return 0
+
+    # -- boot ------------------------------------------------------------------------------
+    def _boot(self, ledger: Ledger, engine: ReplyEngine) -> None:
+        report = engine.recover()
+        log.info(
+            "recovery: %s delivered, %s scheduled, %s dead, %s withdrawn, %s unanswered",
+            len(report.delivered),
+            len(report.scheduled),
+            len(report.dead),
+            len(report.withdrawn),
+            len(report.unanswered),
+        )
+        now = ledger.clock.now()
+        after = ""
+        while True:
+            rows = ledger.runs.list(status=TURN_STATUSES, limit=500, after_run_id=after)
+            for row in rows:
+                if row.workflow != "turn" or row.turn is None or not row.turn.isdigit():
+                    continue
+                inbound_id = int(row.turn)
+                gone = row.owner is None or owner_is_dead_locally(row.owner)
+                expired = row.lease_expires_at is not None and row.lease_expires_at <= now
+                if not (gone or expired):
+                    log.warning(
+                        "turn %s is held by %s, which may be alive; left to it",
+                        row.run_id,
+                        row.owner,
+                    )
+                    continue
+                self._take_over(ledger, engine, inbound_id, row.fence)
+            if len(rows) < 500:
+                break
+            after = rows[-1].run_id
+
+    def _take_over(self, ledger: Ledger, engine: ReplyEngine, inbound_id: int, fence: int) -> None:
+        inbound = ledger.inbound.get(inbound_id)
+        reply = ledger.replies.for_inbound(inbound_id)
+        turn = ledger.runs.turn
+        ending: tuple[str, str, str | None] | None = None
+        if reply is not None and reply.state is not ReplyState.OPEN and not reply.withdrawal:
+            ending = ("answered", "final_answer", reply.final_text)
+        elif inbound.status is InboundState.SUPERSEDED:
+            ending = ("interrupted", "superseded", None)
+        if ending is None:
+            if inbound.platform not in engine.platforms:
+                log.warning(
+                    "turn:%s is on platform %s, not served here", inbound_id, inbound.platform
+                )
+                return
+            log.info("turn:%s will be resumed (its owner is gone)", inbound_id)
+            self._resumes[inbound_id] = fence
+            return
+        status, reason, text = ending
+        with ledger.transaction() as tx:
+            taken = turn.resume_in_tx(
+                tx, inbound_id, owner=self.owner, from_fence=fence, lease_seconds=60.0
+            )
+            turn.terminate_in_tx(
+                tx, inbound_id, status, reason=reason, reply_text=text, fence=taken.run.fence
+            )
+        log.info("turn:%s taken over and ended %s", inbound_id, status)
+
+    # -- threads ---------------------------------------------------------------------------
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _start_poller(
+        self, platform: PlatformConfig, token: str, bot: str, admitter: Admitter
+    ) -> None:
+        assert platform.api_base is not None
+        poller = UpdatePoller(
+            token, api_base=platform.api_base, poll_timeout_seconds=self.poll_timeout_seconds
+        )
+        self._pollers.append(poller)
+
+        def loop() -> None:
+            backoff = POLL_BACKOFF_SECONDS[0]
+            while not self._stop.is_set():
+                try:
+                    for message in poller.poll():
+                        admitter.admit_telegram(platform, bot, message)
+                        poller.confirm(message.update_id)  # only after the admission committed
+                    backoff = POLL_BACKOFF_SECONDS[0]
+                    continue
+                except BotUnauthorized as exc:
+                    log.error("platform %s: the Bot API refused the token: %s", platform.name, exc)
+                    return
+                except TelegramUnavailable as exc:
+                    wait = exc.retry_after if exc.retry_after is not None else backoff
+                    log.warning(
+                        "platform %s: polling failed (%s); again in %.1fs", platform.name, exc, wait
+                    )
+                except PollConflict as exc:
+                    wait = backoff
+                    log.warning("platform %s: %s; again in %.1fs", platform.name, exc, wait)
+                except Exception:
+                    # An admission that failed is not confirmed: the next poll serves it again.
+                    wait = backoff
+                    log.exception(
+                        "platform %s: admission failed; again in %.1fs", platform.name, wait
+                    )
+                backoff = min(POLL_BACKOFF_SECONDS[1], backoff * 2)
+                self._stop.wait(wait)
+
+        self._spawn(f"poller-{platform.name}", loop)
+
+    def _schedule(self, ledger: Ledger, worker: TurnWorker, pool: ThreadPoolExecutor) -> None:
+        limit = self.config.turns.max_concurrent
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                for inbound_id, session, fence in self._candidates(ledger, worker):
+                    with self._lock:
+                        if self._stop.is_set() or len(self._running) >= limit:
+                            break
+                        if session in self._running:
+                            continue
+                        interrupt = Interrupt()
+                        future = pool.submit(worker.run, inbound_id, interrupt, resume_fence=fence)
+                        self._running[session] = _Running(inbound_id, interrupt, future)
+                        if fence is not None:
+                            self._resumes.pop(inbound_id, None)
+                    future.add_done_callback(functools.partial(self._finished, session))
+            except Exception:
+                log.exception("scheduling failed; trying again")
+            self._wake.wait(IDLE_POLL_SECONDS)
+
+    def _candidates(
+        self, ledger: Ledger, worker: TurnWorker
+    ) -> list[tuple[int, SessionKey, int | None]]:
+        """Turns to start now, oldest first: the resumes, then each session's first message."""
+        seen: set[SessionKey] = set()
+        found: list[tuple[int, SessionKey, int | None]] = []
+        for inbound_id, fence in sorted(self._resumes.items()):
+            inbound = ledger.inbound.get(inbound_id)
+            key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
+            seen.add(key)
+            found.append((inbound_id, key, fence))
+        after = 0
+        while True:
+            page = ledger.inbound.list(InboundState.RECEIVED, limit=500, after_id=after)
+            for inbound in page:
+                key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
+                if key in seen or inbound.platform not in worker.platforms:
+                    continue
+                seen.add(key)
+                found.append((inbound.id, key, None))
+            if len(page) < 500:
+                return found
+            after = page[-1].id
+
+    def _finished(self, session: SessionKey, done: Future[TurnResult]) -> None:
+        with self._lock:
+            self._running.pop(session, None)
+        try:
+            result = done.result()
+        except BaseException:
+            log.exception("a turn failed unexpectedly; its message is taken up again at restart")
+        else:
+            if result.status in ("quarantined", "busy"):
+                log.warning("inbound %s: %s", result.inbound_id, result.status)
+        self._wake.set()
+
+    def _deliver_due(self, engine: ReplyEngine) -> None:
+        while not self._stop.is_set():
+            try:
+                engine.run_due()
+            except Exception:
+                log.exception("delivering due replies failed; trying again")
+            self._stop.wait(IDLE_POLL_SECONDS)
+
+    # -- the drain -------------------------------------------------------------------------
+    def _drain(self, pool: ThreadPoolExecutor) -> None:
+        log.info("draining: pollers stop, running turns get %.1fs", self.grace_seconds)
+        for poller in self._pollers:
+            poller.stop()
+        deadline = time.monotonic() + self.grace_seconds
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            running = list(self._running.values())
+        for item in running:
+            try:
+                item.future.result(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            except BaseException:
+                continue  # logged by _finished
+        with self._lock:
+            left = list(self._running.values())
+        for item in left:
+            log.info(
+                "inbound %s still running after the grace period: interrupted", item.inbound_id
+            )
+            item.interrupt.interrupt()
+        pool.shutdown(wait=True, cancel_futures=True)
