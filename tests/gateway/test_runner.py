@@ -136,16 +136,19 @@ edit_interval_seconds = 0.05
 
         wait_for(reached, timeout=timeout, what=f"inbound {inbound_id} to be {status}")
 
-    def status(self) -> list[dict[str, Any]]:
+    def status_output(self, *options: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "oncewire", "gateway", "status", "--db", self.db, "--json"],
+            [sys.executable, "-m", "oncewire", "gateway", "status", "--db", self.db, *options],
             env=_child_env(),
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
-        sessions: list[dict[str, Any]] = json.loads(done.stdout)["sessions"]
+        return done.stdout
+
+    def status(self) -> list[dict[str, Any]]:
+        sessions: list[dict[str, Any]] = json.loads(self.status_output("--json"))["sessions"]
         return sessions
 
     def stop(self) -> None:
@@ -242,6 +245,9 @@ def test_a_gateway_killed_while_the_model_hangs_answers_once_after_a_restart(
     assert session["active_turn"] == "turn:1"
     assert (session["answering"], session["received"]) == (1, 1)
     assert (session["answered_not_delivered"], session["quarantined"]) == (0, 0)
+    header, row = r.status_output().splitlines()
+    assert header.split()[:5] == ["PLATFORM", "BOT", "CHAT", "THREAD", "ACTIVE_TURN"]
+    assert row.split()[:4] == [PLATFORM, TOKEN.split(":")[0], r.telegram.chat, "turn:1"]
 
     second = r.start()
     r.wait_status(2, InboundState.DELIVERED)
@@ -266,6 +272,7 @@ def test_a_gateway_killed_while_the_model_hangs_answers_once_after_a_restart(
     assert RESUME_PHRASE in resumed[-1]["content"].lower()
     assert RESUME_PHRASE not in json.dumps(requests[2]["body"]).lower()
     assert r.status() == []
+    assert "nothing pending" in r.status_output()
     assert second.terminate() == 0
 
 
@@ -314,6 +321,9 @@ def test_sigterm_lets_the_running_turn_finish_and_exits_0(rig: Callable[..., Rig
     assert gateway.terminate() == 0
     assert_answered_once(r, 1, answer)
     assert bot_messages(r) == [(answer, False)]
+    # The answer streamed into one message: previews, then the final edit.
+    (message,) = r.telegram.shown()
+    assert message.edits >= 1
     assert "draining" in gateway.log_text()
 
 

@@ -103,6 +103,7 @@ class Runner:
         self._resumes: dict[int, int] = {}  # inbound id -> the fence its dead owner held
         self._threads: list[threading.Thread] = []
         self._pollers: list[UpdatePoller] = []
+        self._ledger: Ledger | None = None
 
     def stop(self) -> None:
         """Begin the drain (safe from a signal handler: it only sets a flag)."""
@@ -123,7 +124,10 @@ class Runner:
                     platform.name,
                 )
         tokens = {p.name: config.secret(p.token_env or "") for p in telegram}
-        bots = {name: telegram_bot_id(token) for name, token in tokens.items()}
+        try:
+            bots = {name: telegram_bot_id(token) for name, token in tokens.items()}
+        except ValueError as exc:
+            raise ConfigurationError(f"{config.path}: a token_env variable: {exc}") from exc
         system_prompt = None
         if config.model.system_prompt_file is not None:
             try:
@@ -160,6 +164,7 @@ class Runner:
             self._boot(ledger, engine)
             admitter = Admitter(ledger, on_new=lambda _id: self._wake.set())
             pool = ThreadPoolExecutor(config.turns.max_concurrent, thread_name_prefix="turn")
+            self._ledger = ledger
             self._spawn("scheduler", lambda: self._schedule(ledger, worker, pool))
             self._spawn("replies", lambda: self._deliver_due(engine))
             for p in telegram:
@@ -316,7 +321,9 @@ class Runner:
         """Turns to start now, oldest first: the resumes, then each session's first message."""
         seen: set[SessionKey] = set()
         found: list[tuple[int, SessionKey, int | None]] = []
-        for inbound_id, fence in sorted(self._resumes.items()):
+        with self._lock:
+            resumes = sorted(self._resumes.items())
+        for inbound_id, fence in resumes:
             inbound = ledger.inbound.get(inbound_id)
             key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
             seen.add(key)
@@ -336,15 +343,31 @@ class Runner:
 
     def _finished(self, session: SessionKey, done: Future[TurnResult]) -> None:
         with self._lock:
-            self._running.pop(session, None)
+            running = self._running.pop(session, None)
         try:
             result = done.result()
         except BaseException:
-            log.exception("a turn failed unexpectedly; its message is taken up again at restart")
+            log.exception("a turn failed unexpectedly")
+            if running is not None and not self._stop.is_set():
+                self._retry(running.inbound_id)
         else:
             if result.status in ("quarantined", "busy"):
                 log.warning("inbound %s: %s", result.inbound_id, result.status)
         self._wake.set()
+
+    def _retry(self, inbound_id: int) -> None:
+        """A turn that raised is still active under this process: take it over again (one
+        more start: past max_starts its message is quarantined, so a message that keeps
+        failing cannot hold its session for ever)."""
+        try:
+            assert self._ledger is not None
+            run = self._ledger.runs.get(f"turn:{inbound_id}")
+        except Exception:
+            log.exception("inbound %s: its turn cannot be read; left to the next start", inbound_id)
+            return
+        if run.active and run.owner == self.owner:
+            with self._lock:
+                self._resumes[inbound_id] = run.fence
 
     def _deliver_due(self, engine: ReplyEngine) -> None:
         while not self._stop.is_set():
