@@ -2,8 +2,8 @@
 
 Everything the engine does to a chat is a wire operation on the reply record, durably
 ``in_flight`` before the platform is called and settled after. Each step reads the record and
-computes what is still missing, so a live delivery and a recovery after a crash are one
-algorithm: for each chunk slot of the plan,
+computes what is still missing (:mod:`oncewire.replies.plan`), so a live delivery and a
+recovery after a crash are one algorithm: for each chunk slot of the plan,
 
 * a slot whose message was acknowledged is edited if it shows something else (edits are
   idempotent and replayed freely) and never sent again;
@@ -36,12 +36,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
 from oncewire.core.errors import ConfigurationError, InvalidState, ReplyConflict, StaleFence
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.replies.plan import DEFAULT_STOPPED_NOTE, Step, plan_steps, read_slots
+from oncewire.replies.reports import DeliveryPass, PreviewPass, RecoveryReport
 from oncewire.replies.service import plan_chunks
 from oncewire.replies.splitting import Chunk
 from oncewire.replies.wire import (
@@ -72,7 +74,6 @@ __all__ = [
 log = logging.getLogger("oncewire.replies")
 
 DEFAULT_NOTICE = "Sorry: a reply to your message could not be delivered."
-DEFAULT_STOPPED_NOTE = "(stopped)"  # what a withdrawn preview shows where it cannot be deleted
 
 COMMITTED_NOT_SENT = crash.register(
     "replies.committed_not_sent",
@@ -94,136 +95,6 @@ PREVIEW_NOT_COMMITTED = crash.register(
     "replies.preview_visible_not_committed",
     "a stream preview shows the whole answer; the final text is not committed",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryPass:
-    """What one delivery pass did: ``delivered``, ``withdrawn``, ``scheduled``, ``dead`` or
-    ``busy``."""
-
-    reply: Reply
-    status: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreviewPass:
-    """What one :meth:`ReplyEngine.preview` did.
-
-    ``previewing`` turns False once previews of this reply should stop: its answer is
-    committed, another engine holds it, or an outcome is uncertain (the final delivery repairs
-    and marks what is unknown). ``wait_seconds`` is how long the platform asked to be left
-    alone (a rate limit) before the next preview.
-    """
-
-    previewing: bool
-    wait_seconds: float = 0.0
-
-
-@dataclass
-class RecoveryReport:
-    """What ``ReplyEngine.recover`` did, by reply id (and the inbound ids left to answer)."""
-
-    released: list[int] = field(default_factory=list)  # replies taken over from dead owners
-    delivered: list[int] = field(default_factory=list)
-    scheduled: list[int] = field(default_factory=list)
-    dead: list[int] = field(default_factory=list)
-    busy: list[int] = field(default_factory=list)
-    withdrawn: list[int] = field(default_factory=list)  # withdrawals whose previews are gone
-    unanswered: list[int] = field(default_factory=list)  # inbound ids the application must answer
-
-    def as_dict(self) -> dict[str, list[int]]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class _Slot:
-    message_id: str | None = None
-    shown: str | None = None  # the body the message is known to show (None: unknown)
-    marked: bool = False  # the message was sent with the marker (edits keep it)
-    maybe_landed: bool = False  # a send of this slot may have landed without an id
-    deleted: bool = False
-    uncertain: ReplyOp | None = None  # the first send that may have landed, under this key
-    generation: int = 0  # messages of this slot someone else deleted: part of its send key
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    slot: int
-    kind: OpKind
-    body: str
-    marked: bool
-    message_id: str | None
-    generation: int = 0
-
-
-def _slots(ops: Iterable[ReplyOp]) -> dict[int, _Slot]:
-    slots: dict[int, _Slot] = {}
-    for op in ops:
-        slot = slots.setdefault(op.slot, _Slot())
-        if op.kind is OpKind.SEND:
-            if op.state is OpState.ACKED:
-                slot.message_id, slot.shown, slot.marked = op.message_id, op.body, op.marked
-                slot.deleted = False
-            elif op.state in (OpState.IN_FLIGHT, OpState.AMBIGUOUS) and slot.message_id is None:
-                slot.maybe_landed = True
-                slot.uncertain = slot.uncertain or op
-            elif op.state is OpState.GONE:
-                # A new message gets a new key: an earlier uncertain send cannot be repeated
-                # under it, so a resend is marked if one may have landed.
-                slot.generation += 1
-                slot.uncertain = None
-        elif op.kind is OpKind.EDIT:
-            if op.state is OpState.ACKED:
-                slot.shown = op.body
-            elif op.state in (OpState.IN_FLIGHT, OpState.AMBIGUOUS):
-                slot.shown = None  # it may show either text: edit again
-        elif op.kind is OpKind.DELETE and op.state is OpState.ACKED:
-            slot.deleted = True
-        if op.state is OpState.GONE and op.message_id == slot.message_id:
-            # Someone else deleted the message: the slot shows nothing. maybe_landed stays as
-            # it was, so a slot an earlier send may also have reached is re-sent marked.
-            slot.message_id, slot.shown, slot.marked, slot.deleted = None, None, False, False
-    return slots
-
-
-def _steps(
-    slots: Mapping[int, _Slot],
-    chunks: list[Chunk],
-    final: bool,
-    platform: Platform,
-    note: str = DEFAULT_STOPPED_NOTE,
-    now: float = 0.0,
-) -> list[_Step]:
-    profile = platform.profile
-    steps: list[_Step] = []
-    if final and not chunks and not profile.can_delete and profile.can_edit:
-        # A withdrawal where messages cannot be deleted: each preview says it stopped.
-        for index, shown in sorted(slots.items()):
-            if shown.message_id is not None and not shown.deleted and shown.shown != note:
-                steps.append(_Step(index, OpKind.EDIT, note, shown.marked, shown.message_id))
-        return steps
-    for index, chunk in enumerate(chunks):
-        slot = slots.get(index)
-        want = chunk.text
-        if slot is not None and slot.message_id is not None and not slot.deleted:
-            if slot.shown != want and profile.can_edit:
-                steps.append(_Step(index, OpKind.EDIT, want, slot.marked, slot.message_id))
-        elif slot is None:
-            steps.append(_Step(index, OpKind.SEND, want, False, None))
-        else:
-            body, marked, first = want, slot.maybe_landed, slot.uncertain
-            window = profile.idempotent_send_window_seconds
-            if marked and first is not None and now - first.created_at < window:
-                # The platform still drops a repeat of that send's key: the same body, with
-                # the same rendering, shows once (an edit then brings it to the wanted text).
-                body, marked = first.body, first.marked
-            steps.append(_Step(index, OpKind.SEND, body, marked, None, slot.generation))
-    if final and profile.can_delete:
-        for index in sorted(slots):
-            slot = slots[index]
-            if index >= len(chunks) and slot.message_id is not None and not slot.deleted:
-                steps.append(_Step(index, OpKind.DELETE, "", False, slot.message_id))
-    return steps
 
 
 class ReplyEngine:
@@ -452,7 +323,9 @@ class ReplyEngine:
             if self.ledger.replies.get(reply.id).state is not ReplyState.OPEN:
                 return False, 0.0  # the answer is committed: the delivery owns the screen now
             ops = self._ops(reply.id)
-            steps = _steps(_slots(ops), chunks, False, platform, now=self.ledger.clock.now())
+            steps = plan_steps(
+                read_slots(ops), chunks, False, platform, now=self.ledger.clock.now()
+            )
             if not steps:
                 return True, 0.0
             outcome = self._perform(reply, platform, steps[0], ops, deliver=False, count=False)
@@ -487,7 +360,9 @@ class ReplyEngine:
         end = ReplyState.WITHDRAWN if reply.withdrawal else ReplyState.DELIVERED
         while True:
             ops = self._ops(reply.id)
-            steps = _steps(_slots(ops), chunks, True, platform, self.stopped_note, clock.now())
+            steps = plan_steps(
+                read_slots(ops), chunks, True, platform, self.stopped_note, clock.now()
+            )
             if not steps:
                 done = store.finish_reply(
                     reply.id,
@@ -551,7 +426,7 @@ class ReplyEngine:
         self,
         reply: Reply,
         platform: Platform,
-        step: _Step,
+        step: Step,
         seen: list[ReplyOp],
         *,
         deliver: bool,
