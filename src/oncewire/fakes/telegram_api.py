@@ -38,6 +38,9 @@ listener blackout of ``blackout_seconds``, see :mod:`oncewire.fakes.control`); `
 lets parked operations go on; ``state`` reports the confirmed offset, the pending updates, the
 long polls waiting now, the webhook's URL and every delivery attempt (``update_id``,
 ``status``, 0 when the URL could not be reached) and the faults fired.
+
+The update side (``getUpdates`` and the webhook) is :mod:`oncewire.fakes.telegram_updates`,
+how a call's parameters are read and its errors worded :mod:`oncewire.fakes.telegram_calls`.
 """
 
 from __future__ import annotations
@@ -50,9 +53,7 @@ import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -62,7 +63,19 @@ from oncewire.fakes.control import (
     ListenerServer,
     TrackedHandler,
     fault_from_json,
-    fsynced_append,
+)
+from oncewire.fakes.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
+# The update side's constants stay importable from the module that serves them.
+from oncewire.fakes.telegram_updates import CONFLICT as CONFLICT
+from oncewire.fakes.telegram_updates import DELIVERY_TIMEOUT_SECONDS as DELIVERY_TIMEOUT_SECONDS
+from oncewire.fakes.telegram_updates import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
+from oncewire.fakes.telegram_updates import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
+from oncewire.fakes.telegram_updates import SECRET_HEADER as SECRET_HEADER
+from oncewire.fakes.telegram_updates import (
+    WEBHOOK_ACTIVE,
+    UpdateMethods,
+    Updates,
+    Webhook,
 )
 from oncewire.platforms.base import (
     TELEGRAM_LIKE,
@@ -86,114 +99,9 @@ NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
     "exactly the same as a current content and reply markup of the message"
 )
-CONFLICT = (
-    "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
-    "is running"
-)
-WEBHOOK_ACTIVE = (
-    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete "
-    "the webhook first"
-)
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-_SECRET_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-# Webhook delivery retries: the first wait, doubled after each failure up to the last.
-RETRY_FIRST_SECONDS = 0.1
-RETRY_MAX_SECONDS = 2.0
-DELIVERY_TIMEOUT_SECONDS = 10.0
-
-Reply = tuple[int, Any]  # (HTTP status, body); body None: no answer at all
 
 
-class ApiError(Exception):
-    """A Bot API error answer."""
-
-    def __init__(self, status: int, description: str, **parameters: Any) -> None:
-        super().__init__(description)
-        self.status = status
-        self.description = description
-        self.parameters = parameters
-
-    def body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "ok": False,
-            "error_code": self.status,
-            "description": self.description,
-        }
-        if self.parameters:
-            body["parameters"] = self.parameters
-        return body
-
-
-def _bad(description: str) -> ApiError:
-    return ApiError(400, f"Bad Request: {description}")
-
-
-class Updates:
-    """Injected updates and the confirmed offset, persisted (fsync) and waited on by pollers."""
-
-    def __init__(self, path: Path) -> None:
-        self.updates: list[dict[str, Any]] = []
-        self.confirmed = 0  # every update below this offset is confirmed
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    break  # a torn last line: it was never answered
-                if "update" in entry:
-                    self.updates.append(entry["update"])
-                else:
-                    self.confirmed = max(self.confirmed, int(entry["confirm"]))
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.cond = threading.Condition()
-        self.generation = 0  # of getUpdates calls: a newer one ends the one waiting
-        self.waiting = 0  # getUpdates calls waiting for an update now
-
-    def next_id(self) -> int:
-        return max((u["update_id"] for u in self.updates), default=0) + 1
-
-    def add(self, update: dict[str, Any]) -> None:
-        with self.cond:
-            fsynced_append(self._fd, {"update": update})
-            self.updates.append(update)
-            self.cond.notify_all()
-
-    def confirm(self, offset: int) -> None:
-        if offset > self.confirmed:
-            fsynced_append(self._fd, {"confirm": offset})
-            self.confirmed = offset
-
-    def pending(self, allowed: Sequence[str] | None, limit: int) -> list[dict[str, Any]]:
-        ready = [
-            u
-            for u in self.updates
-            if u["update_id"] >= self.confirmed
-            and (not allowed or any(kind in u for kind in allowed))
-        ]
-        return ready[:limit]
-
-
-class Webhook:
-    """Where updates are POSTed while a webhook is set, persisted beside the journal."""
-
-    def __init__(self, url: str, secret_token: str | None, allowed: list[str] | None) -> None:
-        self.url = url
-        self.secret_token = secret_token
-        self.allowed = allowed
-
-    def as_json(self) -> dict[str, Any]:
-        return {"url": self.url, "secret_token": self.secret_token, "allowed": self.allowed}
-
-    @classmethod
-    def load(cls, path: Path) -> Webhook | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return cls(data["url"], data.get("secret_token"), data.get("allowed"))
-
-
-class TelegramFake:
+class TelegramFake(UpdateMethods):
     """The fake's state: chats (a journaled FakePlatform), users' messages, updates."""
 
     def __init__(
@@ -216,7 +124,7 @@ class TelegramFake:
         self._lock = threading.Lock()
         self._webhook_path = directory / "webhook.json"
         self._webhook = Webhook.load(self._webhook_path)  # guarded by updates.cond
-        self._deliveries: list[dict[str, int]] = []  # every webhook delivery attempt
+        self._deliveries = []  # every webhook delivery attempt
         self._fault_names = itertools.count()
         self._shown: dict[tuple[str, str], str] = {}  # (chat, bot message id) -> text shown
         self._user_ids: dict[str, set[int]] = {}  # chat -> ids of users' messages
@@ -244,51 +152,20 @@ class TelegramFake:
         }
         return 200, {"ok": True, "result": me}
 
-    def get_updates(self, params: Mapping[str, Any]) -> Reply:
-        offset = _int(params, "offset", None)
-        timeout = max(0, _int(params, "timeout", 0) or 0)
-        limit = min(100, max(1, _int(params, "limit", 100) or 100))
-        allowed = _json_param(params, "allowed_updates")
-        allowed = allowed if isinstance(allowed, list) else None
-        deadline = time.monotonic() + timeout
-        updates = self.updates
-        with updates.cond:
-            updates.generation += 1
-            mine = updates.generation
-            updates.cond.notify_all()
-            if self._webhook is not None:
-                raise ApiError(409, WEBHOOK_ACTIVE)
-            if offset is not None and offset > 0:
-                updates.confirm(offset)
-            while True:
-                if self._webhook is not None:
-                    raise ApiError(409, WEBHOOK_ACTIVE)
-                if updates.generation != mine:
-                    raise ApiError(409, CONFLICT)
-                ready = updates.pending(allowed, limit)
-                left = deadline - time.monotonic()
-                if ready or left <= 0:
-                    return 200, {"ok": True, "result": ready}
-                updates.waiting += 1
-                try:
-                    updates.cond.wait(min(left, 0.5))
-                finally:
-                    updates.waiting -= 1
-
     def send_message(self, params: Mapping[str, Any]) -> Reply:
         chat = self._chat(params)
         text = _text(params)
-        thread = _int(params, "message_thread_id", None)
+        thread = int_param(params, "message_thread_id", None)
         if thread == 1:
-            raise _bad("message thread not found")
-        reply = _json_param(params, "reply_parameters")
+            raise bad("message thread not found")
+        reply = json_param(params, "reply_parameters")
         reply = reply if isinstance(reply, Mapping) else {}
-        reply_to = _int(reply, "message_id", _int(params, "reply_to_message_id", None))
-        lenient = reply.get("allow_sending_without_reply") is True or _truthy(
+        reply_to = int_param(reply, "message_id", int_param(params, "reply_to_message_id", None))
+        lenient = reply.get("allow_sending_without_reply") is True or truthy(
             params.get("allow_sending_without_reply")
         )
         if reply_to is not None and not lenient and not self._exists(chat, reply_to):
-            raise _bad("message to be replied not found")
+            raise bad("message to be replied not found")
         request = self._request(chat, thread, reply_to)
         outcome = self.chats.send(request, text, marked=False)
         if isinstance(outcome, Delivered):
@@ -298,12 +175,12 @@ class TelegramFake:
 
     def edit_message_text(self, params: Mapping[str, Any]) -> Reply:
         chat = self._chat(params)
-        message_id = str(_int(params, "message_id", None))
+        message_id = str(int_param(params, "message_id", None))
         text = _text(params)
         with self._lock:
             shown = self._shown.get((chat, message_id))
         if shown is None:
-            raise _bad("message to edit not found")
+            raise bad("message to edit not found")
         if shown == text:
             raise ApiError(400, NOT_MODIFIED)
         outcome = self.chats.edit(self._request(chat, None, None), message_id, text, marked=False)
@@ -314,10 +191,10 @@ class TelegramFake:
 
     def delete_message(self, params: Mapping[str, Any]) -> Reply:
         chat = self._chat(params)
-        message_id = str(_int(params, "message_id", None))
+        message_id = str(int_param(params, "message_id", None))
         with self._lock:
             if (chat, message_id) not in self._shown:
-                raise _bad("message to delete not found")
+                raise bad("message to delete not found")
         outcome = self.chats.delete(self._request(chat, None, None), message_id)
         if isinstance(outcome, Delivered):
             with self._lock:
@@ -327,67 +204,15 @@ class TelegramFake:
     def send_chat_action(self, params: Mapping[str, Any]) -> Reply:
         self._chat(params)
         if not params.get("action"):
-            raise _bad("action is empty")
+            raise bad("action is empty")
         return 200, {"ok": True, "result": True}
 
-    def set_webhook(self, params: Mapping[str, Any]) -> Reply:
-        url = params.get("url")
-        if url in (None, ""):
-            return self.delete_webhook(params)  # as Telegram: an empty URL removes the webhook
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise _bad("bad webhook: an HTTP or HTTPS URL must be provided for webhook")
-        secret = params.get("secret_token")
-        if secret in (None, ""):
-            secret = None
-        elif (
-            not isinstance(secret, str)
-            or len(secret) > 256
-            or not set(secret) <= _SECRET_TOKEN_CHARS
-        ):
-            raise _bad("secret token contains unallowed characters")
-        allowed = _json_param(params, "allowed_updates")
-        hook = Webhook(url, secret, allowed if isinstance(allowed, list) else None)
-        with self.updates.cond:
-            _write_atomically(self._webhook_path, hook.as_json())
-            self._webhook = hook
-            if _truthy(params.get("drop_pending_updates")):
-                self.updates.confirm(self.updates.next_id())
-            self.updates.cond.notify_all()  # a long poll waiting now ends with 409
-        return 200, {"ok": True, "result": True, "description": "Webhook was set"}
-
-    def delete_webhook(self, params: Mapping[str, Any]) -> Reply:
-        with self.updates.cond:
-            had = self._webhook is not None
-            self._webhook = None
-            self._webhook_path.unlink(missing_ok=True)
-            if _truthy(params.get("drop_pending_updates")):
-                self.updates.confirm(self.updates.next_id())
-        said = "Webhook was deleted" if had else "Webhook is already deleted"
-        return 200, {"ok": True, "result": True, "description": said}
-
-    def get_webhook_info(self, params: Mapping[str, Any]) -> Reply:
-        with self.updates.cond:
-            hook = self._webhook
-            pending = len(self.updates.pending(hook.allowed if hook else None, 1 << 30))
-            failed = [d for d in self._deliveries if not 200 <= d["status"] < 300]
-        info: dict[str, Any] = {
-            "url": hook.url if hook else "",
-            "has_custom_certificate": False,
-            "pending_update_count": pending,
-        }
-        if hook is not None and hook.allowed is not None:
-            info["allowed_updates"] = hook.allowed
-        if failed:
-            info["last_error_date"] = failed[-1]["date"]
-            info["last_error_message"] = f"Wrong response from the webhook: {failed[-1]['status']}"
-        return 200, {"ok": True, "result": info}
-
-    METHODS = {
+    METHODS: dict[str, Callable[[TelegramFake, Mapping[str, Any]], Reply]] = {
         "getme": get_me,
-        "getupdates": get_updates,
-        "setwebhook": set_webhook,
-        "deletewebhook": delete_webhook,
-        "getwebhookinfo": get_webhook_info,
+        "getupdates": UpdateMethods.get_updates,
+        "setwebhook": UpdateMethods.set_webhook,
+        "deletewebhook": UpdateMethods.delete_webhook,
+        "getwebhookinfo": UpdateMethods.get_webhook_info,
         "sendmessage": send_message,
         "editmessagetext": edit_message_text,
         "deletemessage": delete_message,
@@ -464,44 +289,14 @@ class TelegramFake:
             "faults_fired": [(f["fault"], f["kind"], f["op"]) for f in view.faults],
         }
 
-    # -- webhook delivery --------------------------------------------------------------------
-    def _deliver_forever(self) -> None:
-        """POST the oldest pending update to the webhook until it is answered 2xx (then it is
-        confirmed and the next one goes), waiting a little longer after each failure."""
-        wait = RETRY_FIRST_SECONDS
-        while True:
-            with self.updates.cond:
-                while True:
-                    hook = self._webhook
-                    ready = [] if hook is None else self.updates.pending(hook.allowed, 1)
-                    if ready:
-                        break
-                    self.updates.cond.wait(0.5)
-            assert hook is not None
-            update = ready[0]
-            status = _post_update(hook, update)
-            with self.updates.cond:
-                self._deliveries.append(
-                    {"update_id": update["update_id"], "status": status, "date": int(time.time())}
-                )
-                delivered = 200 <= status < 300
-                if delivered and self._webhook is hook:
-                    self.updates.confirm(update["update_id"] + 1)
-            self.calls.write({"webhook_delivery": update["update_id"], "status": status})
-            if delivered:
-                wait = RETRY_FIRST_SECONDS
-            else:
-                time.sleep(wait)
-                wait = min(wait * 2, RETRY_MAX_SECONDS)
-
     # -- pieces ------------------------------------------------------------------------------
     def _chat(self, params: Mapping[str, Any]) -> str:
         if params.get("chat_id") in (None, ""):
-            raise _bad("chat_id is empty")
+            raise bad("chat_id is empty")
         chat = str(params["chat_id"])
         with self._lock:
             if chat not in self._chat_types:
-                raise _bad("chat not found")
+                raise bad("chat not found")
         return chat
 
     def _exists(self, chat: str, message_id: int) -> bool:
@@ -555,67 +350,12 @@ class TelegramFake:
         return 0, None  # timeout, ack_lost, a parked hold: no answer
 
 
-# Deliveries go straight to the URL, whatever proxy the environment names.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _post_update(hook: Webhook, update: Mapping[str, Any]) -> int:
-    """POST one update to the webhook: the HTTP status, 0 when nothing answered."""
-    request = urllib.request.Request(hook.url, data=json.dumps(update).encode(), method="POST")
-    request.add_header("content-type", "application/json")
-    if hook.secret_token is not None:
-        request.add_header(SECRET_HEADER, hook.secret_token)
-    try:
-        with _DIRECT.open(request, timeout=DELIVERY_TIMEOUT_SECONDS) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return int(exc.code)
-    except OSError:
-        return 0
-
-
-def _write_atomically(path: Path, data: Mapping[str, Any]) -> None:
-    temporary = path.with_suffix(".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
-        json.dump(data, file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-
-
-def _int(params: Mapping[str, Any], key: str, default: int | None) -> int | None:
-    value = params.get(key)
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        raise _bad(f"{key} must be an integer")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise _bad(f"{key} must be an integer") from None
-
-
-def _json_param(params: Mapping[str, Any], key: str) -> Any:
-    value = params.get(key)
-    if isinstance(value, str):  # form and query parameters carry objects as JSON text
-        try:
-            return json.loads(value)
-        except ValueError:
-            raise _bad(f"can't parse {key} JSON object") from None
-    return value
-
-
-def _truthy(value: Any) -> bool:
-    return value is True or value in ("true", "True", "1")
-
-
 def _text(params: Mapping[str, Any]) -> str:
     text = params.get("text")
     if not isinstance(text, str) or not text.strip():
-        raise _bad("message text is empty")
+        raise bad("message text is empty")
     if measure(text, "utf16") > CAP:
-        raise _bad("message is too long")
+        raise bad("message is too long")
     return text
 
 
@@ -642,7 +382,7 @@ class _Handler(TrackedHandler):
             elif raw:
                 params.update(parse_qsl(raw.decode()))
         except ValueError:
-            return self.send_json(400, _bad("can't parse request body").body())
+            return self.send_json(400, bad("can't parse request body").body())
         self._dispatch(params)
 
     def _dispatch(self, params: dict[str, Any]) -> None:
