@@ -65,7 +65,6 @@ from oncewire.fakes.control import (
     fault_from_json,
 )
 from oncewire.fakes.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
-# The update side's constants stay importable from the module that serves them.
 from oncewire.fakes.telegram_updates import CONFLICT as CONFLICT
 from oncewire.fakes.telegram_updates import DELIVERY_TIMEOUT_SECONDS as DELIVERY_TIMEOUT_SECONDS
 from oncewire.fakes.telegram_updates import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
