@@ -32,7 +32,7 @@ RESUME_PHRASE = "previous turn was interrupted"
 class Gateway:
     """A running ``python -m oncewire gateway run``, in a process group of its own."""
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(self, config: Path, log: Path, grace_seconds: float = 20.0) -> None:
         self.log = log
         with open(log, "a", encoding="utf-8") as stderr:
             self.process = subprocess.Popen(
@@ -45,7 +45,7 @@ class Gateway:
                     "--config",
                     str(config),
                     "--grace-seconds",
-                    "20",
+                    str(grace_seconds),
                 ],
                 env=_child_env(TELEGRAM_BOT_TOKEN=TOKEN),
                 stdout=subprocess.PIPE,
@@ -116,8 +116,8 @@ edit_interval_seconds = 0.05
         )
         self.gateways: list[Gateway] = []
 
-    def start(self) -> Gateway:
-        gateway = Gateway(self.config, self.tmp_path / "gateway.log")
+    def start(self, grace_seconds: float = 20.0) -> Gateway:
+        gateway = Gateway(self.config, self.tmp_path / "gateway.log", grace_seconds)
         self.gateways.append(gateway)
         return gateway
 
@@ -339,4 +339,40 @@ def test_a_model_that_keeps_failing_gets_an_honest_failure_reply(rig: Callable[.
         run = ledger.runs.get("turn:1")
         assert (run.status, run.terminal_reason) == ("failed", "model_unavailable")
         assert all(v.ok for v in ledger.runs.verify())
+    assert gateway.terminate() == 0
+
+
+def test_a_turn_still_running_after_the_grace_period_is_resumed_by_the_next_start(
+    rig: Callable[..., Rig],
+) -> None:
+    answer = "Answered by the next start."
+    r = rig([{"kind": "hang", "seconds": 600}, {"kind": "text", "text": answer}])
+    first = r.start(grace_seconds=0.5)
+    r.telegram.inject(text="a question the drain cannot wait for")
+    wait_for(lambda: len(r.model.requests()) == 1, what="the model request")
+    assert first.terminate() == 0  # the hung stream was interrupted, not waited for
+    assert "still running after the grace period" in first.log_text()
+    (session,) = r.status()
+    assert (session["active_turn"], session["answering"]) == ("turn:1", 1)
+    assert bot_messages(r) == []
+
+    second = r.start()
+    r.wait_status(1, InboundState.DELIVERED)
+    assert bot_messages(r) == [(answer, False)]
+    assert_answered_once(r, 1, answer)
+    assert RESUME_PHRASE in r.model.requests()[1]["body"]["messages"][-1]["content"].lower()
+    assert second.terminate() == 0
+
+
+def test_a_rate_limited_model_is_asked_again_when_it_says(rig: Callable[..., Rig]) -> None:
+    answer = "Answered once the rate limit passed."
+    r = rig(
+        [{"kind": "error", "status": 429, "retry_after_ms": 200}, {"kind": "text", "text": answer}]
+    )
+    gateway = r.start()
+    r.telegram.inject(text="busy?")
+    r.wait_status(1, InboundState.DELIVERED)
+    assert bot_messages(r) == [(answer, False)]
+    assert_answered_once(r, 1, answer)
+    assert len(r.model.requests()) == 2
     assert gateway.terminate() == 0
