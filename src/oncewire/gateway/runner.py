@@ -351,8 +351,11 @@ class Runner:
             if running is not None and not self._stop.is_set():
                 self._retry(running.inbound_id)
         else:
-            if result.status in ("quarantined", "busy"):
-                log.warning("inbound %s: %s", result.inbound_id, result.status)
+            if result.status == "quarantined":
+                log.warning("inbound %s: quarantined after too many starts", result.inbound_id)
+            elif result.status == "busy":
+                # Another process's turn holds the session; asked again at the next look.
+                log.debug("inbound %s: its session is busy", result.inbound_id)
         self._wake.set()
 
     def _retry(self, inbound_id: int) -> None:
