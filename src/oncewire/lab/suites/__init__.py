@@ -8,7 +8,7 @@ defines ``SUITE`` and a line in this tuple; the framework imports none of them.
 from __future__ import annotations
 
 from oncewire.lab.framework import Suite
-from oncewire.lab.suites import crashpoints, outbox, replies, runs, torture, workers
+from oncewire.lab.suites import crashpoints, gateway, outbox, replies, runs, torture, workers
 
 __all__ = ["SUITES", "by_name"]
 
@@ -19,6 +19,7 @@ SUITES: tuple[Suite, ...] = (
     workers.SUITE,
     replies.SUITE,
     runs.SUITE,
+    gateway.SUITE,
 )
 
 

@@ -1,0 +1,430 @@
+"""A real gateway between its two fakes: the harness of the ``gateway`` lab suite and the demo.
+
+:class:`GatewayRig` owns one folder. It starts the fake Telegram Bot API
+(``python -m oncewire.fakes.telegram_api``) and the fake OpenAI-compatible model server
+(``python -m oncewire.fakes.openai_api``) as child processes, writes a ``gateway.toml`` that
+points the Telegram platform's ``api_base`` and ``model.base_url`` at them, and runs
+``python -m oncewire gateway run`` in a process group of its own, so that :meth:`kill9` takes
+the whole group down with SIGKILL and nothing else. :meth:`start` again runs a new gateway on
+the same store and the same fakes.
+
+Everything the rig reports is read from outside the gateway: what the user sees from the fake's
+chat journal (:class:`~oncewire.platforms.fake.ChatView`), what the model was asked from the
+fake model's request journal, and the store's rows with the plain driver (read-only on
+SQLite), never from the gateway's own output. The gateway's stderr goes to a log file in the
+folder, kept as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oncewire.lab.fixtures import dialect_of, rows
+from oncewire.lab.framework import ProcessRecord
+from oncewire.platforms.fake import ChatView
+from oncewire.replies import TELEGRAM_LIKE
+
+__all__ = [
+    "BOT_TOKEN",
+    "CHAT",
+    "PLATFORM",
+    "BotMessage",
+    "GatewayRig",
+    "RigError",
+]
+
+PLATFORM = "fk_tg"  # the gateway's platform name, and the name in the fake's chat journal
+BOT_TOKEN = "123456:fake-LAB-token"  # the only token the fake Bot API accepts
+CHAT = "4242"  # the user's private chat
+START_SECONDS = 30.0  # how long a fake or the gateway may take to say it is ready
+
+
+class RigError(RuntimeError):
+    """A process of the rig did not start, or a wait ran out: the run cannot be judged."""
+
+
+@dataclass(frozen=True)
+class BotMessage:
+    """A message the bot shows in the chat now: its text without the duplicate marker, and
+    whether it carried the marker (a copy the gateway could not rule out as a second one)."""
+
+    message_id: str
+    text: str
+    marked: bool
+    edits: int
+
+
+def _child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    # No crash point leaks from the caller into a child unless the rig arms it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def _ready_port(process: subprocess.Popen[str], what: str) -> int:
+    line = _read_line(process, what)
+    if not line.startswith("ready port="):
+        process.kill()
+        process.communicate(timeout=10)
+        raise RigError(f"{what} did not start: {line!r}")
+    return int(line.strip().split("=", 1)[1])
+
+
+def _read_line(process: subprocess.Popen[str], what: str) -> str:
+    """The next stdout line of ``process``, or a RigError after ``START_SECONDS``."""
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], START_SECONDS)
+    if not readable:
+        raise RigError(f"{what} printed nothing in {START_SECONDS:.0f}s")
+    return process.stdout.readline()
+
+
+def _stop(process: subprocess.Popen[str] | None) -> None:
+    if process is not None and process.poll() is None:
+        process.kill()
+    if process is not None:
+        process.communicate(timeout=10)
+
+
+class GatewayRig:
+    """The fakes, a gateway.toml pointing at them, the store, and the gateway process.
+
+    ``script`` is the fake model's script (see :mod:`oncewire.fakes.openai_api`): a list of
+    responses consumed in order across every gateway the rig starts. ``streaming`` says whether
+    the gateway previews the answer while the model streams it.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        db: str,
+        script: Any,
+        *,
+        streaming: bool = True,
+        read_timeout_seconds: float = 10.0,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.folder = folder
+        self.db = db
+        self.dialect = dialect_of(db)
+        self.streaming = streaming
+        self.read_timeout_seconds = read_timeout_seconds
+        self._log = log
+        folder.mkdir(parents=True, exist_ok=True)
+        self.telegram_dir = folder / "telegram"
+        self.model_dir = folder / "model"
+        self.model_dir.mkdir(exist_ok=True)
+        (self.model_dir / "script.json").write_text(json.dumps(script), encoding="utf-8")
+        self.config = folder / "gateway.toml"
+        self.telegram: subprocess.Popen[str] | None = None
+        self.model: subprocess.Popen[str] | None = None
+        self.gateway: subprocess.Popen[str] | None = None
+        self.telegram_base = ""
+        self.model_base = ""
+        self.starts = 0
+        self.processes: list[ProcessRecord] = []  # every gateway that ended, for the evidence
+        self._started_at = 0.0
+        self._armed: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> GatewayRig:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start_fakes(self) -> None:
+        """Start both fakes (once) and write the gateway.toml that points at them."""
+        if self.telegram is not None:
+            return
+        self.telegram = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "oncewire.fakes.telegram_api",
+                "--port",
+                "0",
+                "--journal",
+                str(self.telegram_dir),
+                "--token",
+                BOT_TOKEN,
+                "--name",
+                PLATFORM,
+            ],
+            env=_child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.telegram_base = f"http://127.0.0.1:{_ready_port(self.telegram, 'the fake Bot API')}"
+        self.model = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "oncewire.fakes.openai_api",
+                "--port",
+                "0",
+                "--journal",
+                str(self.model_dir / "journal"),
+                "--script",
+                str(self.model_dir / "script.json"),
+            ],
+            env=_child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        port = _ready_port(self.model, "the fake model server")
+        self.model_base = f"http://127.0.0.1:{port}/v1"
+        self.config.write_text(self._toml(), encoding="utf-8")
+
+    def _toml(self) -> str:
+        return f"""\
+[store]
+db = {json.dumps(self.db)}
+
+[model]
+base_url = {json.dumps(self.model_base)}
+api_key_env = ""
+model = "fake-model"
+connect_timeout = 2
+read_timeout = {self.read_timeout_seconds}
+max_retries = 1
+
+[turns]
+max_concurrent = 2
+
+[[platforms]]
+name = "{PLATFORM}"
+kind = "telegram"
+token_env = "TELEGRAM_BOT_TOKEN"
+api_base = {json.dumps(self.telegram_base)}
+streaming = {json.dumps(self.streaming)}
+edit_interval_seconds = 0.05
+"""
+
+    def start(self, *, arm: str | None = None, token: Path | None = None) -> int:
+        """Start a gateway on the store and wait for its ``ready`` line; its pid.
+
+        ``arm`` arms a crash point (``oncewire.core.crash``) in the gateway process, ``token``
+        makes it fire at most once across every process the rig starts with it.
+        """
+        if self.gateway is not None and self.gateway.poll() is None:
+            raise RigError("a gateway is already running")
+        self.start_fakes()
+        extra = {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}
+        if arm:
+            extra["ONCEWIRE_CRASH"] = arm
+            if token is not None:
+                extra["ONCEWIRE_CRASH_TOKEN"] = str(token)
+        self.starts += 1
+        self._started_at, self._armed = time.monotonic(), arm
+        with open(self.log_path(self.starts), "w", encoding="utf-8") as stderr:
+            self.gateway = subprocess.Popen(
+                [sys.executable, "-m", "oncewire", "gateway", "run", "--config", str(self.config)],
+                env=_child_env(extra),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                start_new_session=True,  # its own process group: kill9 reaches nothing else
+            )
+        try:
+            line = _read_line(self.gateway, "the gateway")
+        except RigError:
+            self.kill9()
+            raise
+        if line.strip() != "ready":
+            self.kill9()
+            log = self.log_path(self.starts).read_text(encoding="utf-8")[-2000:]
+            raise RigError(f"the gateway did not start: {line!r}\n{log}")
+        self.note(f"gateway started (pid {self.gateway.pid})")
+        return self.gateway.pid
+
+    def log_path(self, start: int) -> Path:
+        return self.folder / f"gateway-{start}.log"
+
+    def kill9(self) -> int:
+        """SIGKILL the gateway's whole process group (no drain, no cleanup); its exit code."""
+        gateway = self._running()
+        if gateway.poll() is None:
+            os.killpg(gateway.pid, signal.SIGKILL)
+        return self._reap(gateway, 30.0)
+
+    def terminate(self, timeout_seconds: float = 30.0) -> int:
+        """SIGTERM the gateway (it drains) and wait for it; its exit code."""
+        gateway = self._running()
+        if gateway.poll() is None:
+            gateway.send_signal(signal.SIGTERM)
+        try:
+            return self._reap(gateway, timeout_seconds)
+        except subprocess.TimeoutExpired:
+            return self.kill9()
+
+    def wait_exit(self, timeout_seconds: float) -> int | None:
+        """The gateway's exit code once it ends by itself (a crash point), None if it runs on."""
+        gateway = self._running()
+        try:
+            return self._reap(gateway, timeout_seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _running(self) -> subprocess.Popen[str]:
+        if self.gateway is None:
+            raise RigError("no gateway was started")
+        return self.gateway
+
+    def _reap(self, gateway: subprocess.Popen[str], timeout_seconds: float) -> int:
+        code = gateway.wait(timeout=timeout_seconds)
+        if gateway.stdout is not None and not gateway.stdout.closed:
+            gateway.stdout.close()
+            log = self.log_path(self.starts).read_text(encoding="utf-8", errors="replace")
+            self.processes.append(
+                ProcessRecord(
+                    role="gateway",
+                    argv=["-m", "oncewire", "gateway", "run", "--config", str(self.config)],
+                    pid=gateway.pid,
+                    exit_code=code,
+                    response=None,
+                    stderr=log[-4000:],
+                    duration_seconds=round(time.monotonic() - self._started_at, 4),
+                    armed=self._armed,
+                )
+            )
+            self.note(f"gateway ended (exit {code})")
+        return code
+
+    def close(self) -> None:
+        """Stop whatever still runs: the gateway drained (SIGTERM, then SIGKILL if it hangs),
+        then both fakes."""
+        if self.gateway is not None:
+            self.terminate(timeout_seconds=10.0)
+        _stop(self.telegram)
+        _stop(self.model)
+
+    def note(self, text: str) -> None:
+        if self._log is not None:
+            self._log(text)
+
+    # -- the fake Bot API --------------------------------------------------------------------
+    def control(self, action: str, **params: Any) -> dict[str, Any]:
+        """Call the fake Bot API's ``/control/ACTION`` route."""
+        if not self.telegram_base:
+            raise RigError("the fakes are not started")
+        request = urllib.request.Request(
+            f"{self.telegram_base}/control/{action}",
+            data=json.dumps(params).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            result: dict[str, Any] = json.loads(answer.read())
+        return result
+
+    def inject(self, text: str) -> int:
+        """The user sends ``text``; the Telegram message id it got."""
+        return int(self.control("inject", chat_id=int(CHAT), text=text)["message_id"])
+
+    def fault(self, kind: str, **params: Any) -> None:
+        """Arm a fault on the fake Bot API (a :class:`~oncewire.platforms.fake.Fault`)."""
+        self.control("fault", kind=kind, chat=CHAT, **params)
+
+    def view(self) -> ChatView:
+        return ChatView([self.telegram_dir / "chat.jsonl"])
+
+    def visible(self) -> list[BotMessage]:
+        """The bot's messages in the user's chat, as the user sees them now."""
+        out = []
+        for message in self.view().visible(PLATFORM, CHAT):
+            text, marked = TELEGRAM_LIKE.strip_marker(message.text)
+            out.append(BotMessage(message.message_id, text, marked, message.edits))
+        return out
+
+    def operations(self) -> int:
+        """How many operations (sends, edits, deletes) the fake Bot API has applied."""
+        return len(self.view().operations)
+
+    def faults_fired(self) -> list[str]:
+        return [str(f.get("fault")) for f in self.view().faults]
+
+    # -- the fake model ----------------------------------------------------------------------
+    def model_requests(self) -> list[dict[str, Any]]:
+        """Every chat completion request the fake model received (journaled before it answers)."""
+        path = self.model_dir / "journal" / "requests.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+    # -- the store, read directly ------------------------------------------------------------
+    def rows(self, sql: str) -> list[dict[str, Any]]:
+        """``sql`` against the store with the plain driver (read-only on SQLite)."""
+        if self.dialect == "sqlite" and not Path(self.db).exists():
+            return []
+        return rows(self.dialect, self.db, sql)
+
+    def inbound(self) -> list[dict[str, Any]]:
+        return self.rows(
+            "SELECT id, platform_message_id, status, deliveries, attempts "
+            "FROM oncewire_inbound ORDER BY id"
+        )
+
+    def replies(self) -> list[dict[str, Any]]:
+        return self.rows(
+            "SELECT id, inbound_id, state, final_text, marked FROM oncewire_replies ORDER BY id"
+        )
+
+    def reply_ops(self) -> list[dict[str, Any]]:
+        return self.rows(
+            "SELECT reply_id, seq, kind, state, marked FROM oncewire_reply_ops "
+            "ORDER BY reply_id, seq"
+        )
+
+    def runs(self) -> list[dict[str, Any]]:
+        return self.rows(
+            "SELECT run_id, status, terminal_reason FROM oncewire_runs ORDER BY run_id"
+        )
+
+    def run_events(self, run_id: str) -> list[str]:
+        found = self.rows("SELECT run_id, seq, type FROM oncewire_run_events ORDER BY run_id, seq")
+        return [str(row["type"]) for row in found if row["run_id"] == run_id]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The store's rows, the chat and the model's request count, for the evidence."""
+        return {
+            "inbound": self.inbound(),
+            "replies": self.replies(),
+            "reply_ops": self.reply_ops(),
+            "runs": self.runs(),
+            "visible": [m.__dict__ for m in self.visible()],
+            "model_requests": len(self.model_requests()),
+        }
+
+    # -- waiting -----------------------------------------------------------------------------
+    def wait(self, predicate: Callable[[], bool], what: str, timeout_seconds: float = 20.0) -> None:
+        """Poll ``predicate`` until it holds; a RigError naming ``what`` after the timeout."""
+        deadline = time.monotonic() + timeout_seconds
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise RigError(f"timed out after {timeout_seconds:.0f}s waiting for {what}")
+            time.sleep(0.02)
+
+    def wait_inbound(self, status: str | Sequence[str], count: int = 1, **kw: float) -> None:
+        """Wait until ``count`` inbound rows have ``status`` (or one of them)."""
+        wanted = (status,) if isinstance(status, str) else tuple(status)
+
+        def reached() -> bool:
+            return sum(1 for row in self.inbound() if row["status"] in wanted) >= count
+
+        self.wait(reached, f"{count} inbound message(s) {'/'.join(wanted)}", **kw)
