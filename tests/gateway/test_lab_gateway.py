@@ -1,0 +1,113 @@
+"""The ``gateway`` lab suite: the real gateway process killed with SIGKILL and restarted, on a
+SQLite file and on PostgreSQL, with its evidence read back here (the fakes' journals and the
+store, both kept in the lab's folder or schema)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncewire.lab.fixtures import Backend
+from oncewire.lab.framework import ScenarioResult
+from oncewire.lab.gateway_rig import GatewayRig
+from oncewire.lab.runner import run_lab
+from oncewire.lab.suites.gateway import SCENARIOS, check_answer
+from oncewire.platforms.fake import ChatView
+from tests.conftest import _child_env
+from tests.support.pg import server_url
+
+pytestmark = pytest.mark.crash
+
+KILLED = -signal.SIGKILL
+
+
+def _scenarios(evidence: dict[str, Any], backend: str) -> dict[str, Any]:
+    suite = evidence["suites"]["gateway"]
+    assert evidence["passed"], json.dumps(suite, indent=1)[:6000]
+    scenarios: dict[str, Any] = suite["scenarios"]
+    assert set(scenarios) == {f"{s.name}[{backend}]" for s in SCENARIOS}
+    return scenarios
+
+
+def _check_evidence(scenarios: dict[str, Any], backend: str) -> None:
+    for name, scenario in scenarios.items():
+        codes = [p["exit_code"] for p in scenario["processes"]]
+        if not name.startswith("plain_message"):
+            # The first gateway died from SIGKILL (from outside, or at its armed crash point).
+            assert codes[0] == KILLED, (name, codes)
+        # Every gateway still running at the end drained to exit 0.
+        assert codes[-1] == 0, (name, codes)
+    held = scenarios[f"crash_point_send_in_flight[{backend}]"]
+    assert held["processes"][0]["armed"] == "replies.send_in_flight"
+    ack_lost = scenarios[f"killed_with_send_ack_lost[{backend}]"]["summary"]["visible"]
+    assert sorted(marked for _, marked in ack_lost) == [False, True]
+
+
+def test_the_gateway_suite_passes_on_postgresql() -> None:
+    pytest.importorskip("psycopg")
+    backend = Backend("postgresql", server_url(), run_id="gateway-test")
+    evidence = run_lab(["gateway"], backend=backend)
+    _check_evidence(_scenarios(evidence, "postgresql"), "postgresql")
+
+
+def test_the_verdict_fails_on_a_duplicate_or_a_partial_answer(tmp_path: Path) -> None:
+    """The oracle is not vacuous: the same rig, a plain answer, judged against other texts."""
+    answer = "Only this."
+    with GatewayRig(
+        tmp_path, str(tmp_path / "gateway.db"), [{"kind": "text", "text": answer}]
+    ) as rig:
+        rig.start()
+        rig.inject("question")
+        rig.wait_inbound("delivered")
+        good = ScenarioResult("good")
+        check_answer(good, rig, answer, "exact")
+        assert good.passed, good.failures
+        other = ScenarioResult("other text")
+        check_answer(other, rig, "Something else.", "one_copy")
+        assert not other.passed
+        assert any("partial or other" in f for f in other.failures)
+        missing = ScenarioResult("another inbound")
+        check_answer(missing, rig, answer, "exact", inbound_id=2)
+        assert not missing.passed
+
+
+def test_oncewire_lab_runs_the_gateway_suite_on_sqlite(tmp_path: Path) -> None:
+    output = tmp_path / "evidence.json"
+    lab = tmp_path / "lab"
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oncewire",
+            "lab",
+            "--suite",
+            "gateway",
+            "--directory",
+            str(lab),
+            "--output",
+            str(output),
+        ],
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.strip().splitlines()[-1].startswith("PASS: 7 scenarios in 1 suite(s)")
+    evidence = json.loads(output.read_text(encoding="utf-8"))
+    _check_evidence(_scenarios(evidence, "sqlite"), "sqlite")
+    # What the user saw in one kill scenario, read back from the journal the lab kept.
+    folder = lab / "gateway" / "killed_while_model_hangs"
+    shown = ChatView([folder / "telegram" / "chat.jsonl"]).visible("fk_tg")
+    assert [m.text for m in shown] == ["The complete answer, after the restart."]
+    with closing(sqlite3.connect(folder / "gateway.db")) as db:
+        rows = db.execute("SELECT status, attempts FROM oncewire_inbound").fetchall()
+    assert rows == [("delivered", 2)]
