@@ -20,7 +20,6 @@ action not known to have finished cannot claim a new candidate.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from oncewire.runs.machine import (
@@ -40,11 +39,20 @@ from oncewire.runs.records import (
     WORLD_CHANGING,
     ActionState,
     RunState,
-    SideEffectClass,
     Verdict,
 )
 from oncewire.runs.review.recovery import UNAVAILABLE_SUMMARY, recovery_plan
-from oncewire.storage.runs import ActionRow, FindingRow, PhaseRow
+from oncewire.runs.rules import (
+    abandon,
+    guard_abandon,
+    guard_resolve,
+    proposal_problem,
+    proposed_row,
+    resolved_row,
+    text_problem,
+    world_open,
+)
+from oncewire.storage.runs import FindingRow, PhaseRow
 
 __all__ = ["REVIEW", "UNAVAILABLE_SUMMARY", "recovery_plan"]
 
@@ -60,29 +68,13 @@ _CANDIDATE_FIELDS = (
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def _text(request: Request, name: str) -> str | None:
-    value = request.get(name)
-    if not isinstance(value, str) or not value:
-        return f"{name} must be a non-empty string"
-    return None
-
-
 def _candidate_problem(candidate: Any) -> str | None:
     if not isinstance(candidate, dict):
         return "candidate must be an object"
     missing = [name for name in _CANDIDATE_FIELDS if name not in candidate]
     if missing:
         return f"candidate lacks {', '.join(missing)}"
-    return _text(candidate, "candidate_id")
-
-
-def _world_open(state: State, phase_id: str | None = None) -> list[str]:
-    """Unresolved world-changing actions (of one phase, or of the whole run)."""
-    return sorted(
-        action_id
-        for action_id, action in state["unresolved"].items()
-        if action["class"] in WORLD_CHANGING and (phase_id is None or action["phase"] == phase_id)
-    )
+    return text_problem(candidate, "candidate_id")
 
 
 def _phase_row(step: Step, phase: dict[str, Any], status: str, **closing: Any) -> PhaseRow:
@@ -106,7 +98,7 @@ def _phase_row(step: Step, phase: dict[str, Any], status: str, **closing: Any) -
 # -- start and candidates ------------------------------------------------------------------------
 def _guard_start(state: State, request: Request) -> str | None:
     for name in ("scope", "branch", "workflow"):
-        problem = _text(request, name)
+        problem = text_problem(request, name)
         if problem:
             return problem
     if not isinstance(request.get("params", {}), dict):
@@ -148,7 +140,7 @@ def _record_candidate(state: State, request: Request, step: Step, rows: Rows) ->
 
 # -- reviews -------------------------------------------------------------------------------------
 def _guard_start_review(state: State, request: Request) -> str | None:
-    problem = _text(request, "review_id")
+    problem = text_problem(request, "review_id")
     if problem:
         return problem
     candidate = state["candidate"] or {}
@@ -240,7 +232,7 @@ def _complete_review(state: State, request: Request, step: Step, rows: Rows) -> 
 
 # -- repairs -------------------------------------------------------------------------------------
 def _guard_start_repair(state: State, request: Request) -> str | None:
-    problem = _text(request, "repair_id")
+    problem = text_problem(request, "repair_id")
     if problem:
         return problem
     review = state["last_review"]
@@ -293,7 +285,7 @@ def _guard_complete_repair(state: State, request: Request) -> str | None:
     if request.get("repair_id") != phase.get("id"):
         return f"repair {request.get('repair_id')!r} is not the open repair {phase.get('id')!r}"
     status = request.get("status")
-    pending = _world_open(state, phase.get("id"))
+    pending = world_open(state, phase.get("id"))
     if status == "completed":
         if pending:
             return f"actions {pending} may have changed the world and are not resolved"
@@ -326,14 +318,10 @@ def _complete_repair(state: State, request: Request, step: Step, rows: Rows) -> 
 # -- actions -------------------------------------------------------------------------------------
 def _guard_propose(state: State, request: Request) -> str | None:
     for name in ("action_id", "kind"):
-        problem = _text(request, name)
+        problem = text_problem(request, name)
         if problem:
             return problem
-    if request.get("side_effect_class") not in {c.value for c in SideEffectClass}:
-        return f"unknown side-effect class {request.get('side_effect_class')!r}"
-    if request["action_id"] in state["unresolved"]:
-        return f"action {request['action_id']!r} is already proposed"
-    return None
+    return proposal_problem(state, request)
 
 
 def _propose(state: State, request: Request, step: Step, rows: Rows) -> None:
@@ -346,37 +334,7 @@ def _propose(state: State, request: Request, step: Step, rows: Rows) -> None:
     if phase is not None and not phase["bound"]:
         phase["bound"] = True  # the first recorded action proves the phase keeps a ledger
         rows.phases.append(_phase_row(step, phase, "open"))
-    arguments_json = fast_canonical(request.get("arguments"))
-    rows.actions.append(
-        ActionRow(
-            run_id=step.run_id,
-            action_id=request["action_id"],
-            phase_id=phase["id"] if phase else None,
-            kind=request["kind"],
-            arguments_json=arguments_json,
-            arguments_digest=hashlib.sha256(arguments_json.encode("utf-8")).hexdigest(),
-            side_effect_class=request["side_effect_class"],
-            resource_keys_json=fast_canonical(list(request.get("resource_keys") or [])),
-            effect_key=request.get("effect_key"),
-            status=ActionState.PROPOSED.value,
-            result_json=None,
-            proposed_seq=step.seq,
-            resolved_seq=None,
-        )
-    )
-
-
-def _guard_resolve(state: State, request: Request) -> str | None:
-    action = state["unresolved"].get(request.get("action_id"))
-    if action is None:
-        return f"action {request.get('action_id')!r} is not proposed and unresolved"
-    if request.get("status") not in (
-        ActionState.SUCCEEDED,
-        ActionState.FAILED,
-        ActionState.NOT_RUN,
-    ):
-        return "status must be succeeded, failed or not_run"
-    return None
+    rows.actions.append(proposed_row(step, request, phase["id"] if phase else None))
 
 
 def _resolve(state: State, request: Request, step: Step, rows: Rows) -> None:
@@ -389,23 +347,7 @@ def _resolve(state: State, request: Request, step: Step, rows: Rows) -> None:
         and action["phase"] == phase["id"]
     ):
         state["changed"] = True
-    rows.actions.append(
-        ActionRow(
-            run_id=step.run_id,
-            action_id=request["action_id"],
-            phase_id=action["phase"],
-            kind="",
-            arguments_json="null",
-            arguments_digest="",
-            side_effect_class=action["class"],
-            resource_keys_json="[]",
-            effect_key=action["effect_key"],
-            status=str(request["status"]),
-            result_json=fast_canonical(request.get("result")),
-            proposed_seq=0,
-            resolved_seq=step.seq,
-        )
-    )
+    rows.actions.append(resolved_row(step, request, action, action["phase"]))
 
 
 # -- terminal ------------------------------------------------------------------------------------
@@ -418,7 +360,7 @@ def _guard_terminate(state: State, request: Request) -> str | None:
     if state["phase"] is not None:
         return f"the {state['phase']['kind']} phase {state['phase']['id']!r} is still open"
     current = state["status"]
-    open_world = _world_open(state)
+    open_world = world_open(state)
     review = state["last_review"]
     candidate = state["candidate"] or {}
     reviewed = review is not None and review["candidate_id"] == candidate.get("candidate_id")
@@ -451,16 +393,6 @@ def _terminate(state: State, request: Request, step: Step, rows: Rows) -> None:
     state["status"] = str(request["status"])
     state["reason"] = str(request["reason"])
     state["finished_at"] = step.at
-
-
-# -- release -------------------------------------------------------------------------------------
-def _guard_abandon(state: State, request: Request) -> str | None:
-    return _text(request, "reason")
-
-
-def _abandon(state: State, request: Request, step: Step, rows: Rows) -> None:
-    # Not a terminal: the status keeps saying what the run was doing when it was released.
-    state["abandoned"] = {"reason": request["reason"], "at": step.at}
 
 
 REVIEW = register(
@@ -512,11 +444,11 @@ REVIEW = register(
                 _guard_complete_repair,
             ),
             Transition("propose_action", ACTIVE, "action_proposed", None, _propose, _guard_propose),
-            Transition("resolve_action", ACTIVE, "action_resolved", None, _resolve, _guard_resolve),
+            Transition("resolve_action", ACTIVE, "action_resolved", None, _resolve, guard_resolve),
             Transition(
                 "terminate", ACTIVE, "run_terminated", None, _terminate, _guard_terminate, True
             ),
-            Transition("abandon", ACTIVE, "run_abandoned", None, _abandon, _guard_abandon),
+            Transition("abandon", ACTIVE, "run_abandoned", None, abandon, guard_abandon),
         ),
         terminal_statuses=frozenset(str(s) for s in TERMINAL_STATUSES),
     )

@@ -24,7 +24,6 @@ world-changing tool call whose outcome is not known.
 from __future__ import annotations
 
 import enum
-import hashlib
 import re
 from typing import Any
 
@@ -37,11 +36,18 @@ from oncewire.runs.machine import (
     Step,
     Transition,
     Workflow,
-    fast_canonical,
     register,
 )
-from oncewire.runs.records import WORLD_CHANGING, ActionState, SideEffectClass
-from oncewire.storage.runs import ActionRow
+from oncewire.runs.rules import (
+    abandon,
+    guard_abandon,
+    guard_resolve,
+    proposal_problem,
+    proposed_row,
+    resolved_row,
+    text_problem,
+    world_open,
+)
 
 __all__ = [
     "TURN",
@@ -111,13 +117,6 @@ def effect_key(inbound_id: int, step: int, index: int) -> str:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def _text(request: Request, name: str) -> str | None:
-    value = request.get(name)
-    if not isinstance(value, str) or not value:
-        return f"{name} must be a non-empty string"
-    return None
-
-
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -130,17 +129,10 @@ def _digest(value: Any) -> bool:
     return isinstance(value, str) and _HEX64.fullmatch(value) is not None
 
 
-def _world_open(state: State) -> list[str]:
-    """Unresolved tool calls that may have changed the world."""
-    return sorted(
-        action for action, held in state["unresolved"].items() if held["class"] in WORLD_CHANGING
-    )
-
-
 # -- start -------------------------------------------------------------------------------------
 def _guard_start(state: State, request: Request) -> str | None:
     for name in ("scope", "branch", "workflow"):
-        problem = _text(request, name)
+        problem = text_problem(request, name)
         if problem:
             return problem
     params = request.get("params")
@@ -207,14 +199,14 @@ def _guard_step(state: State, request: Request) -> str | None:
             return f"{name} must be a sha256 hex digest"
     if not isinstance(request.get("usage"), dict):
         return "usage must be an object"
-    problem = _text(request, "finish_reason")
+    problem = text_problem(request, "finish_reason")
     if problem:
         return problem
     calls = request.get("tool_calls")
     if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
         return "tool_calls must be a list of objects"
     for call in calls:
-        if _text(call, "id") or _text(call, "name"):
+        if text_problem(call, "id") or text_problem(call, "name"):
             return "every tool call needs a non-empty id and name"
     if len({c["id"] for c in calls}) != len(calls):
         return "the step's tool call ids must be distinct"
@@ -257,11 +249,7 @@ def _guard_propose(state: State, request: Request) -> str | None:
     effect = request.get("effect_key")
     if effect is not None and effect != effect_key(state["inbound"], number, index):
         return f"the call's effect key is {effect_key(state['inbound'], number, index)!r}"
-    if request.get("side_effect_class") not in {c.value for c in SideEffectClass}:
-        return f"unknown side-effect class {request.get('side_effect_class')!r}"
-    if request["action_id"] in state["unresolved"]:
-        return f"action {request['action_id']!r} is already proposed"
-    return None
+    return proposal_problem(state, request)
 
 
 def _propose(state: State, request: Request, step: Step, rows: Rows) -> None:
@@ -269,57 +257,12 @@ def _propose(state: State, request: Request, step: Step, rows: Rows) -> None:
         "class": request["side_effect_class"],
         "effect_key": request.get("effect_key"),
     }
-    arguments_json = fast_canonical(request.get("arguments"))
-    rows.actions.append(
-        ActionRow(
-            run_id=step.run_id,
-            action_id=request["action_id"],
-            phase_id=None,
-            kind=request["kind"],
-            arguments_json=arguments_json,
-            arguments_digest=hashlib.sha256(arguments_json.encode("utf-8")).hexdigest(),
-            side_effect_class=request["side_effect_class"],
-            resource_keys_json=fast_canonical(list(request.get("resource_keys") or [])),
-            effect_key=request.get("effect_key"),
-            status=ActionState.PROPOSED.value,
-            result_json=None,
-            proposed_seq=step.seq,
-            resolved_seq=None,
-        )
-    )
-
-
-def _guard_resolve(state: State, request: Request) -> str | None:
-    if request.get("action_id") not in state["unresolved"]:
-        return f"action {request.get('action_id')!r} is not proposed and unresolved"
-    if request.get("status") not in (
-        ActionState.SUCCEEDED,
-        ActionState.FAILED,
-        ActionState.NOT_RUN,
-    ):
-        return "status must be succeeded, failed or not_run"
-    return None
+    rows.actions.append(proposed_row(step, request, None))
 
 
 def _resolve(state: State, request: Request, step: Step, rows: Rows) -> None:
     action = state["unresolved"].pop(request["action_id"])
-    rows.actions.append(
-        ActionRow(
-            run_id=step.run_id,
-            action_id=request["action_id"],
-            phase_id=None,
-            kind="",
-            arguments_json="null",
-            arguments_digest="",
-            side_effect_class=action["class"],
-            resource_keys_json="[]",
-            effect_key=action["effect_key"],
-            status=str(request["status"]),
-            result_json=fast_canonical(request.get("result")),
-            proposed_seq=0,
-            resolved_seq=step.seq,
-        )
-    )
+    rows.actions.append(resolved_row(step, request, action, None))
 
 
 # -- interrupts and takeovers ------------------------------------------------------------------
@@ -327,7 +270,7 @@ def _guard_interrupt(state: State, request: Request) -> str | None:
     by = request.get("by")
     if by is not None and (not _positive(by) or by == state["inbound"]):
         return "by must be the interrupting message's id (another inbound's) or null"
-    return _text(request, "reason")
+    return text_problem(request, "reason")
 
 
 def _interrupt(state: State, request: Request, step: Step, rows: Rows) -> None:
@@ -335,7 +278,7 @@ def _interrupt(state: State, request: Request, step: Step, rows: Rows) -> None:
 
 
 def _guard_resume(state: State, request: Request) -> str | None:
-    problem = _text(request, "owner") or _text(request, "reason")
+    problem = text_problem(request, "owner") or text_problem(request, "reason")
     if problem:
         return problem
     if request.get("from_fence") != state["fence"] or request.get("fence") != state["fence"] + 1:
@@ -353,7 +296,7 @@ def _guard_terminate(state: State, request: Request) -> str | None:
     status = request.get("status")
     if status not in {str(s) for s in TURN_TERMINAL}:
         return f"{status!r} is not a turn's terminal status"
-    problem = _text(request, "reason")
+    problem = text_problem(request, "reason")
     if problem:
         return problem
     reply = request.get("reply_sha256")
@@ -367,7 +310,7 @@ def _guard_terminate(state: State, request: Request) -> str | None:
             return "answered needs the committed reply's text digest (reply_sha256)"
     if status == TurnState.INTERRUPTED and current != TurnState.INTERRUPTING:
         return "interrupted needs a recorded interrupt"
-    open_world = _world_open(state)
+    open_world = world_open(state)
     if status != TurnState.OUTCOME_UNKNOWN and open_world:
         return f"tool calls {open_world} may have changed the world: the outcome is unknown"
     return None
@@ -380,16 +323,6 @@ def _terminate(state: State, request: Request, step: Step, rows: Rows) -> None:
     state["finished_at"] = step.at
 
 
-# -- release -----------------------------------------------------------------------------------
-def _guard_abandon(state: State, request: Request) -> str | None:
-    return _text(request, "reason")
-
-
-def _abandon(state: State, request: Request, step: Step, rows: Rows) -> None:
-    # Not a terminal: the status keeps saying what the turn was doing when it was released.
-    state["abandoned"] = {"reason": request["reason"], "at": step.at}
-
-
 TURN = register(
     Workflow(
         "turn",
@@ -400,9 +333,7 @@ TURN = register(
             Transition(
                 "propose_action", _RUNNING, "action_proposed", None, _propose, _guard_propose
             ),
-            Transition(
-                "resolve_action", _ACTIVE, "action_resolved", None, _resolve, _guard_resolve
-            ),
+            Transition("resolve_action", _ACTIVE, "action_resolved", None, _resolve, guard_resolve),
             Transition(
                 "request_interrupt",
                 _RUNNING,
@@ -415,7 +346,7 @@ TURN = register(
             Transition(
                 "terminate", _ACTIVE, "run_terminated", None, _terminate, _guard_terminate, True
             ),
-            Transition("abandon", _ACTIVE, "run_abandoned", None, _abandon, _guard_abandon),
+            Transition("abandon", _ACTIVE, "run_abandoned", None, abandon, guard_abandon),
         ),
         terminal_statuses=frozenset(str(s) for s in TURN_TERMINAL),
     )
