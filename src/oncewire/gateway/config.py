@@ -106,7 +106,8 @@ class ToolConfig:
     sink: str  # module:callable
     schema_file: Path | None
     side_effect: str  # one of SIDE_EFFECTS
-    timeout_seconds: float
+    timeout_seconds: float  # one attempt of the tool's sink
+    max_attempts: int = 3  # attempts that may have run the sink, then the call is dead
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ def _platform(t: _Table) -> PlatformConfig:
 
 
 def _tool(t: _Table) -> ToolConfig:
-    t.only("name", "sink", "schema_file", "side_effect", "timeout_seconds")
+    t.only("name", "sink", "schema_file", "side_effect", "timeout_seconds", "max_attempts")
     sink = t.text("sink")
     if not _SINK.match(sink):
         raise t.error(
@@ -281,6 +282,7 @@ def _tool(t: _Table) -> ToolConfig:
         schema_file=t.file("schema_file"),
         side_effect=t.choice("side_effect", SIDE_EFFECTS, "unknown"),
         timeout_seconds=t.seconds("timeout_seconds", 30.0),
+        max_attempts=t.integer("max_attempts", 3, minimum=1),
     )
 
 

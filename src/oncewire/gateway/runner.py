@@ -10,7 +10,10 @@ Boot, in order, driven only by rows (nothing is read from a transcript, nothing 
    when their reply is committed (a guard: T5 commits both at once), resumed otherwise (the
    model is asked again, with ``[turns] resume_note``);
 4. ``received`` messages are scheduled, per session in id order;
-5. a poller thread per Telegram platform with ``inbound = "polling"``: each update is admitted
+5. with ``[[tools]]``, a :class:`~oncewire.Dispatcher` thread that runs the tools' effects
+   (:mod:`oncewire.gateway.tools`; a resumed turn's unfinished calls included: an effect a dead
+   process left claimed is redelivered, flagged);
+6. a poller thread per Telegram platform with ``inbound = "polling"``: each update is admitted
    (T1, :mod:`oncewire.gateway.admission`) and only then confirmed to Telegram; then the
    line ``ready`` is printed on stdout.
 
@@ -22,9 +25,11 @@ thread delivers replies whose retry time has come (``engine.run_due``).
 :meth:`Runner.stop` (SIGTERM or SIGINT) drains: the pollers stop at once (an update not yet
 admitted stays with Telegram), no new turn starts, running turns get ``grace_seconds`` to
 finish and deliver; a turn still running then is interrupted where it stands and left to the
-next process, which resumes it. The process then exits 0.
+next process, which resumes it. The dispatcher stops last (its tool calls in flight get its own
+grace period; one still running then stays claimed for the next process). The process then
+exits 0.
 
-Not yet: tools, busy modes other than one turn per session (interrupt, steer, reject),
+Not yet: busy modes other than one turn per session (interrupt, steer, reject),
 Telegram webhook mode and generic webhook platforms as inbound, Discord, a bot lease that
 refuses a second gateway on the same store, renewal of long turns' leases.
 """
@@ -42,6 +47,7 @@ from typing import TextIO
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.dispatch import Dispatcher
 from oncewire.gateway.admission import Admitter, telegram_bot_id
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
 from oncewire.gateway.model import OpenAIChatClient
@@ -54,6 +60,7 @@ from oncewire.gateway.platforms.telegram import (
 )
 from oncewire.gateway.platforms.telegram_updates import UpdatePoller
 from oncewire.gateway.ratelimit import RateLimiter, RateLimits
+from oncewire.gateway.tools import ToolRegistry
 from oncewire.gateway.turn import TurnResult, TurnSettings, TurnWorker
 from oncewire.inbound import InboundState
 from oncewire.ledger import Ledger
@@ -137,9 +144,12 @@ class Runner:
                     f"{config.path}: system_prompt_file: cannot read "
                     f"{config.model.system_prompt_file}: {exc.strerror or exc}"
                 ) from exc
+        tools = ToolRegistry.from_config(config.tools, origin=f"{config.path}: [[tools]]")
         model = self._model or OpenAIChatClient.from_config(config.model)
         adapters: dict[str, TelegramBot] = {}
         ledger = Ledger(config.store.db)
+        dispatcher: Dispatcher | None = None
+        dispatching: threading.Thread | None = None
         try:
             for p in telegram:
                 assert p.api_base is not None
@@ -148,6 +158,15 @@ class Runner:
                 )
             platforms: dict[str, Platform] = dict(adapters)
             engine = ReplyEngine(ledger, platforms, owner=self.owner)
+            if tools:
+                dispatcher = Dispatcher(
+                    ledger,
+                    tools.sinks(),
+                    attempt_timeouts=tools.attempt_timeouts(),
+                    concurrency=config.turns.max_concurrent,
+                    owner=self.owner,
+                    grace_seconds=self.grace_seconds,
+                )
             worker = TurnWorker(
                 ledger,
                 engine,
@@ -158,10 +177,21 @@ class Runner:
                     max_starts=config.turns.max_starts,
                     resume_note=config.turns.resume_note,
                     system_prompt=system_prompt,
+                    max_steps=config.turns.max_steps,
                 ),
                 owner=self.owner,
+                tools=tools,
+                wake_tools=None if dispatcher is None else dispatcher.wake,
             )
             self._boot(ledger, engine)
+            if dispatcher is not None:
+                # Its own thread, outside self._threads: it stops after the turns have.
+                dispatching = threading.Thread(
+                    target=functools.partial(dispatcher.run, handle_signals=False),
+                    name="dispatcher",
+                    daemon=True,
+                )
+                dispatching.start()
             admitter = Admitter(ledger, on_new=lambda _id: self._wake.set())
             pool = ThreadPoolExecutor(config.turns.max_concurrent, thread_name_prefix="turn")
             self._ledger = ledger
@@ -177,6 +207,9 @@ class Runner:
             self._stop.wait()
             self._drain(pool)
         finally:
+            if dispatcher is not None and dispatching is not None:
+                dispatcher.stop()
+                dispatching.join()
             for poller in self._pollers:
                 poller.close()
             for adapter in adapters.values():

@@ -9,29 +9,45 @@ A turn answers one inbound message on its session (``platform, bot, chat, thread
    another turn holds the session) or, for a turn a dead process left, is taken over under the
    next fence (``runs.turn.resume_in_tx``).
 2. **The model stream**: the system prompt and the message's text (history is the current
-   message only, for now); a resumed turn's request ends with ``[turns] resume_note``. Text
-   deltas go to a :class:`~oncewire.gateway.preview.Previewer` when the platform streams. A
-   failure is retried up to ``[model] max_retries`` times, waiting as a 429 asks (or an
-   exponential backoff), and every wait ends at once when the turn is interrupted.
-3. **T5, one transaction**: the reply's final text and chunk plan (``replies.commit_in_tx``,
+   message only, for now) and the tools (:mod:`oncewire.gateway.tools`); a resumed turn's
+   request ends with ``[turns] resume_note``. Text deltas go to a
+   :class:`~oncewire.gateway.preview.Previewer` when the platform streams. A failure is retried
+   up to ``[model] max_retries`` times, waiting as a 429 asks (or an exponential backoff), and
+   every wait ends at once when the turn is interrupted.
+3. **T3, one transaction**, when the completed response asks for tool calls: the step
+   (``record_step_in_tx``, its calls with their arguments as the model wrote them) and per call
+   ``propose_action_in_tx(..., dispatch=(tool.kind, arguments))``, the outbox effect
+   ``turn/{inbound}/s{step}/{index}`` accepted with it. A call to an unknown tool, or whose
+   arguments are not a JSON object, is proposed and resolved ``failed`` in the same
+   transaction and never dispatched. The dispatcher is woken; the worker waits (interruptibly,
+   reading the store, which is the truth) for each effect to be terminal, then **T4**:
+   ``resolve_action`` with what the sink answered. An effect ``dead`` (or cancelled) after an
+   attempt that may have run is told to the model as "outcome unknown" and left unresolved:
+   the turn can then only end ``outcome_unknown``. The assistant's tool calls and one tool
+   message per call are appended and the model asked again, up to ``[turns] max_steps``
+   steps; a step past that commits an honest "stopped" answer.
+4. **T5, one transaction**: the reply's final text and chunk plan (``replies.commit_in_tx``,
    which marks the inbound ``answered``), the model step (``runs.turn.record_step_in_tx``) and
-   the ``answered`` terminal carrying the text's digest. When the model could not answer, the
-   committed text is an honest failure note and the terminal ``failed``: an inbound is never
-   left silent.
-4. The previewer is stopped (joined for a bounded time), then ``engine.deliver``.
+   the ``answered`` terminal carrying the text's digest (``outcome_unknown`` while a
+   world-changing call is unresolved). When the model could not answer, the committed text is
+   an honest failure note and the terminal ``failed``: an inbound is never left silent.
+5. The previewer is stopped (joined for a bounded time), then ``engine.deliver``.
 
 Nothing of a model call is recorded until it completed, so a process killed mid-stream leaves
-the run ``running`` with no step: the next process takes it over and asks the model again, and
-its stream edits the preview messages the record already holds.
+the run ``running`` with no new step: the next process takes it over, rebuilds the
+conversation from the recorded steps (a resolved call's recorded result, an unresolved one's
+effect read from the outbox: a ``done`` tool is never run again) and asks the model again; its
+stream edits the preview messages the record already holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,15 +63,26 @@ from oncewire.gateway.model_results import (
     ModelRateLimited,
     ModelRejected,
     ModelResponse,
+    ToolCall,
 )
 from oncewire.gateway.preview import Previewer
+from oncewire.gateway.tools import ToolRegistry
 from oncewire.ledger import Ledger
 from oncewire.replies import PlatformProfile, ReplyEngine, ReplyState
 from oncewire.runs import TurnSession
-from oncewire.runs.turn import text_sha256
+from oncewire.runs.records import WORLD_CHANGING
+from oncewire.runs.turn import action_id, effect_key, run_id, text_sha256
+from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 from oncewire.storage.replies import Inbound
 
-__all__ = ["EMPTY_ANSWER_TEXT", "FAILURE_TEXT", "TurnResult", "TurnSettings", "TurnWorker"]
+__all__ = [
+    "EMPTY_ANSWER_TEXT",
+    "FAILURE_TEXT",
+    "STOPPED_TEXT",
+    "TurnResult",
+    "TurnSettings",
+    "TurnWorker",
+]
 
 log = logging.getLogger("oncewire.gateway.turn")
 
@@ -64,6 +91,10 @@ FAILURE_TEXT = (
     "Please send it again later."
 )
 EMPTY_ANSWER_TEXT = "(The model returned an empty answer.)"
+STOPPED_TEXT = (
+    "(I stopped after {steps} steps without a final answer: that is the limit of tool-using "
+    "steps for one message.)"
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +105,8 @@ class TurnSettings:
     max_starts: int
     resume_note: str
     system_prompt: str | None = None
+    max_steps: int = 16
+    tool_poll_seconds: float = 0.05  # how often a waiting turn reads its tool effects
     lease_seconds: float = 600.0
     retry_base_seconds: float = 0.5
     retry_cap_seconds: float = 30.0
@@ -84,6 +117,7 @@ class TurnSettings:
 @dataclass(frozen=True, slots=True)
 class TurnResult:
     """How a turn ended here: ``answered``, ``failed`` (an honest failure note was committed),
+    ``outcome_unknown`` (answered, but a world-changing tool call's outcome is unknown),
     ``quarantined``, ``busy`` (another turn holds the session; nothing was written) or
     ``interrupted`` (stopped mid-stream by a drain: the next process takes it over)."""
 
@@ -104,6 +138,8 @@ class TurnWorker:
         settings: TurnSettings,
         *,
         owner: str,
+        tools: ToolRegistry | None = None,
+        wake_tools: Callable[[], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.engine = engine
@@ -111,6 +147,8 @@ class TurnWorker:
         self.platforms = dict(platforms)
         self.settings = settings
         self.owner = owner
+        self.tools = tools if tools is not None else ToolRegistry()
+        self._wake_tools = wake_tools  # the dispatcher's wake(): look for the new effects now
 
     def run(
         self, inbound_id: int, interrupt: Interrupt, *, resume_fence: int | None = None
@@ -177,15 +215,20 @@ class TurnWorker:
                     edit_interval_seconds=platform.edit_interval_seconds,
                     name=f"preview-{inbound_id}",
                 ).start()
-            messages = self._messages(inbound, resumed=resume_fence is not None)
+            messages = self._messages(inbound)
+            loop = _Loop(inbound_id, fence, steps, messages)
             try:
-                response = self._ask(messages, interrupt, previewer)
-            except ModelInterrupted:
+                if steps:
+                    self._replay(loop, interrupt)
+                if resume_fence is not None:
+                    messages.append({"role": "user", "content": self.settings.resume_note})
+                response = self._converse(loop, interrupt, previewer)
+            except (ModelInterrupted, _Interrupted):
                 if previewer is not None:
                     previewer.stop(self.settings.preview_join_seconds)
                 log.info("turn interrupted inbound=%s (the next process resumes it)", inbound_id)
                 return TurnResult(inbound_id, "interrupted")
-            status = self._commit(inbound_id, profile, messages, response, steps, fence)
+            status = self._commit(inbound_id, profile, loop, response)
             if previewer is not None:
                 # After the commit: a parked preview never held the answer up.
                 previewer.stop(self.settings.preview_join_seconds)
@@ -197,16 +240,186 @@ class TurnWorker:
         )
         return TurnResult(inbound_id, status, delivery.status)
 
-    def _messages(self, inbound: Inbound, *, resumed: bool) -> list[dict[str, Any]]:
+    def _messages(self, inbound: Inbound) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         if self.settings.system_prompt:
             messages.append({"role": "system", "content": self.settings.system_prompt})
         payload = inbound.payload
         text = payload.get("text", "") if isinstance(payload, dict) else ""
         messages.append({"role": "user", "content": text})
-        if resumed:
-            messages.append({"role": "user", "content": self.settings.resume_note})
         return messages
+
+    # -- tools -----------------------------------------------------------------------------
+    def _converse(
+        self, loop: _Loop, interrupt: Interrupt, previewer: Previewer | None
+    ) -> ModelResponse | ModelFailure:
+        """Ask the model until it answers without tool calls, fails, or uses up max_steps;
+        each step with tool calls is T3, its calls run as effects, each result T4."""
+        while True:
+            response = self._ask(loop.messages, interrupt, previewer)
+            if isinstance(response, ModelFailure) or not response.tool_calls:
+                return response
+            if loop.steps + 1 >= self.settings.max_steps:
+                loop.stopped = True
+                return response  # committed by T5 with its calls unrun
+            calls = self._record_tools(loop, response)
+            if self._wake_tools is not None:
+                self._wake_tools()
+            loop.messages.append(_assistant(response.text, calls))
+            for index, call in enumerate(calls):
+                content = self._outcome(loop, loop.steps, index, call, interrupt)
+                loop.messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": content}
+                )
+
+    def _record_tools(self, loop: _Loop, response: ModelResponse) -> list[dict[str, Any]]:
+        """T3: the step and a proposal per call (an effect for each valid one), one commit."""
+        step = loop.steps + 1
+        calls = _recorded_calls(response.tool_calls, step)
+        turn = self.ledger.runs.turn
+        with self.ledger.transaction() as tx:
+            turn.record_step_in_tx(
+                tx,
+                loop.inbound_id,
+                step,
+                request_digest=digest({"messages": loop.messages}),
+                response_digest=_response_digest(response),
+                usage=_usage(response),
+                finish_reason=response.finish_reason,
+                tool_calls=calls,
+                fence=loop.fence,
+            )
+            for index, call in enumerate(calls):
+                tool = self.tools.get(call["name"])
+                arguments, problem = _arguments(call["arguments"])
+                if tool is None:
+                    known = ", ".join(self.tools.names()) or "none"
+                    problem = f"there is no tool named {call['name']!r} (the tools: {known})"
+                if tool is None or problem is not None:
+                    turn.propose_action_in_tx(
+                        tx,
+                        loop.inbound_id,
+                        step,
+                        index,
+                        tool_call_id=call["id"],
+                        name=call["name"],
+                        arguments=call["arguments"],
+                        side_effect_class="read_only",  # nothing runs
+                        fence=loop.fence,
+                    )
+                    turn.resolve_action_in_tx(
+                        tx,
+                        loop.inbound_id,
+                        step,
+                        index,
+                        status="failed",
+                        result={"error": problem},
+                        fence=loop.fence,
+                    )
+                    continue
+                turn.propose_action_in_tx(
+                    tx,
+                    loop.inbound_id,
+                    step,
+                    index,
+                    tool_call_id=call["id"],
+                    name=call["name"],
+                    arguments=arguments,
+                    side_effect_class=tool.side_effect,
+                    dispatch=(tool.kind, arguments),
+                    max_attempts=tool.max_attempts,
+                    fence=loop.fence,
+                )
+        loop.steps = step
+        log.info(
+            "turn tools inbound=%s step=%s calls=%s",
+            loop.inbound_id,
+            step,
+            ",".join(c["name"] for c in calls),
+        )
+        return calls
+
+    def _replay(self, loop: _Loop, interrupt: Interrupt) -> None:
+        """A resumed turn's recorded steps back into its conversation: each call's recorded
+        resolution, or (unresolved) its effect as the outbox holds it, waited for and then
+        resolved; nothing that is done runs again."""
+        resolved: dict[str, dict[str, Any]] = {}
+        steps: dict[int, list[dict[str, Any]]] = {}
+        for event in self.ledger.runs.events(run_id(loop.inbound_id)):
+            request = event.payload.get("request") or {}
+            if event.type == "step_recorded":
+                steps[int(request["step"])] = list(request.get("tool_calls") or [])
+            elif event.type == "action_resolved":
+                resolved[str(request["action_id"])] = request
+        for step in sorted(steps):
+            calls = [_as_call(call) for call in steps[step]]
+            loop.messages.append(_assistant("", calls))
+            for index, call in enumerate(calls):
+                known = resolved.get(action_id(step, index))
+                if known is not None:
+                    content = _content(str(known["status"]), known.get("result"))
+                else:
+                    content = self._outcome(loop, step, index, call, interrupt)
+                loop.messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": content}
+                )
+
+    def _outcome(
+        self, loop: _Loop, step: int, index: int, call: dict[str, Any], interrupt: Interrupt
+    ) -> str:
+        """What the model is told of call ``index`` of ``step``: its resolution if T3
+        recorded one, else its effect once terminal (then T4)."""
+        key = effect_key(loop.inbound_id, step, index)
+        effect = self.ledger.effects.find(key)
+        if effect is None:
+            # Refused in T3 (unknown tool, bad arguments): resolved there, read it back.
+            for event in reversed(self.ledger.runs.events(run_id(loop.inbound_id))):
+                request = event.payload.get("request") or {}
+                if event.type == "action_resolved" and request.get("action_id") == action_id(
+                    step, index
+                ):
+                    return _content(str(request["status"]), request.get("result"))
+            return _content("failed", {"error": "the call was not recorded"})
+        effect = self._await(effect, interrupt)
+        if effect.state is EffectState.DONE:
+            result = None if effect.result_json is None else json.loads(effect.result_json)
+            status = "succeeded"
+        elif effect.state is EffectState.REJECTED:
+            result = {"error": f"the tool refused the call: {effect.last_error or 'no reason'}"}
+            status = "failed"
+        elif effect.maybe_sent:
+            # Dead or cancelled after an attempt that may have run: nothing truthful to resolve.
+            tool = self.tools.get(call["name"])
+            side_effect = tool.side_effect if tool is not None else "unknown"
+            if side_effect in WORLD_CHANGING:
+                loop.unknown.append(action_id(step, index))
+            log.warning(
+                "turn tool outcome unknown inbound=%s key=%s (%s)",
+                loop.inbound_id,
+                key,
+                effect.last_error,
+            )
+            return (
+                "outcome unknown: the tool may or may not have run; do not assume either "
+                f"({effect.last_error or effect.state})"
+            )
+        else:
+            result = {"error": f"the tool did not run: {effect.last_error or effect.state}"}
+            status = "not_run"
+        self.ledger.runs.turn.resolve_action(
+            loop.inbound_id, step, index, status=status, result=result, fence=loop.fence
+        )
+        return _content(status, result)
+
+    def _await(self, effect: Effect, interrupt: Interrupt) -> Effect:
+        """``effect`` once terminal, read from the store (_Interrupted if the turn is)."""
+        woken = threading.Event()
+        interrupt.on_interrupt(woken.set)
+        while effect.state not in TERMINAL_STATES:
+            if woken.wait(self.settings.tool_poll_seconds):
+                raise _Interrupted(effect.key)
+            effect = self.ledger.effects.get(effect.key)
+        return effect
 
     def _ask(
         self,
@@ -226,7 +439,9 @@ class TurnWorker:
                     previewer.show("".join(parts))
 
             try:
-                return self.model.complete(messages, on_delta=on_delta, interrupt=interrupt)
+                return self.model.complete(
+                    messages, tools=self.tools.specs(), on_delta=on_delta, interrupt=interrupt
+                )
             except ModelInterrupted:
                 raise
             except ModelRejected as exc:
@@ -252,46 +467,47 @@ class TurnWorker:
         self,
         inbound_id: int,
         profile: PlatformProfile,
-        messages: list[dict[str, Any]],
+        loop: _Loop,
         response: ModelResponse | ModelFailure,
-        steps: int,
-        fence: int,
     ) -> str:
         """T5: the reply, the step and the terminal in one transaction."""
         turn = self.ledger.runs.turn
+        fence = loop.fence
         with self.ledger.transaction() as tx:
             if isinstance(response, ModelResponse):
-                text = response.text.strip() or EMPTY_ANSWER_TEXT
+                text = response.text.strip()
+                reason = "final_answer"
+                calls: list[dict[str, Any]] = []
+                if loop.stopped:
+                    # Recorded as asked, never proposed: nothing of them ran.
+                    calls = _recorded_calls(response.tool_calls, loop.steps + 1)
+                    stopped = STOPPED_TEXT.format(steps=loop.steps + 1)
+                    text = f"{text}\n\n{stopped}" if text else stopped
+                    reason = "max_steps"
+                text = text or EMPTY_ANSWER_TEXT
                 self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
-                usage = response.usage
                 turn.record_step_in_tx(
                     tx,
                     inbound_id,
-                    steps + 1,
-                    request_digest=digest({"messages": messages}),
-                    response_digest=digest(
-                        {"text": response.text, "finish_reason": response.finish_reason}
-                    ),
-                    usage={} if usage is None else dataclasses.asdict(usage),
+                    loop.steps + 1,
+                    request_digest=digest({"messages": loop.messages}),
+                    response_digest=_response_digest(response),
+                    usage=_usage(response),
                     finish_reason=response.finish_reason,
-                    fence=fence,
-                )
-                turn.terminate_in_tx(
-                    tx,
-                    inbound_id,
-                    "answered",
-                    reason="final_answer",
-                    reply_text=text,
+                    tool_calls=calls,
                     fence=fence,
                 )
                 status = "answered"
             else:
                 text = self.settings.failure_text
                 self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
-                turn.terminate_in_tx(
-                    tx, inbound_id, "failed", reason=response.code, reply_text=text, fence=fence
-                )
-                status = "failed"
+                status, reason = "failed", response.code
+            if loop.unknown:
+                # The preset admits no other terminal while a world-changing call is open.
+                status = "outcome_unknown"
+            turn.terminate_in_tx(
+                tx, inbound_id, status, reason=reason, reply_text=text, fence=fence
+            )
         log.info(
             "turn commit inbound=%s status=%s chars=%s digest=%s",
             inbound_id,
@@ -300,6 +516,91 @@ class TurnWorker:
             text_sha256(text)[:12],
         )
         return status
+
+
+class _Interrupted(Exception):
+    """The turn was interrupted while it waited for a tool's effect."""
+
+
+@dataclass
+class _Loop:
+    """One turn's conversation as it goes: its messages, the steps recorded so far, and the
+    world-changing calls whose outcome is unknown (left unresolved)."""
+
+    inbound_id: int
+    fence: int
+    steps: int
+    messages: list[dict[str, Any]]
+    unknown: list[str] = dataclasses.field(default_factory=list)
+    stopped: bool = False  # the last response asked for tools past max_steps
+
+
+def _recorded_calls(calls: tuple[ToolCall, ...], step: int) -> list[dict[str, Any]]:
+    """The step's calls as recorded: id (made up when missing or repeated: the ledger needs
+    distinct ids), name, and the arguments exactly as the model wrote them."""
+    seen: set[str] = set()
+    recorded: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        call_id = call.id if call.id and call.id not in seen else f"call_s{step}_{index}"
+        seen.add(call_id)
+        name = call.name or "(unnamed)"
+        recorded.append({"id": call_id, "name": name, "arguments": call.arguments})
+    return recorded
+
+
+def _as_call(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": str(recorded["id"]),
+        "name": str(recorded["name"]),
+        "arguments": str(recorded.get("arguments", "")),
+    }
+
+
+def _assistant(text: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]},
+            }
+            for call in calls
+        ],
+    }
+
+
+def _arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments as an object, or why they are not one."""
+    if not raw.strip():
+        return {}, None  # some models send nothing for a call without parameters
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return {}, f"the arguments are not valid JSON: {exc}"
+    if not isinstance(value, dict):
+        return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
+    return value, None
+
+
+def _content(status: str, result: Any) -> str:
+    """A resolved call's result as the tool message's content."""
+    if status == "succeeded":
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    error = result.get("error") if isinstance(result, dict) else None
+    return f"error: {error if error is not None else json.dumps(result)}"
+
+
+def _response_digest(response: ModelResponse) -> str:
+    used: dict[str, Any] = {"text": response.text, "finish_reason": response.finish_reason}
+    if response.tool_calls:
+        used["tool_calls"] = [[c.id, c.name, c.arguments] for c in response.tool_calls]
+    return digest(used)
+
+
+def _usage(response: ModelResponse) -> dict[str, Any]:
+    return {} if response.usage is None else dataclasses.asdict(response.usage)
 
 
 def _sleep(interrupt: Interrupt, seconds: float) -> bool:
