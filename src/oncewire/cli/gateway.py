@@ -7,7 +7,7 @@ from typing import NoReturn
 
 import click
 
-from oncewire.cli import gateway_run
+from oncewire.cli import gateway_demo, gateway_run
 from oncewire.cli.common import emit, json_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.check import CheckResult, check_config, config_error
@@ -30,6 +30,7 @@ def group() -> None:
 
 group.add_command(gateway_run.run)
 group.add_command(gateway_run.status)
+group.add_command(gateway_demo.demo)
 
 config_option = click.option(
     "--config",

@@ -1,0 +1,59 @@
+"""``oncewire gateway demo`` as a newcomer runs it: a child process, no token, and what it kept
+with ``--keep`` read back here (the fake's chat journal and the store)."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from oncewire.cli.gateway_demo import ANSWER
+from oncewire.platforms.fake import ChatView
+from tests.conftest import _child_env
+
+pytestmark = pytest.mark.crash
+
+
+def _demo(*options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "oncewire", "gateway", "demo", *options],
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+
+
+def test_the_demo_answers_once_through_a_sigkill_and_keeps_its_evidence(tmp_path: Path) -> None:
+    keep = tmp_path / "demo"
+    ran = _demo("--keep", str(keep))
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = ran.stdout.splitlines()
+    assert any(line.startswith("verdict: answered once, no duplicate") for line in lines)
+    assert "   the gateway exited with -9" in lines  # a real SIGKILL, not a drain
+    # The user saw the preview before the kill and the complete answer after the restart.
+    assert ran.stdout.index("SIGKILL") < ran.stdout.index("starts again")
+    # What the user sees, from the journal the demo kept: one message, unmarked, complete.
+    shown = ChatView([keep / "telegram" / "chat.jsonl"]).visible("fk_tg")
+    assert [m.text for m in shown] == [ANSWER]
+    assert shown[0].edits >= 1  # the preview message was edited into the answer
+    with closing(sqlite3.connect(keep / "gateway.db")) as db:
+        inbound = db.execute("SELECT status, attempts FROM oncewire_inbound").fetchall()
+        replies = db.execute("SELECT state, final_text, marked FROM oncewire_replies").fetchall()
+    assert inbound == [("delivered", 2)]
+    assert replies == [("delivered", ANSWER, 0)]
+    assert (keep / "gateway.toml").exists() and (keep / "gateway-1.log").exists()
+
+
+def test_the_demo_refuses_a_directory_that_is_not_empty(tmp_path: Path) -> None:
+    (tmp_path / "something").write_text("mine", encoding="utf-8")
+    ran = _demo("--keep", str(tmp_path))
+
+    assert ran.returncode == 2
+    assert "is not empty" in ran.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["something"]
