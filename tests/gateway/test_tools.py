@@ -16,7 +16,8 @@ import pytest
 
 from oncewire.inbound import InboundState
 from oncewire.storage.records import EffectState
-from tests.conftest import wait_for
+from tests.conftest import _child_env, wait_for
+from tests.gateway import test_runner
 from tests.gateway.test_runner import Rig, bot_messages, rig, run_events
 
 __all__ = ["rig"]  # the fixture, imported for these tests
@@ -277,4 +278,110 @@ def test_an_unknown_tool_is_an_error_for_the_model_and_nothing_is_dispatched(
         resolved = [e for e in ledger.runs.events("turn:1") if e.type == "action_resolved"]
         assert [e.payload["request"]["status"] for e in resolved] == ["failed", "failed"]
         assert ledger.runs.get("turn:1").status == "answered"
+    assert gateway.terminate() == 0
+
+
+def crashing_at(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next gateway started dies (SIGKILL) at crash point ``point``; later ones do not."""
+    armed = {"done": False}
+
+    def child_env(**extra: str) -> dict[str, str]:
+        env = _child_env(**extra)
+        if not armed["done"]:
+            armed["done"] = True
+            env["ONCEWIRE_CRASH"] = point
+        return env
+
+    monkeypatch.setattr(test_runner, "_child_env", child_env)
+
+
+@pytest.mark.crash
+def test_a_tool_done_but_not_resolved_when_killed_is_read_back_not_run_again(
+    tool_rig: Callable[[Any], Rig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = tool_rig(
+        [
+            {"kind": "tool_call", "name": "add", "args": {"a": 20, "b": 22}},
+            {"kind": "text", "text": "The sum is 42."},
+        ]
+    )
+    crashing_at("dispatch.after_record", monkeypatch)
+    first = r.start()
+    r.telegram.inject(text="add 20 and 22")
+    first.process.wait(timeout=30)  # killed right after the tool's outcome was committed
+    first.kill()
+    with r.ledger() as ledger:
+        assert ledger.effects.get("turn/1/s1/0").state is EffectState.DONE
+        assert run_events(ledger, 1) == ["run_started", "step_recorded", "action_proposed"]
+    assert len(r.model.requests()) == 1
+
+    second = r.start()
+    r.wait_status(1, InboundState.DELIVERED)
+    assert bot_messages(r) == [("The sum is 42.", False)]
+    assert len(executions(r)) == 1
+    assert tool_messages(r.model.requests()[1]) == [
+        {"role": "tool", "tool_call_id": "call_0", "content": '{"sum": 42}'}
+    ]
+    with r.ledger() as ledger:
+        assert run_events(ledger, 1) == [
+            "run_started",
+            "step_recorded",
+            "action_proposed",
+            "run_resumed",
+            "action_resolved",
+            "step_recorded",
+            "run_terminated",
+        ]
+        assert ledger.runs.get("turn:1").status == "answered"
+    assert second.terminate() == 0
+
+
+@pytest.mark.crash
+def test_a_tool_killed_before_its_outcome_was_recorded_is_redelivered_flagged(
+    tool_rig: Callable[[Any], Rig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = tool_rig(
+        [
+            {"kind": "tool_call", "name": "add", "args": {"a": 5, "b": 5}},
+            {"kind": "text", "text": "The sum is 10."},
+        ]
+    )
+    crashing_at("dispatch.after_sink_before_record", monkeypatch)
+    first = r.start()
+    r.telegram.inject(text="add 5 and 5")
+    first.process.wait(timeout=30)  # killed after the sink ran, before its outcome was stored
+    first.kill()
+    with r.ledger() as ledger:
+        assert ledger.effects.get("turn/1/s1/0").state is EffectState.CLAIMED
+
+    second = r.start()
+    r.wait_status(1, InboundState.DELIVERED)
+    assert bot_messages(r) == [("The sum is 10.", False)]
+    # The sink may have acted: the dispatcher asks it again, saying so.
+    assert [e["redelivery"] for e in executions(r)] == [False, True]
+    with r.ledger() as ledger:
+        effect = ledger.effects.get("turn/1/s1/0")
+        assert effect.state is EffectState.DONE and effect.maybe_sent
+        assert ledger.runs.get("turn:1").status == "answered"
+    assert second.terminate() == 0
+
+
+def test_a_turn_that_keeps_calling_tools_stops_at_max_steps_and_says_so(
+    tool_rig: Callable[[Any], Rig],
+) -> None:
+    call = {"kind": "tool_call", "name": "add", "args": {"a": 1, "b": 1}, "text": "Again."}
+    r = tool_rig({"responses": [], "default": call})
+    text = r.config.read_text(encoding="utf-8")
+    r.config.write_text(text.replace("max_concurrent = 2", "max_concurrent = 2\nmax_steps = 2"))
+    gateway = r.start()
+    r.telegram.inject(text="loop for ever")
+    r.wait_status(1, InboundState.DELIVERED)
+    ((shown, _),) = bot_messages(r)
+    assert shown.startswith("Again.\n\n(I stopped after 2 steps")
+    assert len(executions(r)) == 1  # the second step's call was recorded, never run
+    assert len(r.model.requests()) == 2
+    with r.ledger() as ledger:
+        run = ledger.runs.get("turn:1")
+        assert (run.status, run.state["steps"]) == ("answered", 2)
+        assert ledger.effects.find("turn/1/s2/0") is None
     assert gateway.terminate() == 0
