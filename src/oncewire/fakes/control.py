@@ -18,30 +18,47 @@ keeps the journal :class:`~oncewire.platforms.fake.ChatView` reads. On the wire:
                  connecting meanwhile is refused (it knows the request never left). A blackout
                  cannot be matched to a request (nothing is read), so it starts when armed
 ==============  =================================================================================
+
+Every fake also answers the same control routes (``POST /control/<action>``, a JSON object):
+``inject``, ``fault``, ``release`` and ``state`` (:class:`ControlHandler`), and starts the same
+way (:func:`fake_parser`, :func:`startup_faults`, :func:`announce_and_serve`).
 """
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import json
 import os
 import select
 import socket
+import sys
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from oncewire.platforms.fake import Fault
+from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 
 __all__ = [
     "CallLog",
+    "ControlHandler",
+    "ControlledFake",
+    "FakeServer",
+    "JsonHandler",
     "ListenerServer",
     "TrackedHandler",
+    "announce_and_serve",
+    "arm_fault",
+    "fake_parser",
     "fault_from_json",
+    "faults_fired",
     "fsynced_append",
+    "print_error",
+    "startup_faults",
     "wait_silently",
 ]
 
@@ -153,30 +170,13 @@ class ListenerServer(ThreadingHTTPServer):
             self._reopened.clear()
 
 
-class TrackedHandler(BaseHTTPRequestHandler):
-    """A keep-alive handler whose connection the server knows to be idle between requests."""
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet keep-alive handler that answers JSON, or nothing at all."""
 
     protocol_version = "HTTP/1.1"
-    server: ListenerServer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the journals are the record; stderr stays quiet
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection, idle=True)
-
-    def finish(self) -> None:
-        self.server.forget(self.connection)
-        super().finish()
-
-    def handle_one_request(self) -> None:
-        self.server.track(self.connection, idle=True)
-        super().handle_one_request()
-
-    def parse_request(self) -> bool:
-        self.server.track(self.connection, idle=False)
-        return super().parse_request()
 
     def read_body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -199,8 +199,157 @@ class TrackedHandler(BaseHTTPRequestHandler):
 
     def stay_silent(self, seconds: float = 600.0) -> None:
         """No answer: the client's read times out (or it goes away first)."""
+        self.wfile.flush()  # what was written before the silence is sent
         self.close_connection = True
         wait_silently(self.connection, seconds)
+
+
+class TrackedHandler(JsonHandler):
+    """A keep-alive handler whose connection the server knows to be idle between requests."""
+
+    server: ListenerServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, idle=True)
+
+    def finish(self) -> None:
+        self.server.forget(self.connection)
+        super().finish()
+
+    def handle_one_request(self) -> None:
+        self.server.track(self.connection, idle=True)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        self.server.track(self.connection, idle=False)
+        return super().parse_request()
+
+
+class ControlledFake(Protocol):
+    """What the control routes reach in a platform fake."""
+
+    name: str
+    chats: FakePlatform
+
+    def inject(self, params: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+
+F = TypeVar("F", bound=ControlledFake)
+ControlAction = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+class FakeServer(ListenerServer, Generic[F]):
+    """A listener serving one platform fake."""
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], fake: F
+    ) -> None:
+        self.fake = fake
+        super().__init__(address, handler, fake.name)
+
+
+class ControlHandler(TrackedHandler):
+    """A platform fake's handler: :meth:`control` answers ``/control/<action>``."""
+
+    server: FakeServer[Any]
+
+    def control(
+        self,
+        action: str,
+        params: Mapping[str, Any],
+        more: Mapping[str, ControlAction] | None = None,
+    ) -> None:
+        """Answer a control action: ``inject`` a user message, arm a ``fault``, ``release``
+        parked operations, report the ``state``, or one of ``more`` (the fake's own)."""
+        fake: ControlledFake = self.server.fake
+        actions: dict[str, ControlAction] = {"inject": fake.inject, **(more or {})}
+        try:
+            if action in actions:
+                return self.send_json(200, {"ok": True, **actions[action](params)})
+            if action == "fault":
+                fault, blackout = arm_fault(fake.chats, params)
+                self.send_json(200, {"ok": True, "name": fault.name})
+                if fault.kind == "conn_error":
+                    self.server.blackout(blackout)  # after the answer: this connection is busy
+                return None
+            if action == "release":
+                fake.chats.release_holds()
+                return self.send_json(200, {"ok": True})
+            if action == "state":
+                return self.send_json(200, {"ok": True, **fake.state()})
+        except ValueError as exc:
+            return self.send_json(400, {"ok": False, "error": str(exc)})
+        self.send_json(404, {"ok": False, "error": f"no control action {action!r}"})
+
+
+_CONTROL_FAULT_NAMES = itertools.count()
+
+
+def arm_fault(chats: FakePlatform, spec: Mapping[str, Any]) -> tuple[Fault, float]:
+    """Arm a fault from a control request: (the fault, its blackout seconds). A ``conn_error``
+    is not armed on the platform: the caller blacks the listener out."""
+    fault, blackout = fault_from_json(spec)
+    if not fault.name:
+        # Fired counts are journaled by name: a name of this process never repeats one.
+        fault = replace(fault, name=f"ctl-{os.getpid()}-{next(_CONTROL_FAULT_NAMES)}")
+    if fault.kind != "conn_error":
+        chats.faults.append(fault)
+    return fault, blackout
+
+
+def faults_fired(journal: Path) -> list[tuple[str, str, str]]:
+    """(fault name, kind, operation) of every fault the journal records as fired."""
+    return [(f["fault"], f["kind"], f["op"]) for f in ChatView([journal]).faults]
+
+
+def fake_parser(module: str, *, name: str) -> argparse.ArgumentParser:
+    """The options every platform fake takes: ``--host``, ``--port``, ``--journal`` (a
+    directory), ``--name`` (the platform name in the journal) and ``--fault`` (repeated)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--journal", type=Path, required=True, help="a directory")
+    parser.add_argument("--name", default=name, help="the platform name in the journal")
+    parser.add_argument("--fault", action="append", default=[], help="a JSON Fault, armed")
+    return parser
+
+
+def startup_faults(specs: Sequence[str]) -> list[Fault]:
+    """The faults given with ``--fault``, armed from the start; a ValueError names the bad one.
+    A ``conn_error`` is refused: a blackout starts when armed, so it is armed through
+    ``/control/fault`` when the next new connection is the one to refuse."""
+    faults = []
+    for spec in specs:
+        try:
+            fault, _ = fault_from_json(json.loads(spec))
+        except ValueError as exc:
+            raise ValueError(f"--fault {spec}: {exc}") from exc
+        if fault.kind == "conn_error":
+            raise ValueError(
+                "conn_error is a listener blackout; arm it through /control/fault when "
+                "the next new connection is the one to refuse"
+            )
+        faults.append(fault)
+    return faults
+
+
+def announce_and_serve(port: int, serve: Callable[[], None]) -> int:
+    """Print ``ready port=N`` (what a parent process waits for), then serve until interrupted."""
+    print(f"ready port={port}", flush=True)
+    try:
+        serve()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def print_error(message: str) -> int:
+    """One error line on stderr; the exit status of a fake that cannot start."""
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def fsynced_append(fd: int, entry: Mapping[str, Any]) -> None:

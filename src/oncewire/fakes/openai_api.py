@@ -51,15 +51,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from oncewire.fakes.control import JsonHandler, announce_and_serve, print_error
 
 __all__ = ["Script", "main", "serve"]
 
@@ -132,32 +133,27 @@ class _Journal:
             return self._seq
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JsonHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # the journal is the record; stderr stays quiet
 
     def do_GET(self) -> None:
         self._record("GET", None, "models")
         if self.path.rstrip("/") != "/v1/models":
-            return self._json(
+            return self.send_json(
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
         models = [{"id": m, "object": "model", "owned_by": "oncewire"} for m in MODELS]
-        self._json(200, {"object": "list", "data": models})
+        self.send_json(200, {"object": "list", "data": models})
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length)
+        raw = self.read_body()
         try:
             body: Any = json.loads(raw)
         except ValueError:
             body = raw.decode("utf-8", "replace")
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._record("POST", body, "not_found")
-            return self._json(
+            return self.send_json(
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
         response = self.server.script.next_for(_last_user_text(body))
@@ -174,16 +170,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(self, method: str, body: Any, response: str) -> int:
         authorization = self.headers.get("authorization")
         return self.server.journal.record(method, self.path, body, response, authorization)
-
-    def _json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
 
 
 class _Answer:
@@ -268,18 +254,7 @@ class _Answer:
 
     def _wait(self, seconds: float) -> None:
         """Send nothing until ``seconds`` pass or the client closes its end."""
-        self.h.wfile.flush()
-        self.h.close_connection = True
-        deadline = time.monotonic() + seconds
-        conn = self.h.connection
-        while (left := deadline - time.monotonic()) > 0:
-            readable, _, _ = select.select([conn], [], [], min(left, 0.5))
-            if readable:
-                try:
-                    if not conn.recv(4096):
-                        return  # the client went away
-                except OSError:
-                    return
+        self.h.stay_silent(seconds)
 
     def _error(self) -> None:
         status = int(self.r.get("status", 500))
@@ -429,15 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         script = Script(json.loads(args.script.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
-        print(f"error: {args.script}: {exc}", file=sys.stderr)
-        return 2
+        return print_error(f"{args.script}: {exc}")
     server = serve(args.host, args.port, args.journal, script)
-    print(f"ready port={server.server_address[1]}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return announce_and_serve(server.server_address[1], server.serve_forever)
 
 
 if __name__ == "__main__":

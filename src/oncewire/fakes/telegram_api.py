@@ -45,11 +45,8 @@ how a call's parameters are read and its errors worded :mod:`oncewire.fakes.tele
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import json
 import math
-import os
 import sys
 import threading
 import time
@@ -60,9 +57,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 from oncewire.fakes.control import (
     CallLog,
-    ListenerServer,
-    TrackedHandler,
-    fault_from_json,
+    ControlHandler,
+    FakeServer,
+    announce_and_serve,
+    fake_parser,
+    faults_fired,
+    print_error,
+    startup_faults,
 )
 from oncewire.fakes.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
 from oncewire.fakes.telegram_updates import CONFLICT as CONFLICT
@@ -124,7 +125,6 @@ class TelegramFake(UpdateMethods):
         self._webhook_path = directory / "webhook.json"
         self._webhook = Webhook.load(self._webhook_path)  # guarded by updates.cond
         self._deliveries = []  # every webhook delivery attempt
-        self._fault_names = itertools.count()
         self._shown: dict[tuple[str, str], str] = {}  # (chat, bot message id) -> text shown
         self._user_ids: dict[str, set[int]] = {}  # chat -> ids of users' messages
         self._chat_types: dict[str, str] = {}
@@ -258,19 +258,7 @@ class TelegramFake(UpdateMethods):
             self.updates.add(update)
         return {"update_id": update["update_id"], "message_id": message_id}
 
-    def arm(self, spec: Mapping[str, Any]) -> tuple[Fault, float]:
-        fault, blackout = fault_from_json(spec)
-        if not fault.name:
-            from dataclasses import replace
-
-            # Fired counts are journaled by name: a name of this process never repeats one.
-            fault = replace(fault, name=f"ctl-{os.getpid()}-{next(self._fault_names)}")
-        if fault.kind != "conn_error":
-            self.chats.faults.append(fault)
-        return fault, blackout
-
     def state(self) -> dict[str, Any]:
-        view = ChatView([self.journal])
         with self.updates.cond:
             pending = [u["update_id"] for u in self.updates.pending(None, 1 << 30)]
             confirmed = self.updates.confirmed
@@ -285,7 +273,7 @@ class TelegramFake(UpdateMethods):
             "pending_updates": pending,
             "webhook": webhook,
             "deliveries": deliveries,
-            "faults_fired": [(f["fault"], f["kind"], f["op"]) for f in view.faults],
+            "faults_fired": faults_fired(self.journal),
         }
 
     # -- pieces ------------------------------------------------------------------------------
@@ -362,8 +350,8 @@ def _chat_json(chat: str) -> int | str:
     return int(chat) if chat.lstrip("-").isdigit() else chat
 
 
-class _Handler(TrackedHandler):
-    server: _Server
+class _Handler(ControlHandler):
+    server: FakeServer[TelegramFake]
 
     def do_GET(self) -> None:
         self._dispatch(dict(parse_qsl(urlsplit(self.path).query)))
@@ -388,7 +376,7 @@ class _Handler(TrackedHandler):
         fake = self.server.fake
         path = urlsplit(self.path).path
         if path.startswith("/control/"):
-            return self._control(path.removeprefix("/control/"), params)
+            return self.control(path.removeprefix("/control/"), params)
         token, _, method = path.removeprefix("/bot").partition("/")
         log = {"method": method, "params": params}
         try:
@@ -407,71 +395,23 @@ class _Handler(TrackedHandler):
             return self.stay_silent()
         self.send_json(status, body)
 
-    def _control(self, action: str, params: dict[str, Any]) -> None:
-        fake = self.server.fake
-        try:
-            if action == "inject":
-                return self.send_json(200, {"ok": True, **fake.inject(params)})
-            if action == "fault":
-                fault, blackout = fake.arm(params)
-                if fault.kind == "conn_error":
-                    self.send_json(200, {"ok": True, "name": fault.name})
-                    self.server.blackout(blackout)  # after the answer: this connection is busy
-                    return None
-                return self.send_json(200, {"ok": True, "name": fault.name})
-            if action == "release":
-                fake.chats.release_holds()
-                return self.send_json(200, {"ok": True})
-            if action == "state":
-                return self.send_json(200, {"ok": True, **fake.state()})
-        except ValueError as exc:
-            return self.send_json(400, {"ok": False, "error": str(exc)})
-        self.send_json(404, {"ok": False, "error": f"no control action {action!r}"})
 
-
-class _Server(ListenerServer):
-    def __init__(self, address: tuple[str, int], fake: TelegramFake) -> None:
-        self.fake = fake
-        super().__init__(address, _Handler, fake.name)
-
-
-def serve(host: str, port: int, fake: TelegramFake) -> _Server:
+def serve(host: str, port: int, fake: TelegramFake) -> FakeServer[TelegramFake]:
     """Bind the server (not serving yet: call ``serve()`` on it)."""
-    return _Server((host, port), fake)
+    return FakeServer((host, port), _Handler, fake)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncewire.fakes.telegram_api")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--journal", type=Path, required=True, help="a directory")
+    parser = fake_parser("oncewire.fakes.telegram_api", name="telegram")
     parser.add_argument("--token", required=True, help="the only bot token the fake accepts")
-    parser.add_argument("--name", default="telegram", help="the platform name in the journal")
-    parser.add_argument("--fault", action="append", default=[], help="a JSON Fault, armed")
     args = parser.parse_args(argv)
-    faults = []
-    for spec in args.fault:
-        try:
-            fault, _ = fault_from_json(json.loads(spec))
-        except ValueError as exc:
-            print(f"error: --fault {spec}: {exc}", file=sys.stderr)
-            return 2
-        if fault.kind == "conn_error":
-            print(
-                "error: conn_error is a listener blackout; arm it through /control/fault when "
-                "the next new connection is the one to refuse",
-                file=sys.stderr,
-            )
-            return 2
-        faults.append(fault)
+    try:
+        faults = startup_faults(args.fault)
+    except ValueError as exc:
+        return print_error(str(exc))
     fake = TelegramFake(args.journal, token=args.token, name=args.name, faults=faults)
     server = serve(args.host, args.port, fake)
-    print(f"ready port={server.port}", flush=True)
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return announce_and_serve(server.port, server.serve)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,8 @@ faults fired.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import hmac
-import itertools
 import json
 import math
 import os
@@ -48,10 +46,14 @@ from typing import Any
 
 from oncewire.fakes.control import (
     CallLog,
-    ListenerServer,
-    TrackedHandler,
-    fault_from_json,
+    ControlHandler,
+    FakeServer,
+    announce_and_serve,
+    fake_parser,
+    faults_fired,
     fsynced_append,
+    print_error,
+    startup_faults,
 )
 from oncewire.platforms.base import (
     NON_EDITABLE,
@@ -99,7 +101,6 @@ class WebhookFake:
         self.chats = FakePlatform(self.journal, NON_EDITABLE, name=name, faults=faults)
         self.calls = CallLog(directory / "calls.jsonl")
         self._lock = threading.Lock()
-        self._fault_names = itertools.count()
         self._keys: dict[str, tuple[str, str]] = {}  # key -> (message id, message digest)
         keys_path = directory / "keys.jsonl"
         for entry in _read(keys_path):
@@ -236,19 +237,7 @@ class WebhookFake:
         return 200 <= status < 300
 
     # -- control -----------------------------------------------------------------------------
-    def arm(self, spec: Mapping[str, Any]) -> tuple[Fault, float]:
-        fault, blackout = fault_from_json(spec)
-        if not fault.name:
-            from dataclasses import replace
-
-            # Fired counts are journaled by name: a name of this process never repeats one.
-            fault = replace(fault, name=f"ctl-{os.getpid()}-{next(self._fault_names)}")
-        if fault.kind != "conn_error":
-            self.chats.faults.append(fault)
-        return fault, blackout
-
     def state(self) -> dict[str, Any]:
-        view = ChatView([self.journal])
         with self._lock:
             inbound = [
                 {
@@ -260,7 +249,7 @@ class WebhookFake:
             ]
         return {
             "inbound": inbound,
-            "faults_fired": [(f["fault"], f["kind"], f["op"]) for f in view.faults],
+            "faults_fired": faults_fired(self.journal),
         }
 
 
@@ -301,8 +290,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-class _Handler(TrackedHandler):
-    server: _Server
+class _Handler(ControlHandler):
+    server: FakeServer[WebhookFake]
 
     def do_POST(self) -> None:
         raw = self.read_body()
@@ -319,73 +308,35 @@ class _Handler(TrackedHandler):
         self.send_json(status, body, headers)
 
     def _control(self, action: str, raw: bytes) -> None:
-        fake = self.server.fake
         try:
             params = json.loads(raw or b"{}")
             if not isinstance(params, dict):
                 raise ValueError("a control body is a JSON object")
-            if action == "inject":
-                return self.send_json(200, {"ok": True, **fake.inject(params)})
-            if action == "redeliver":
-                return self.send_json(200, {"ok": True, **fake.redeliver(params)})
-            if action == "fault":
-                fault, blackout = fake.arm(params)
-                self.send_json(200, {"ok": True, "name": fault.name})
-                if fault.kind == "conn_error":
-                    self.server.blackout(blackout)  # after the answer: this connection is busy
-                return None
-            if action == "release":
-                fake.chats.release_holds()
-                return self.send_json(200, {"ok": True})
-            if action == "state":
-                return self.send_json(200, {"ok": True, **fake.state()})
         except ValueError as exc:
             return self.send_json(400, {"ok": False, "error": str(exc)})
-        self.send_json(404, {"ok": False, "error": f"no control action {action!r}"})
+        self.control(action, params, {"redeliver": self.server.fake.redeliver})
 
 
-class _Server(ListenerServer):
-    def __init__(self, address: tuple[str, int], fake: WebhookFake) -> None:
-        self.fake = fake
-        super().__init__(address, _Handler, fake.name)
-
-
-def serve(host: str, port: int, fake: WebhookFake) -> _Server:
+def serve(host: str, port: int, fake: WebhookFake) -> FakeServer[WebhookFake]:
     """Bind the server (not serving yet: call ``serve()`` on it)."""
-    return _Server((host, port), fake)
+    return FakeServer((host, port), _Handler, fake)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncewire.fakes.webhook_platform")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--journal", type=Path, required=True, help="a directory")
-    parser.add_argument("--name", default="noedit", help="the platform name in the journal")
+    parser = fake_parser("oncewire.fakes.webhook_platform", name="noedit")
     parser.add_argument("--secret-env", help="the environment variable holding the HMAC secret")
     parser.add_argument("--deliver-to", help="the URL inbound messages are POSTed to")
     parser.add_argument("--honour-idempotency-key", action="store_true")
-    parser.add_argument("--fault", action="append", default=[], help="a JSON Fault, armed")
     args = parser.parse_args(argv)
     secret = None
     if args.secret_env:
         secret = os.environ.get(args.secret_env)
         if not secret:
-            print(f"error: --secret-env {args.secret_env} is not set", file=sys.stderr)
-            return 2
-    faults = []
-    for spec in args.fault:
-        try:
-            fault, _ = fault_from_json(json.loads(spec))
-        except ValueError as exc:
-            print(f"error: --fault {spec}: {exc}", file=sys.stderr)
-            return 2
-        if fault.kind == "conn_error":
-            print(
-                "error: conn_error is a listener blackout; arm it through /control/fault",
-                file=sys.stderr,
-            )
-            return 2
-        faults.append(fault)
+            return print_error(f"--secret-env {args.secret_env} is not set")
+    try:
+        faults = startup_faults(args.fault)
+    except ValueError as exc:
+        return print_error(str(exc))
     fake = WebhookFake(
         args.journal,
         name=args.name,
@@ -395,12 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults=faults,
     )
     server = serve(args.host, args.port, fake)
-    print(f"ready port={server.port}", flush=True)
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return announce_and_serve(server.port, server.serve)
 
 
 if __name__ == "__main__":
