@@ -212,6 +212,12 @@ kind = "telegram"
 token_env = "TELEGRAM_BOT_TOKEN"
 api_base = "{fakes.api_base}"
 streaming = false
+# The fake has no limits: the local rate limiter is opened wide, or with Telegram's defaults
+# (one message a second per chat) the turns per second would measure the limiter.
+rate_per_second = 10000
+burst = 10000
+chat_rate_per_second = 10000
+chat_burst = 10000
 """,
         encoding="utf-8",
     )
@@ -270,8 +276,24 @@ def inbound_counts(db: str) -> dict[str, int]:
 
 
 def delivered(db: str, count: int) -> Callable[[], bool]:
-    """A check: the store shows ``count`` inbound messages delivered."""
-    return lambda: inbound_counts(db).get("delivered", 0) == count
+    """A check: the store shows ``count`` inbound messages delivered (and none given up)."""
+
+    def check() -> bool:
+        counts = inbound_counts(db)
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            dead = conn.execute("SELECT count(*) FROM oncewire_replies WHERE state = 'dead'")
+            given_up = int(dead.fetchone()[0])
+        finally:
+            conn.close()
+        if given_up:
+            raise SystemExit(
+                f"gateway bench: {given_up} replies are dead (the gateway gave up delivering "
+                f"them), {counts}; the store and the gateway's log are kept with --dir"
+            )
+        return counts.get("delivered", 0) == count
+
+    return check
 
 
 def floor(folder: Path, rows: int) -> float:
@@ -476,6 +498,10 @@ def _median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(f"gateway bench: stopped by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == TRACED:
@@ -494,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the files, in a new folder under DIR (default: a temporary one, deleted)",
     )
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like an error, so every gateway and fake this run started is stopped.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     if rounds < 1:
         parser.error("--rounds must be at least 1")
