@@ -11,7 +11,7 @@ caller's transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,8 @@ __all__ = [
     "append_in_tx",
     "audit",
     "chain_key",
+    "command_in_own_tx",
+    "effect_acceptor",
     "refuse_barrier",
     "refuse_released",
     "refuse_used_ids",
@@ -65,6 +67,18 @@ COMMAND_BEFORE_COMMIT = crash.register(
 COMMAND_AFTER_COMMIT = crash.register(
     "runs.command_after_commit", "a run command is committed; the caller has not heard back"
 )
+
+
+def command_in_own_tx(store: Store, write: Callable[[Transaction], CommandResult]) -> CommandResult:
+    """Run one ``_in_tx`` command (``write``) in a transaction of its own, hitting the crash
+    points on either side of its commit (a replay writes nothing, and hits neither)."""
+    with store.transaction() as tx:
+        result = write(tx)
+        if not result.replayed:
+            COMMAND_BEFORE_COMMIT.hit()
+    if not result.replayed:
+        COMMAND_AFTER_COMMIT.hit()
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,3 +394,33 @@ def accept_effect_in_tx(
     _, created = ctx.effects.accept_in_tx(tx, key, kind, payload, **options)
     if created:  # the command's event and the effect are written; neither is committed
         ACCEPT_BEFORE_COMMIT.hit()
+
+
+def effect_acceptor(
+    ctx: RunContext,
+    key: str | None,
+    dispatch: tuple[str, Any] | None,
+    *,
+    max_attempts: int | None = None,
+    deadline_seconds: float | None = None,
+) -> Callable[[Transaction], None] | None:
+    """The ``also_in_tx`` of a proposal that dispatches: it accepts the effect
+    ``dispatch=(effect_kind, payload)`` under ``key`` in the proposal's transaction, so both
+    commit or neither. None when there is nothing to dispatch."""
+    if dispatch is None or key is None:
+        return None
+    effect_kind, payload = dispatch
+    accepted: str = key
+
+    def accept(tx: Transaction) -> None:
+        accept_effect_in_tx(
+            ctx,
+            tx,
+            accepted,
+            effect_kind,
+            payload,
+            max_attempts=max_attempts,
+            deadline_seconds=deadline_seconds,
+        )
+
+    return accept

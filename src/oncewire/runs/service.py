@@ -31,7 +31,7 @@ from oncewire.core.errors import (
 from oncewire.core.ids import this_process_owner
 from oncewire.effects.outbox import Effects
 from oncewire.runs import append
-from oncewire.runs.append import COMMAND_AFTER_COMMIT, COMMAND_BEFORE_COMMIT, RunContext
+from oncewire.runs.append import RunContext
 from oncewire.runs.branches import Barrier, Branch, Branches, Checkpoint, Revert
 from oncewire.runs.chain import chain_name, genesis_hash
 from oncewire.runs.deliveries import Deliveries
@@ -120,8 +120,9 @@ class Runs(RunReads):
         Raises :class:`BranchBusy` while another run is active on the branch, and
         :class:`RevertBarrierHeld` while a revert holds the scope.
         """
-        with self.store.transaction() as tx:
-            result = self.start_in_tx(
+        return append.command_in_own_tx(
+            self.store,
+            lambda tx: self.start_in_tx(
                 tx,
                 run_id,
                 key=key,
@@ -132,12 +133,8 @@ class Runs(RunReads):
                 params=params,
                 owner=owner,
                 lease_seconds=lease_seconds,
-            )
-            if not result.replayed:
-                COMMAND_BEFORE_COMMIT.hit()
-        if not result.replayed:
-            COMMAND_AFTER_COMMIT.hit()
-        return result
+            ),
+        )
 
     def start_in_tx(
         self,
@@ -263,8 +260,9 @@ class Runs(RunReads):
         ``also_in_tx(tx)`` runs inside the command's transaction after its event is written
         (and not on a replay), so that another ledger's write commits with it or not at all.
         """
-        with self.store.transaction() as tx:
-            result = self.execute_in_tx(
+        return append.command_in_own_tx(
+            self.store,
+            lambda tx: self.execute_in_tx(
                 tx,
                 run_id,
                 command,
@@ -274,12 +272,8 @@ class Runs(RunReads):
                 fence=fence,
                 lease_seconds=lease_seconds,
                 also_in_tx=also_in_tx,
-            )
-            if not result.replayed:
-                COMMAND_BEFORE_COMMIT.hit()
-        if not result.replayed:
-            COMMAND_AFTER_COMMIT.hit()
-        return result
+            ),
+        )
 
     def execute_in_tx(
         self,

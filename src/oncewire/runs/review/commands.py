@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.runs.append import RunContext, effect_acceptor
 from oncewire.runs.records import CommandResult
 from oncewire.storage import Transaction
 
@@ -19,6 +20,8 @@ __all__ = ["CommandRunner", "ReviewCommands"]
 
 class CommandRunner(Protocol):
     """What the preset needs of the run ledger (:class:`oncewire.runs.service.Runs`)."""
+
+    context: RunContext
 
     def execute(
         self,
@@ -32,8 +35,6 @@ class CommandRunner(Protocol):
         lease_seconds: float | None = None,
         also_in_tx: Callable[[Transaction], None] | None = None,
     ) -> CommandResult: ...
-
-    def accept_effect_in_tx(self, tx: Transaction, key: str, kind: str, payload: Any) -> None: ...
 
 
 class ReviewCommands:
@@ -181,14 +182,7 @@ class ReviewCommands:
             "resource_keys": list(resource_keys),
             "effect_key": effect_key,
         }
-        also = None
-        if dispatch is not None and effect_key is not None:
-            effect_kind, payload = dispatch
-            link: str = effect_key
-
-            def also(tx: Transaction) -> None:
-                self._runs.accept_effect_in_tx(tx, link, effect_kind, payload)
-
+        also = effect_acceptor(self._runs.context, effect_key, dispatch)
         return self._runs.execute(
             run_id, "propose_action", request, key=key, fence=fence, also_in_tx=also
         )

@@ -114,17 +114,6 @@ class TurnLedger(Protocol):
         also_in_tx: Callable[[Transaction], None] | None = None,
     ) -> CommandResult: ...
 
-    def accept_effect_in_tx(
-        self,
-        tx: Transaction,
-        key: str,
-        kind: str,
-        payload: Any,
-        *,
-        max_attempts: int | None = None,
-        deadline_seconds: float | None = None,
-    ) -> None: ...
-
 
 def _inbound(inbound_id: int) -> int:
     if not isinstance(inbound_id, int) or isinstance(inbound_id, bool) or inbound_id < 1:
@@ -149,13 +138,7 @@ class TurnCommands:
         return self._runs.context.store
 
     def _one(self, write: Callable[[Transaction], CommandResult]) -> CommandResult:
-        with self._store.transaction() as tx:
-            result = write(tx)
-            if not result.replayed:
-                append.COMMAND_BEFORE_COMMIT.hit()
-        if not result.replayed:
-            append.COMMAND_AFTER_COMMIT.hit()
-        return result
+        return append.command_in_own_tx(self._store, write)
 
     def _execute_in_tx(
         self,
@@ -373,21 +356,13 @@ class TurnCommands:
             "resource_keys": list(resource_keys),
             "effect_key": link,
         }
-        also = None
-        if dispatch is not None and link is not None:
-            effect_kind, payload = dispatch
-            accepted: str = link
-
-            def also(tx: Transaction) -> None:
-                self._runs.accept_effect_in_tx(
-                    tx,
-                    accepted,
-                    effect_kind,
-                    payload,
-                    max_attempts=max_attempts,
-                    deadline_seconds=deadline_seconds,
-                )
-
+        also = append.effect_acceptor(
+            self._runs.context,
+            link,
+            dispatch,
+            max_attempts=max_attempts,
+            deadline_seconds=deadline_seconds,
+        )
         return self._execute_in_tx(
             tx,
             inbound,
