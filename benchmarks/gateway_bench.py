@@ -394,9 +394,10 @@ def per_reply(folder: Path, messages: int) -> dict[str, Any]:
                 )
         finally:
             gateway.kill()
+        duplicates = sum(n - 1 for n in sends_per_message(fakes).values())
     finally:
         fakes.stop()
-    return {"messages": messages, "strace": strace, "replies": replies}
+    return {"messages": messages, "strace": strace, "replies": replies, "duplicates": duplicates}
 
 
 # -- 2: turns per second -----------------------------------------------------------------------
@@ -674,7 +675,11 @@ def _figures(
                 "journal, after SIGKILL"
             ),
         }
-    duplicates = [f["duplicates"] for f in flows] + [r["duplicates"] for r in recoveries]
+    duplicates = [
+        counted["duplicates"],
+        *(f["duplicates"] for f in flows),
+        *(r["duplicates"] for r in recoveries),
+    ]
     figures["duplicate_sends"] = {
         "value": sum(duplicates),
         "unit": "messages",
@@ -683,8 +688,8 @@ def _figures(
         "ratio": None,
         "rounds": duplicates,
         "what": (
-            "bot messages beyond one per user message in the fake's journal, over every "
-            "turns/s and restart run (should be 0)"
+            "bot messages beyond one per user message in the fake's journals, over every run "
+            "(per reply, then each round's turns/s and restart; should be 0)"
         ),
     }
     return figures
