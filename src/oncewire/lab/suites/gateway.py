@@ -22,7 +22,11 @@ store's rows read directly, never from the gateway's output:
 * ``killed_with_send_ack_lost``: the platform accepted the send, its acknowledgement died with
   the gateway; after the restart the user sees the answer, and a second copy only marked;
 * ``idle_restart``: everything answered and delivered, SIGKILL and a restart: it sends nothing
-  and asks the model nothing (seed audit A2).
+  and asks the model nothing (seed audit A2);
+* ``armed_*``: every registered ``replies.*`` crash point armed in a streaming gateway in turn.
+  The restart answers once: at most one unmarked copy, a marked copy or a leftover piece of the
+  answer only where the record holds an ambiguous send. A point the gateway's path does not
+  reach is reported as not applicable.
 """
 
 from __future__ import annotations
@@ -37,7 +41,15 @@ from typing import Any
 from oncewire.lab.framework import LabContext, ScenarioResult, Suite
 from oncewire.lab.gateway_rig import GatewayRig, RigError
 
-__all__ = ["SCENARIOS", "SUITE", "Scenario", "check_answer", "run_gateway"]
+__all__ = [
+    "SCENARIOS",
+    "SUITE",
+    "Scenario",
+    "armed",
+    "check_answer",
+    "crash_point_scenarios",
+    "run_gateway",
+]
 
 KILLED = -signal.SIGKILL
 IDLE_SECONDS = 1.5  # how long an idle restart is watched for a send or a model request
@@ -54,12 +66,21 @@ class Scenario:
 
 
 def check_answer(
-    result: ScenarioResult, rig: GatewayRig, answer: str, expect: str, inbound_id: int = 1
+    result: ScenarioResult,
+    rig: GatewayRig,
+    answer: str,
+    expect: str,
+    inbound_id: int = 1,
+    *,
+    leftovers: bool = False,
 ) -> None:
     """The message was answered once with ``answer`` and delivered, as the store says, and the
     user sees it: ``exact``, one unmarked message; ``one_copy``, one message (marked only where
     the gateway could not rule out an earlier copy); ``marked_dupes``, at most one unmarked
-    copy and every other message a marked copy. No partial answer is ever left on screen."""
+    copy and every other message a marked copy. A marked copy needs an ambiguous send in the
+    record. No partial answer is left on screen, unless ``leftovers`` allows a piece of the
+    answer where the record holds an ambiguous send (a send whose acknowledgement was lost
+    leaves a message nobody can edit: its id was never recorded)."""
     if expect not in EXPECTATIONS:
         raise ValueError(f"unknown expectation {expect!r}")
     inbound = {row["id"]: row for row in rig.inbound()}
@@ -82,7 +103,13 @@ def check_answer(
 
     shown = rig.visible()
     seen = [(m.text, m.marked) for m in shown]
-    result.require(all(m.text == answer for m in shown), f"a partial or other message: {seen}")
+    ambiguous = [o for o in rig.reply_ops() if o["state"] == "ambiguous"]
+    others = [m for m in shown if m.text != answer]
+    pieces = [m for m in others if m.text and answer.startswith(m.text)]
+    if leftovers and ambiguous:
+        result.require(pieces == others, f"a message that is no piece of the answer: {seen}")
+    else:
+        result.require(not others, f"a partial or other message: {seen}")
     copies = [m for m in shown if m.text == answer]
     unmarked = [m for m in copies if not m.marked]
     if expect == "exact":
@@ -93,7 +120,6 @@ def check_answer(
         result.require(bool(copies), f"the answer is not visible: {seen}")
         result.require(len(unmarked) <= 1, f"{len(unmarked)} unmarked copies: {seen}")
     if any(m.marked for m in shown):
-        ambiguous = [o for o in rig.reply_ops() if o["state"] == "ambiguous"]
         result.require(bool(ambiguous), "a marked copy with no ambiguous send in the record")
 
 
@@ -251,6 +277,59 @@ def idle_restart(rig: GatewayRig, result: ScenarioResult, folder: Path) -> None:
     check_answer(result, rig, IDLE, "exact")
 
 
+STREAMED = "A streamed answer in several pieces, long enough to be previewed more than once."
+
+
+def armed(point: str) -> Callable[[GatewayRig, ScenarioResult, Path], None]:
+    """A scenario that arms ``point`` in the gateway (streaming on): if the gateway reaches it,
+    it dies there, and the restart must answer once; a point the gateway's path never reaches
+    is reported as not applicable, never as a pass."""
+
+    def run(rig: GatewayRig, result: ScenarioResult, folder: Path) -> None:
+        token = folder / "crash.token"
+        rig.start(arm=point, token=token)
+        rig.inject("a question answered in a stream")
+
+        def settled() -> bool:
+            gateway = rig.gateway
+            died = gateway is not None and gateway.poll() is not None
+            return died or any(row["status"] == "delivered" for row in rig.inbound())
+
+        rig.wait(settled, f"the gateway to die at {point} or to deliver")
+        if not token.exists():
+            result.skipped = f"{point} is not reached on the gateway's path"
+            return
+        code = rig.wait_exit(10.0)
+        result.require(code is not None, f"the gateway went on after {point} fired")
+        _killed(result, KILLED if code is None else code)
+        result.before = rig.snapshot()
+        rig.start()
+        rig.wait_inbound("delivered")
+        check_answer(result, rig, STREAMED, "marked_dupes", leftovers=True)
+        asked = len(rig.model_requests())
+        result.require(asked <= 2, f"the model was asked {asked} times for one message")
+
+    return run
+
+
+def crash_point_scenarios() -> tuple[Scenario, ...]:
+    """One scenario per registered ``replies.*`` crash point, from the registry: a point added
+    to the reply engine joins the suite without new code here."""
+    import oncewire.replies  # noqa: F401  (registers the replies crash points)
+    from oncewire.core import crash
+
+    return tuple(
+        Scenario(
+            f"armed_{name.removeprefix('replies.')}",
+            f"{name} armed in the gateway; answered once after the restart",
+            armed(name),
+            (_text(STREAMED, chunk_chars=8, delay_per_chunk=0.03),) * 2,
+        )
+        for name in crash.registry()
+        if name.startswith("replies.")
+    )
+
+
 def _text(text: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "text", "text": text, **extra}
 
@@ -348,7 +427,7 @@ def run_scenario(ctx: LabContext, scenario: Scenario) -> ScenarioResult:
 
 def run_gateway(ctx: LabContext) -> list[ScenarioResult]:
     results = []
-    for scenario in SCENARIOS:
+    for scenario in SCENARIOS + crash_point_scenarios():
         ctx.progress.update(f"gateway: {scenario.name}")
         results.append(run_scenario(ctx, scenario))
     return results
