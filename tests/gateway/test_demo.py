@@ -10,8 +10,10 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from oncewire.cli.gateway_demo import ANSWER
+from oncewire.cli.gateway_demo import ANSWER, demo
+from oncewire.lab import gateway_rig
 from oncewire.platforms.fake import ChatView
 from tests.conftest import _child_env
 
@@ -57,3 +59,14 @@ def test_the_demo_refuses_a_directory_that_is_not_empty(tmp_path: Path) -> None:
     assert ran.returncode == 2
     assert "is not empty" in ran.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["something"]
+
+
+def test_without_the_gateway_extra_the_demo_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(gateway_rig, "GATEWAY_EXTRA", ("httpx2", "not_an_installed_module"))
+    ran = CliRunner().invoke(demo, ["--keep", str(tmp_path / "demo")])
+
+    assert ran.exit_code == 1
+    assert "pip install 'oncewire[gateway]' (not_an_installed_module missing)" in ran.output
+    assert not (tmp_path / "demo").exists()  # nothing was started

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from oncewire.lab.framework import ScenarioResult
-from oncewire.lab.gateway_rig import GatewayRig, RigError
+from oncewire.lab.gateway_rig import GatewayRig, RigError, missing_gateway_extra
 from oncewire.lab.suites.gateway import check_answer
 
 __all__ = ["demo"]
@@ -56,6 +56,14 @@ def demo(keep: Path | None) -> None:
       oncewire gateway demo
       oncewire gateway demo --keep ./demo   # then: oncewire gateway status --db ./demo/gateway.db
     """
+    missing = missing_gateway_extra()
+    if missing:
+        click.echo(
+            f"error: the gateway needs pip install 'oncewire[gateway]' ({', '.join(missing)} "
+            "missing)",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_FAILED)
     if keep is not None:
         if keep.exists() and any(keep.iterdir()):
             raise click.UsageError(f"--keep {keep} is not empty; choose a new directory")

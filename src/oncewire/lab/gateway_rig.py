@@ -17,6 +17,7 @@ folder, kept as evidence.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import select
@@ -42,12 +43,19 @@ __all__ = [
     "BotMessage",
     "GatewayRig",
     "RigError",
+    "missing_gateway_extra",
 ]
 
 PLATFORM = "fk_tg"  # the gateway's platform name, and the name in the fake's chat journal
 BOT_TOKEN = "123456:fake-LAB-token"  # the only token the fake Bot API accepts
 CHAT = "4242"  # the user's private chat
 START_SECONDS = 30.0  # how long a fake or the gateway may take to say it is ready
+GATEWAY_EXTRA = ("httpx2", "starlette", "uvicorn")  # oncewire[gateway]
+
+
+def missing_gateway_extra() -> list[str]:
+    """The modules of ``oncewire[gateway]`` that are not installed (the gateway needs them)."""
+    return [name for name in GATEWAY_EXTRA if importlib.util.find_spec(name) is None]
 
 
 class RigError(RuntimeError):

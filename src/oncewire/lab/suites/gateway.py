@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from oncewire.lab.framework import LabContext, ScenarioResult, Suite
-from oncewire.lab.gateway_rig import GatewayRig, RigError
+from oncewire.lab.gateway_rig import GatewayRig, RigError, missing_gateway_extra
 
 __all__ = [
     "SCENARIOS",
@@ -398,6 +398,10 @@ def _store(ctx: LabContext, folder: Path, key: str) -> str:
 def run_scenario(ctx: LabContext, scenario: Scenario) -> ScenarioResult:
     name = f"{scenario.name}[{ctx.backend.name}]"
     result = ScenarioResult(name)
+    missing = missing_gateway_extra()
+    if missing:
+        result.skipped = f"needs pip install 'oncewire[gateway]' ({', '.join(missing)} missing)"
+        return result
     started = time.monotonic()
     folder = ctx.scenario_dir("gateway", scenario.name)
     db = _store(ctx, folder, f"gateway/{scenario.name}")
