@@ -18,9 +18,9 @@ from oncewire.inbound import InboundState
 from oncewire.storage.records import EffectState
 from tests.conftest import _child_env, wait_for
 from tests.gateway import test_runner
-from tests.gateway.test_runner import Rig, bot_messages, rig, run_events
+from tests.gateway.test_runner import Rig, bot_messages, rig, run_events, store_url
 
-__all__ = ["rig"]  # the fixture, imported for these tests
+__all__ = ["rig", "store_url"]  # the fixtures, imported for these tests
 
 TOOLS_MODULE = """
 import json
@@ -75,12 +75,12 @@ ADD_SCHEMA = {
 @pytest.fixture
 def tool_rig(
     rig: Callable[..., Rig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Callable[[Any], Rig]:
-    """``tool_rig(script)``: the runner's rig with the tools module on PYTHONPATH and
+) -> Callable[..., Rig]:
+    """``tool_rig(script, db=None)``: the runner's rig with the tools module on PYTHONPATH and
     ``[[tools]]`` in its gateway.toml."""
 
-    def make(script: Any) -> Rig:
-        r = rig(script, streaming=False)
+    def make(script: Any, db: str | None = None) -> Rig:
+        r = rig(script, db=db, streaming=False)
         modules = tmp_path / "modules"
         modules.mkdir()
         log = tmp_path / "executions.jsonl"
@@ -108,13 +108,14 @@ def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_a_tool_call_runs_once_and_its_result_reaches_the_model(
-    tool_rig: Callable[[Any], Rig],
+    tool_rig: Callable[..., Rig], store_url: str
 ) -> None:
     r = tool_rig(
         [
             {"kind": "tool_call", "name": "add", "args": {"a": 2, "b": 40}},
             {"kind": "text", "text": "2 + 40 is 42."},
-        ]
+        ],
+        db=store_url,
     )
     gateway = r.start()
     r.telegram.inject(text="what is 2 + 40?")
@@ -165,7 +166,7 @@ def test_a_tool_call_runs_once_and_its_result_reaches_the_model(
 
 @pytest.mark.crash
 def test_a_done_tool_is_not_run_again_after_a_kill_before_the_next_model_step(
-    tool_rig: Callable[[Any], Rig],
+    tool_rig: Callable[..., Rig],
 ) -> None:
     r = tool_rig(
         [
@@ -215,7 +216,7 @@ def test_a_done_tool_is_not_run_again_after_a_kill_before_the_next_model_step(
 
 
 def test_a_tool_whose_sink_raises_is_told_to_the_model_and_the_turn_still_answers(
-    tool_rig: Callable[[Any], Rig],
+    tool_rig: Callable[..., Rig],
 ) -> None:
     r = tool_rig(
         [
@@ -248,7 +249,7 @@ def test_a_tool_whose_sink_raises_is_told_to_the_model_and_the_turn_still_answer
 
 
 def test_an_unknown_tool_is_an_error_for_the_model_and_nothing_is_dispatched(
-    tool_rig: Callable[[Any], Rig],
+    tool_rig: Callable[..., Rig],
 ) -> None:
     r = tool_rig(
         [
@@ -297,7 +298,7 @@ def crashing_at(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.crash
 def test_a_tool_done_but_not_resolved_when_killed_is_read_back_not_run_again(
-    tool_rig: Callable[[Any], Rig], monkeypatch: pytest.MonkeyPatch
+    tool_rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     r = tool_rig(
         [
@@ -338,7 +339,7 @@ def test_a_tool_done_but_not_resolved_when_killed_is_read_back_not_run_again(
 
 @pytest.mark.crash
 def test_a_tool_killed_before_its_outcome_was_recorded_is_redelivered_flagged(
-    tool_rig: Callable[[Any], Rig], monkeypatch: pytest.MonkeyPatch
+    tool_rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     r = tool_rig(
         [
@@ -367,7 +368,7 @@ def test_a_tool_killed_before_its_outcome_was_recorded_is_redelivered_flagged(
 
 
 def test_a_turn_that_keeps_calling_tools_stops_at_max_steps_and_says_so(
-    tool_rig: Callable[[Any], Rig],
+    tool_rig: Callable[..., Rig],
 ) -> None:
     call = {"kind": "tool_call", "name": "add", "args": {"a": 1, "b": 1}, "text": "Again."}
     r = tool_rig({"responses": [], "default": call})

@@ -15,7 +15,17 @@ import pytest
 from oncewire import Attempt
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.config import ToolConfig, load_config
-from oncewire.gateway.tools import Tool, ToolRegistry, load_sink
+from oncewire.gateway.model_results import ToolCall
+from oncewire.gateway.tools import (
+    Tool,
+    ToolRegistry,
+    assistant_message,
+    call_from_record,
+    load_sink,
+    parse_arguments,
+    recorded_calls,
+    tool_content,
+)
 from tests.conftest import _child_env
 
 
@@ -176,3 +186,53 @@ sink = "no_such_module_for_tools:lookup"
     assert "tool 'lookup'" in done.stderr and "no_such_module_for_tools" in done.stderr
     assert done.stdout == ""  # never ready
     assert not (tmp_path / "gateway.db").exists()  # refused before the store was opened
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ('{"a": 1}', ({"a": 1}, None)),
+        ("", ({}, None)),
+        ("  ", ({}, None)),
+        ("[1]", ({}, "the arguments must be a JSON object, not list")),
+        ('"text"', ({}, "the arguments must be a JSON object, not str")),
+    ],
+)
+def test_call_arguments_are_an_object_or_a_reason(raw: str, expected: Any) -> None:
+    assert parse_arguments(raw) == expected
+
+
+def test_invalid_json_arguments_say_so() -> None:
+    value, problem = parse_arguments('{"a": ')
+    assert value == {} and problem is not None
+    assert problem.startswith("the arguments are not valid JSON")
+
+
+def test_recorded_calls_keep_the_model_text_and_make_ids_distinct() -> None:
+    calls = (
+        ToolCall(0, "call_a", "add", '{"a":1}'),
+        ToolCall(1, "call_a", "add", "{}"),
+        ToolCall(2, "", "", "not json"),
+    )
+    recorded = recorded_calls(calls, 3)
+    assert recorded == [
+        {"id": "call_a", "name": "add", "arguments": '{"a":1}'},
+        {"id": "call_s3_1", "name": "add", "arguments": "{}"},
+        {"id": "call_s3_2", "name": "(unnamed)", "arguments": "not json"},
+    ]
+    assert [call_from_record(r) for r in recorded] == recorded
+    message = assistant_message("", recorded)
+    assert message["content"] is None
+    assert message["tool_calls"][0] == {
+        "id": "call_a",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a":1}'},
+    }
+
+
+def test_tool_content_shows_a_result_or_an_error() -> None:
+    assert tool_content("succeeded", "plain text") == "plain text"
+    assert tool_content("succeeded", {"sum": 3}) == '{"sum": 3}'
+    assert tool_content("succeeded", None) == "null"
+    assert tool_content("failed", {"error": "no such tool"}) == "error: no such tool"
+    assert tool_content("not_run", [1]) == "error: [1]"

@@ -26,8 +26,19 @@ from typing import Any
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.config import SIDE_EFFECTS, ToolConfig
+from oncewire.gateway.model_results import ToolCall
 
-__all__ = ["TOOL_KIND_PREFIX", "Tool", "ToolRegistry", "load_sink"]
+__all__ = [
+    "TOOL_KIND_PREFIX",
+    "Tool",
+    "ToolRegistry",
+    "assistant_message",
+    "call_from_record",
+    "load_sink",
+    "parse_arguments",
+    "recorded_calls",
+    "tool_content",
+]
 
 TOOL_KIND_PREFIX = "tool."
 # The names OpenAI-compatible servers accept for a function.
@@ -209,3 +220,64 @@ def _read_schema(name: str, path: Path, origin: str) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise ConfigurationError(f"{origin}: tool {name!r}: schema_file {path} is not an object")
     return schema
+
+
+# -- the calls' wire shapes (pure: the turn records and replays them) ------------------------
+def recorded_calls(calls: tuple[ToolCall, ...], step: int) -> list[dict[str, Any]]:
+    """The step's calls as recorded: id (made up when missing or repeated: the ledger needs
+    distinct ids), name, and the arguments exactly as the model wrote them."""
+    seen: set[str] = set()
+    recorded: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        call_id = call.id if call.id and call.id not in seen else f"call_s{step}_{index}"
+        seen.add(call_id)
+        name = call.name or "(unnamed)"
+        recorded.append({"id": call_id, "name": name, "arguments": call.arguments})
+    return recorded
+
+
+def call_from_record(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """A call as :func:`recorded_calls` wrote it into a step, read back from the run ledger."""
+    return {
+        "id": str(recorded["id"]),
+        "name": str(recorded["name"]),
+        "arguments": str(recorded.get("arguments", "")),
+    }
+
+
+def assistant_message(text: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The chat message of a step that asked for ``calls`` (recorded calls), as the model
+    wrote it: each call's id, name and arguments text unchanged."""
+    return {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]},
+            }
+            for call in calls
+        ],
+    }
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments as an object, or why they are not one."""
+    if not raw.strip():
+        return {}, None  # some models send nothing for a call without parameters
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return {}, f"the arguments are not valid JSON: {exc}"
+    if not isinstance(value, dict):
+        return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
+    return value, None
+
+
+def tool_content(status: str, result: Any) -> str:
+    """A resolved call's result as the tool message's content."""
+    if status == "succeeded":
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    error = result.get("error") if isinstance(result, dict) else None
+    return f"error: {error if error is not None else json.dumps(result)}"

@@ -63,10 +63,16 @@ from oncewire.gateway.model_results import (
     ModelRateLimited,
     ModelRejected,
     ModelResponse,
-    ToolCall,
 )
 from oncewire.gateway.preview import Previewer
-from oncewire.gateway.tools import ToolRegistry
+from oncewire.gateway.tools import (
+    ToolRegistry,
+    assistant_message,
+    call_from_record,
+    parse_arguments,
+    recorded_calls,
+    tool_content,
+)
 from oncewire.ledger import Ledger
 from oncewire.replies import PlatformProfile, ReplyEngine, ReplyState
 from oncewire.runs import TurnSession
@@ -265,7 +271,7 @@ class TurnWorker:
             calls = self._record_tools(loop, response)
             if self._wake_tools is not None:
                 self._wake_tools()
-            loop.messages.append(_assistant(response.text, calls))
+            loop.messages.append(assistant_message(response.text, calls))
             for index, call in enumerate(calls):
                 content = self._outcome(loop, loop.steps, index, call, interrupt)
                 loop.messages.append(
@@ -275,7 +281,7 @@ class TurnWorker:
     def _record_tools(self, loop: _Loop, response: ModelResponse) -> list[dict[str, Any]]:
         """T3: the step and a proposal per call (an effect for each valid one), one commit."""
         step = loop.steps + 1
-        calls = _recorded_calls(response.tool_calls, step)
+        calls = recorded_calls(response.tool_calls, step)
         turn = self.ledger.runs.turn
         with self.ledger.transaction() as tx:
             turn.record_step_in_tx(
@@ -291,7 +297,7 @@ class TurnWorker:
             )
             for index, call in enumerate(calls):
                 tool = self.tools.get(call["name"])
-                arguments, problem = _arguments(call["arguments"])
+                arguments, problem = parse_arguments(call["arguments"])
                 if tool is None:
                     known = ", ".join(self.tools.names()) or "none"
                     problem = f"there is no tool named {call['name']!r} (the tools: {known})"
@@ -352,12 +358,12 @@ class TurnWorker:
             elif event.type == "action_resolved":
                 resolved[str(request["action_id"])] = request
         for step in sorted(steps):
-            calls = [_as_call(call) for call in steps[step]]
-            loop.messages.append(_assistant("", calls))
+            calls = [call_from_record(call) for call in steps[step]]
+            loop.messages.append(assistant_message("", calls))
             for index, call in enumerate(calls):
                 known = resolved.get(action_id(step, index))
                 if known is not None:
-                    content = _content(str(known["status"]), known.get("result"))
+                    content = tool_content(str(known["status"]), known.get("result"))
                 else:
                     content = self._outcome(loop, step, index, call, interrupt)
                 loop.messages.append(
@@ -378,8 +384,8 @@ class TurnWorker:
                 if event.type == "action_resolved" and request.get("action_id") == action_id(
                     step, index
                 ):
-                    return _content(str(request["status"]), request.get("result"))
-            return _content("failed", {"error": "the call was not recorded"})
+                    return tool_content(str(request["status"]), request.get("result"))
+            return tool_content("failed", {"error": "the call was not recorded"})
         effect = self._await(effect, interrupt)
         if effect.state is EffectState.DONE:
             result = None if effect.result_json is None else json.loads(effect.result_json)
@@ -409,7 +415,7 @@ class TurnWorker:
         self.ledger.runs.turn.resolve_action(
             loop.inbound_id, step, index, status=status, result=result, fence=loop.fence
         )
-        return _content(status, result)
+        return tool_content(status, result)
 
     def _await(self, effect: Effect, interrupt: Interrupt) -> Effect:
         """``effect`` once terminal, read from the store (_Interrupted if the turn is)."""
@@ -480,7 +486,7 @@ class TurnWorker:
                 calls: list[dict[str, Any]] = []
                 if loop.stopped:
                     # Recorded as asked, never proposed: nothing of them ran.
-                    calls = _recorded_calls(response.tool_calls, loop.steps + 1)
+                    calls = recorded_calls(response.tool_calls, loop.steps + 1)
                     stopped = STOPPED_TEXT.format(steps=loop.steps + 1)
                     text = f"{text}\n\n{stopped}" if text else stopped
                     reason = "max_steps"
@@ -533,63 +539,6 @@ class _Loop:
     messages: list[dict[str, Any]]
     unknown: list[str] = dataclasses.field(default_factory=list)
     stopped: bool = False  # the last response asked for tools past max_steps
-
-
-def _recorded_calls(calls: tuple[ToolCall, ...], step: int) -> list[dict[str, Any]]:
-    """The step's calls as recorded: id (made up when missing or repeated: the ledger needs
-    distinct ids), name, and the arguments exactly as the model wrote them."""
-    seen: set[str] = set()
-    recorded: list[dict[str, Any]] = []
-    for index, call in enumerate(calls):
-        call_id = call.id if call.id and call.id not in seen else f"call_s{step}_{index}"
-        seen.add(call_id)
-        name = call.name or "(unnamed)"
-        recorded.append({"id": call_id, "name": name, "arguments": call.arguments})
-    return recorded
-
-
-def _as_call(recorded: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "id": str(recorded["id"]),
-        "name": str(recorded["name"]),
-        "arguments": str(recorded.get("arguments", "")),
-    }
-
-
-def _assistant(text: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": text or None,
-        "tool_calls": [
-            {
-                "id": call["id"],
-                "type": "function",
-                "function": {"name": call["name"], "arguments": call["arguments"]},
-            }
-            for call in calls
-        ],
-    }
-
-
-def _arguments(raw: str) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments as an object, or why they are not one."""
-    if not raw.strip():
-        return {}, None  # some models send nothing for a call without parameters
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        return {}, f"the arguments are not valid JSON: {exc}"
-    if not isinstance(value, dict):
-        return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
-    return value, None
-
-
-def _content(status: str, result: Any) -> str:
-    """A resolved call's result as the tool message's content."""
-    if status == "succeeded":
-        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-    error = result.get("error") if isinstance(result, dict) else None
-    return f"error: {error if error is not None else json.dumps(result)}"
 
 
 def _response_digest(response: ModelResponse) -> str:
