@@ -386,3 +386,37 @@ def test_a_turn_that_keeps_calling_tools_stops_at_max_steps_and_says_so(
         assert (run.status, run.state["steps"]) == ("answered", 2)
         assert ledger.effects.find("turn/1/s2/0") is None
     assert gateway.terminate() == 0
+
+
+@pytest.mark.crash
+def test_a_call_of_a_tool_no_longer_configured_is_cancelled_and_the_turn_answers(
+    tool_rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = tool_rig(
+        [
+            {"kind": "tool_call", "name": "add", "args": {"a": 1, "b": 1}},
+            {"kind": "text", "text": "I do not know whether it ran."},
+        ]
+    )
+    crashing_at("dispatch.after_claim", monkeypatch)
+    first = r.start()
+    r.telegram.inject(text="add 1 and 1")
+    first.process.wait(timeout=30)  # killed with the call claimed, its sink not called
+    first.kill()
+    config = r.config.read_text(encoding="utf-8")
+    r.config.write_text(config[: config.index("[[tools]]")], encoding="utf-8")
+
+    second = r.start()
+    r.wait_status(1, InboundState.DELIVERED)
+    assert bot_messages(r) == [("I do not know whether it ran.", False)]
+    assert executions(r) == []
+    (told,) = tool_messages(r.model.requests()[1])
+    assert told["content"].startswith("outcome unknown")
+    assert "not configured" in told["content"]
+    assert "tools" not in r.model.requests()[1]["body"]  # nothing is offered any more
+    with r.ledger() as ledger:
+        effect = ledger.effects.get("turn/1/s1/0")
+        # Claimed by a process that died: nobody can say the sink was not called.
+        assert effect.state is EffectState.CANCELLED and effect.maybe_sent
+        assert ledger.runs.get("turn:1").status == "outcome_unknown"
+    assert second.terminate() == 0

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.canonical import digest
-from oncewire.core.errors import BranchBusy
+from oncewire.core.errors import BranchBusy, InvalidState
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.model_results import (
     Delta,
@@ -154,6 +154,7 @@ class TurnWorker:
         self.settings = settings
         self.owner = owner
         self.tools = tools if tools is not None else ToolRegistry()
+        self._kinds = frozenset(self.tools.sinks())  # the effect kinds this gateway runs
         self._wake_tools = wake_tools  # the dispatcher's wake(): look for the new effects now
 
     def run(
@@ -386,6 +387,8 @@ class TurnWorker:
                 ):
                     return tool_content(str(request["status"]), request.get("result"))
             return tool_content("failed", {"error": "the call was not recorded"})
+        if effect.state not in TERMINAL_STATES and effect.kind not in self._kinds:
+            effect = self._cancel_orphan(effect)
         effect = self._await(effect, interrupt)
         if effect.state is EffectState.DONE:
             result = None if effect.result_json is None else json.loads(effect.result_json)
@@ -416,6 +419,17 @@ class TurnWorker:
             loop.inbound_id, step, index, status=status, result=result, fence=loop.fence
         )
         return tool_content(status, result)
+
+    def _cancel_orphan(self, effect: Effect) -> Effect:
+        """An unfinished call of a tool this gateway no longer runs (a resumed turn, its tool
+        gone from the configuration): cancelled, so that the turn can answer instead of
+        holding its session for ever. Cancelled while claimed, it counts as maybe sent."""
+        reason = f"the tool of kind {effect.kind!r} is not configured in this gateway"
+        log.warning("turn tool cancelled key=%s: %s", effect.key, reason)
+        try:
+            return self.ledger.effects.cancel(effect.key, reason=reason)
+        except InvalidState:
+            return self.ledger.effects.get(effect.key)  # it ended meanwhile
 
     def _await(self, effect: Effect, interrupt: Interrupt) -> Effect:
         """``effect`` once terminal, read from the store (_Interrupted if the turn is)."""
