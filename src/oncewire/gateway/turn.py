@@ -98,8 +98,8 @@ FAILURE_TEXT = (
 )
 EMPTY_ANSWER_TEXT = "(The model returned an empty answer.)"
 STOPPED_TEXT = (
-    "(I stopped after {steps} steps without a final answer: that is the limit of tool-using "
-    "steps for one message.)"
+    "(I stopped after {steps} without a final answer: that is the limit of model steps for "
+    "one message.)"
 )
 
 
@@ -501,7 +501,8 @@ class TurnWorker:
                 if loop.stopped:
                     # Recorded as asked, never proposed: nothing of them ran.
                     calls = recorded_calls(response.tool_calls, loop.steps + 1)
-                    stopped = STOPPED_TEXT.format(steps=loop.steps + 1)
+                    count = loop.steps + 1
+                    stopped = STOPPED_TEXT.format(steps=f"{count} step{'s' * (count != 1)}")
                     text = f"{text}\n\n{stopped}" if text else stopped
                     reason = "max_steps"
                 text = text or EMPTY_ANSWER_TEXT
