@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,12 @@ class ReplyEngine:
         # acknowledgement rides on this engine's next write for the reply. A crash before that
         # write leaves the edit in flight, and an edit in flight is only replayed.
         self._pending: dict[int, tuple[int, str]] = {}
+        # reply id -> (thread, depth): the thread of this engine working on the reply now. Its
+        # operations in flight are live calls, not a dead process's leftovers, so another
+        # thread of the same engine (a scheduler's run_due beside a worker's deliver) must not
+        # take them over: it leaves the reply to that thread.
+        self._working: dict[int, tuple[int, int]] = {}
+        self._working_lock = threading.Lock()
 
     def _ops(self, reply_id: int) -> list[ReplyOp]:
         """The record's operations, with this engine's unwritten edit acknowledgement applied."""
@@ -152,6 +159,25 @@ class ReplyEngine:
             replace(op, state=OpState.ACKED, message_id=pending[1]) if op.id == pending[0] else op
             for op in ops
         ]
+
+    def _enter(self, reply_id: int) -> bool:
+        """Claim ``reply_id`` for this thread within this engine (re-entrant); False when
+        another thread of the engine is working on it."""
+        me = threading.get_ident()
+        with self._working_lock:
+            thread, depth = self._working.get(reply_id, (me, 0))
+            if thread != me:
+                return False
+            self._working[reply_id] = (me, depth + 1)
+            return True
+
+    def _leave(self, reply_id: int) -> None:
+        with self._working_lock:
+            thread, depth = self._working[reply_id]
+            if depth == 1:
+                del self._working[reply_id]
+            else:
+                self._working[reply_id] = (thread, depth - 1)
 
     def _flush(self, reply_id: int) -> None:
         pending = self._pending.pop(reply_id, None)
@@ -271,7 +297,12 @@ class ReplyEngine:
         platform = self.platform(current.request.platform)
         if current.state is not ReplyState.OPEN or not platform.profile.can_edit:
             return PreviewPass(False)
-        previewing, wait = self._preview_safely(current, platform, text)
+        if not self._enter(reply_id):
+            return PreviewPass(True, self.edit_interval_seconds)  # another thread is on it
+        try:
+            previewing, wait = self._preview_safely(current, platform, text)
+        finally:
+            self._leave(reply_id)
         return PreviewPass(previewing, wait)
 
     def commit(
@@ -339,20 +370,24 @@ class ReplyEngine:
     # -- delivering --------------------------------------------------------------------------
     def deliver(self, reply_id: int, *, ignore_schedule: bool = False) -> DeliveryPass:
         """Bring the chat in line with the committed reply, as far as the platform allows now."""
-        reply = self.ledger.replies.get(reply_id)
-        if reply.state is not ReplyState.COMMITTED:
-            return DeliveryPass(reply, str(reply.state))
-        if not ignore_schedule and reply.not_before > self.ledger.clock.now():
-            return DeliveryPass(reply, "scheduled")
-        taken = self._take(reply)
-        if taken is None:
-            return DeliveryPass(reply, "busy")
-        platform = self.platform(taken.request.platform)
-        chunks = self.ledger.replies.chunks(taken)
+        if not self._enter(reply_id):  # another thread of this engine is delivering it
+            return DeliveryPass(self.ledger.replies.get(reply_id), "busy")
         try:
+            reply = self.ledger.replies.get(reply_id)  # read after the other thread left
+            if reply.state is not ReplyState.COMMITTED:
+                return DeliveryPass(reply, str(reply.state))
+            if not ignore_schedule and reply.not_before > self.ledger.clock.now():
+                return DeliveryPass(reply, "scheduled")
+            taken = self._take(reply)
+            if taken is None:
+                return DeliveryPass(reply, "busy")
+            platform = self.platform(taken.request.platform)
+            chunks = self.ledger.replies.chunks(taken)
             return self._converge(taken, platform, chunks)
         except StaleFence:
             return DeliveryPass(self.ledger.replies.get(reply_id), "busy")
+        finally:
+            self._leave(reply_id)
 
     def _converge(self, reply: Reply, platform: Platform, chunks: list[Chunk]) -> DeliveryPass:
         store, clock = self.ledger.store, self.ledger.clock
@@ -490,13 +525,16 @@ class ReplyEngine:
                 settle=self._pending.pop(op.reply_id, None),
             )
         elif isinstance(outcome, NotDelivered):
+            # A refusal that says when to come back (a 429, a local rate limiter with no token)
+            # is the platform's schedule, not a failed delivery: it costs no attempt, so a busy
+            # chat's answer waits its turn instead of running out of attempts and going dead.
             store.end_op(
                 op.id,
                 state=OpState.REFUSED,
                 retry_after=outcome.retry_after,
                 error=outcome.reason,
                 now=now,
-                count_attempt=count,
+                count_attempt=count and outcome.retry_after is None,
             )
         elif isinstance(outcome, MaybeDelivered):
             store.end_op(
