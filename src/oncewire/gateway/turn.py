@@ -75,6 +75,7 @@ from oncewire.gateway.tools import (
 )
 from oncewire.ledger import Ledger
 from oncewire.replies import PlatformProfile, ReplyEngine, ReplyState
+from oncewire.replies.engine import COMMITTED_NOT_SENT
 from oncewire.runs import TurnSession
 from oncewire.runs.records import WORLD_CHANGING
 from oncewire.runs.turn import action_id, effect_key, run_id, text_sha256
@@ -529,6 +530,9 @@ class TurnWorker:
             turn.terminate_in_tx(
                 tx, inbound_id, status, reason=reason, reply_text=text, fence=fence
             )
+        # The answer is durable, its delivery not started: the reply engine's crash window of
+        # the same name, so the lab arms it in a gateway as in any engine user.
+        COMMITTED_NOT_SENT.hit()
         log.info(
             "turn commit inbound=%s status=%s chars=%s digest=%s",
             inbound_id,
