@@ -1,5 +1,7 @@
 """The fake OpenAI-compatible server as a real child process, one per test; every HTTP client a
-test opens is closed when it ends."""
+test opens is closed when it ends. Also what the gateway tests share to start a fake as a child
+process (:func:`spawn_fake`) and to serve scripted answers on loopback (:class:`LoopbackServer`,
+the ``answering`` fixture)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,91 @@ def _close_every_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         client.close()
 
 
+def spawn_fake(
+    module: str, args: Sequence[str], *, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    """Start ``python -m module args...`` and wait for its ``ready port=N`` line: (the process,
+    N). A fake that does not start is killed, and the RuntimeError says what it printed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        env=env if env is not None else _child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("ready port="):
+        _, stderr = stop_process(process)
+        raise RuntimeError(f"the fake did not start: {line!r} {stderr!r}")
+    return process, int(line.strip().split("=", 1)[1])
+
+
+def stop_process(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Kill a fake still running and reap it: (what it printed on stdout, on stderr)."""
+    if process.poll() is None:
+        process.kill()
+    return process.communicate(timeout=10)
+
+
+# (status, headers, body) for a request, given its handler (method, path, headers) and its body.
+Answer = Callable[[BaseHTTPRequestHandler, bytes], tuple[int, dict[str, str], bytes]]
+
+
+class LoopbackServer:
+    """A threading HTTP server on a loopback port: every GET and POST is read whole and answered
+    with what ``answer`` returns. ``url`` is its base URL; :meth:`stop` closes it."""
+
+    def __init__(self, answer: Answer) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self._answer()
+
+            def _answer(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                status, headers, data = answer(self, body)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+Answering = Callable[..., str]
+
+
+@pytest.fixture
+def answering() -> Iterator[Answering]:
+    """``answering(status, body, content_type=None)``: the base URL of a loopback server that
+    answers every GET and POST with that status and body (and content type, when given)."""
+    servers: list[LoopbackServer] = []
+
+    def start(status: int, body: bytes, content_type: str | None = None) -> str:
+        headers = {} if content_type is None else {"content-type": content_type}
+        server = LoopbackServer(lambda request, received: (status, headers, body))
+        servers.append(server)
+        return server.url
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
 class FakeOpenAI:
     """A running ``python -m oncewire.fakes.openai_api`` and its journal."""
 
@@ -42,29 +131,10 @@ class FakeOpenAI:
         self.journal_dir = directory / "journal"
         script_path = directory / "script.json"
         script_path.write_text(json.dumps(script), encoding="utf-8")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "oncewire.fakes.openai_api",
-                "--port",
-                "0",
-                "--journal",
-                str(self.journal_dir),
-                "--script",
-                str(script_path),
-            ],
-            env=_child_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        self.process, self.port = spawn_fake(
+            "oncewire.fakes.openai_api",
+            ["--port", "0", "--journal", str(self.journal_dir), "--script", str(script_path)],
         )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("ready port="):
-            self.stop()
-            raise RuntimeError(f"the fake did not start: {line!r} {self.process.stderr}")
-        self.port = int(line.strip().split("=", 1)[1])
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def requests(self) -> list[dict[str, Any]]:
@@ -74,9 +144,7 @@ class FakeOpenAI:
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.communicate(timeout=10)
+        stop_process(self.process)
 
 
 @pytest.fixture

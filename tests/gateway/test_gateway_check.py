@@ -9,9 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from oncewire.gateway.model import (
 )
 from oncewire.ledger import Ledger
 from tests.conftest import _child_env
-from tests.gateway.conftest import FakeOpenAI
+from tests.gateway.conftest import Answering, FakeOpenAI, spawn_fake, stop_process
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
 from tests.support.pg import fresh_schema, server_url
 
@@ -51,25 +49,13 @@ class FakeWebhookPlatform:
     """A running ``python -m oncewire.fakes.webhook_platform`` (only its port is used)."""
 
     def __init__(self, directory: Path) -> None:
-        args = [sys.executable, "-m", "oncewire.fakes.webhook_platform", "--port", "0"]
-        self.process = subprocess.Popen(
-            [*args, "--journal", str(directory)],
-            env=_child_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        self.process, port = spawn_fake(
+            "oncewire.fakes.webhook_platform", ["--port", "0", "--journal", str(directory)]
         )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("ready port="):
-            self.stop()
-            raise RuntimeError(f"the fake did not start: {line!r}")
-        self.send_url = f"http://127.0.0.1:{int(line.strip().split('=', 1)[1])}/messages"
+        self.send_url = f"http://127.0.0.1:{port}/messages"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.communicate(timeout=10)
+        stop_process(self.process)
 
 
 class Fakes:
@@ -449,34 +435,6 @@ def test_a_missing_config_file_is_exit_2(tmp_path: Path) -> None:
 
 
 # -- the model client's list_models ------------------------------------------------------------
-@pytest.fixture
-def answering() -> Iterator[Callable[[int, bytes], str]]:
-    """``answering(status, body)``: a base URL whose every GET gets that answer."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(status: int, body: bytes) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/v1"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
 def client(base_url: str) -> OpenAIChatClient:
     timeouts = Timeouts(connect_seconds=2.0, read_seconds=5.0)
     return OpenAIChatClient(base_url, "fake-model", timeouts=timeouts)
@@ -487,14 +445,13 @@ def test_list_models_names_what_the_server_serves(fakes: Fakes) -> None:
         assert models.list_models() == ("fake-model",)
 
 
-def test_list_models_fails_with_the_typed_failures(
-    answering: Callable[[int, bytes], str], closed_port: int
-) -> None:
+def test_list_models_fails_with_the_typed_failures(answering: Answering, closed_port: int) -> None:
     with client(f"http://127.0.0.1:{closed_port}/v1") as models, pytest.raises(ModelNotSent):
         models.list_models()
-    refused = answering(401, b'{"error": {"message": "bad key", "type": "auth"}}')
+    as_json = "application/json"
+    refused = answering(401, b'{"error": {"message": "bad key", "type": "auth"}}', as_json) + "/v1"
     with client(refused) as models, pytest.raises(ModelRejected, match=r"HTTP 401.*bad key"):
         models.list_models()
-    garbled = answering(200, b'{"object": "list"}')
+    garbled = answering(200, b'{"object": "list"}', as_json) + "/v1"
     with client(garbled) as models, pytest.raises(ModelBroken, match="without a list"):
         models.list_models()

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +32,8 @@ from oncewire.platforms.base import (
 )
 from oncewire.platforms.fake import ChatView, VisibleMessage
 from oncewire.storage.replies import SendRequest
-from tests.conftest import _child_env, wait_for
+from tests.conftest import wait_for
+from tests.gateway.conftest import Answering, spawn_fake, stop_process
 
 TOKEN = "123456:fake-SECRET-token"
 CHAT = "4242"
@@ -47,19 +44,10 @@ class FakeTelegram:
 
     def __init__(self, directory: Path, *faults: dict[str, Any]) -> None:
         self.directory = directory
-        args = [sys.executable, "-m", "oncewire.fakes.telegram_api", "--port", "0"]
-        args += ["--journal", str(directory), "--token", TOKEN, "--name", "fk_tg"]
+        args = ["--port", "0", "--journal", str(directory), "--token", TOKEN, "--name", "fk_tg"]
         for fault in faults:
             args += ["--fault", json.dumps(fault)]
-        self.process = subprocess.Popen(
-            args, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("ready port="):
-            self.stop()
-            raise RuntimeError(f"the fake did not start: {line!r}")
-        self.port = int(line.strip().split("=", 1)[1])
+        self.process, self.port = spawn_fake("oncewire.fakes.telegram_api", args)
         self.base = f"http://127.0.0.1:{self.port}"
         self.control = httpx2.Client(base_url=self.base, timeout=10.0)
         self.closing: list[Any] = []  # adapters and pollers made for this fake
@@ -114,12 +102,9 @@ class FakeTelegram:
             self.closing.pop().close()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.communicate(timeout=10)
-        if hasattr(self, "control"):
-            self.close_adopted()
-            self.control.close()
+        stop_process(self.process)
+        self.close_adopted()
+        self.control.close()
 
 
 StartFake = Callable[..., FakeTelegram]
@@ -408,33 +393,6 @@ def test_an_edit_whose_answer_was_lost_is_delivered_when_replayed(fake: FakeTele
 
 
 # -- 5xx, from a server that answers one status to everything -----------------------------------
-@pytest.fixture
-def status_server() -> Iterator[Callable[[int, bytes], str]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(status: int, body: bytes) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                self.send_response(status)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.parametrize(
     "body",
     [
@@ -442,11 +400,9 @@ def status_server() -> Iterator[Callable[[int, bytes], str]]:
         b"<html><body><h1>502 Bad Gateway</h1></body></html>",
     ],
 )
-def test_a_server_error_on_a_send_may_have_landed(
-    status_server: Callable[[int, bytes], str], body: bytes
-) -> None:
+def test_a_server_error_on_a_send_may_have_landed(answering: Answering, body: bytes) -> None:
     status = 500 if body.startswith(b"{") else 502
-    bot = TelegramBot(TOKEN, api_base=status_server(status, body))
+    bot = TelegramBot(TOKEN, api_base=answering(status, body))
     try:
         outcome = bot.send(SendRequest("fk_tg", "bot", CHAT), "hello", marked=False)
 

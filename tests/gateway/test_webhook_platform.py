@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +35,7 @@ from oncewire.platforms.base import (
 from oncewire.platforms.fake import ChatView
 from oncewire.storage.replies import SendRequest
 from tests.conftest import _child_env, wait_for
+from tests.gateway.conftest import LoopbackServer, spawn_fake, stop_process
 
 SECRET = "hook-secret-for-tests"
 
@@ -48,30 +46,20 @@ class Receiver:
     def __init__(self) -> None:
         self.statuses: list[int] = []  # consumed per delivery; 200 once empty
         self.received: list[tuple[str | None, bytes]] = []
-        receiver = self
+        self.server = LoopbackServer(self._answer)
+        self.url = f"{self.server.url}/hook"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                receiver.received.append((self.headers.get(SIGNATURE_HEADER), body))
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(
+        self, request: BaseHTTPRequestHandler, body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        self.received.append((request.headers.get(SIGNATURE_HEADER), body))
+        return self.statuses.pop(0) if self.statuses else 200, {}, b""
 
     def messages(self) -> list[WebhookInbound]:
         return [parse_inbound(body) for _, body in self.received]
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 class FakeWebhook:
@@ -79,22 +67,12 @@ class FakeWebhook:
 
     def __init__(self, directory: Path, deliver_to: str, *flags: str) -> None:
         self.directory = directory
-        args = [sys.executable, "-m", "oncewire.fakes.webhook_platform", "--port", "0"]
-        args += ["--journal", str(directory), "--name", "fk_ne", "--secret-env", "HOOK_SECRET"]
-        args += ["--deliver-to", deliver_to, *flags]
-        self.process = subprocess.Popen(
-            args,
-            env=_child_env(HOOK_SECRET=SECRET),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        args = ["--port", "0", "--journal", str(directory), "--name", "fk_ne"]
+        args += ["--secret-env", "HOOK_SECRET", "--deliver-to", deliver_to, *flags]
+        self.process, port = spawn_fake(
+            "oncewire.fakes.webhook_platform", args, env=_child_env(HOOK_SECRET=SECRET)
         )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("ready port="):
-            self.stop()
-            raise RuntimeError(f"the fake did not start: {line!r}")
-        self.base = f"http://127.0.0.1:{int(line.strip().split('=', 1)[1])}"
+        self.base = f"http://127.0.0.1:{port}"
         self.control = httpx2.Client(base_url=self.base, timeout=10.0)
         self.chat = "c0"
         self.adopted: list[WebhookPlatform] = []
@@ -129,12 +107,9 @@ class FakeWebhook:
             self.adopted.pop().close()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.communicate(timeout=10)
-        if hasattr(self, "control"):
-            self.close_adopted()
-            self.control.close()
+        stop_process(self.process)
+        self.close_adopted()
+        self.control.close()
 
 
 _chats = itertools.count(1)
@@ -325,8 +300,14 @@ def test_an_inbound_message_is_signed_and_retried_until_answered(
     assert all(verify(SECRET, body, signature) for signature, body in deliveries)
     message = WebhookInbound(injected["message_id"], fake.chat, "t1", "hi bot")
     assert [parse_inbound(body) for _, body in deliveries] == [message] * 3
-    state = {m["message_id"]: m for m in fake.call("state")["inbound"]}
-    assert state[injected["message_id"]] == {
+
+    def inbound() -> dict[str, Any]:
+        state = {m["message_id"]: m for m in fake.call("state")["inbound"]}
+        return dict(state[injected["message_id"]])
+
+    # The receiver has the third delivery before the fake has read its answer and recorded it.
+    wait_for(lambda: inbound()["delivered"], what="the fake to record the answered delivery")
+    assert inbound() == {
         "message_id": injected["message_id"],
         "attempts": 3,
         "delivered": True,
