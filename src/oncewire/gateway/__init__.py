@@ -1,6 +1,9 @@
 """The gateway: a chat service on top of oncewire's ledgers (guide: docs/gateway.md).
 
-It does not run yet (there is no runner). What exists: the configuration file
+``oncewire gateway run`` (:mod:`oncewire.gateway.runner`) runs it: boot recovery from the rows,
+Telegram polling with admission before confirmation, one turn per session (:mod:`.turn`: model
+steps, tools as outbox effects (:mod:`.tools`), previews that never block the commit), and the
+reply engine's delivery. Around it: the configuration file
 (:mod:`oncewire.gateway.config`) and its start-up check (:mod:`oncewire.gateway.check`, the
 ``oncewire gateway check`` command), the model client (:mod:`oncewire.gateway.model`, over
 :mod:`oncewire.gateway.http`), the platform adapters (:mod:`oncewire.gateway.platforms`:
