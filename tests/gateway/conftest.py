@@ -65,6 +65,40 @@ def stop_process(process: subprocess.Popen[str]) -> tuple[str, str]:
     return process.communicate(timeout=10)
 
 
+class PlatformFakeProcess:
+    """A platform fake running as a child process: its control routes (``call``) and the
+    clients a test made for it (``adopt``), closed when it stops."""
+
+    def __init__(
+        self, module: str, args: Sequence[str], *, env: dict[str, str] | None = None
+    ) -> None:
+        self.process, self.port = spawn_fake(module, args, env=env)
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.control = httpx2.Client(base_url=self.base, timeout=10.0)
+        self.adopted: list[Any] = []
+
+    def adopt(self, thing: Any) -> Any:
+        """``thing``, closed when the fake stops."""
+        self.adopted.append(thing)
+        return thing
+
+    def call(self, action: str, **params: Any) -> dict[str, Any]:
+        """``POST /control/<action>``; the answer must be a 200."""
+        answer = self.control.post(f"/control/{action}", json=params)
+        assert answer.status_code == 200, answer.text
+        result: dict[str, Any] = answer.json()
+        return result
+
+    def close_adopted(self) -> None:
+        while self.adopted:
+            self.adopted.pop().close()
+
+    def stop(self) -> None:
+        stop_process(self.process)
+        self.close_adopted()
+        self.control.close()
+
+
 # (status, headers, body) for a request, given its handler (method, path, headers) and its body.
 Answer = Callable[[BaseHTTPRequestHandler, bytes], tuple[int, dict[str, str], bytes]]
 

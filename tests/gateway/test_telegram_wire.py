@@ -33,13 +33,13 @@ from oncewire.platforms.base import (
 from oncewire.platforms.fake import ChatView, VisibleMessage
 from oncewire.storage.replies import SendRequest
 from tests.conftest import wait_for
-from tests.gateway.conftest import Answering, spawn_fake, stop_process
+from tests.gateway.conftest import Answering, PlatformFakeProcess
 
 TOKEN = "123456:fake-SECRET-token"
 CHAT = "4242"
 
 
-class FakeTelegram:
+class FakeTelegram(PlatformFakeProcess):
     """A running ``python -m oncewire.fakes.telegram_api`` and its journal directory."""
 
     def __init__(self, directory: Path, *faults: dict[str, Any]) -> None:
@@ -47,22 +47,8 @@ class FakeTelegram:
         args = ["--port", "0", "--journal", str(directory), "--token", TOKEN, "--name", "fk_tg"]
         for fault in faults:
             args += ["--fault", json.dumps(fault)]
-        self.process, self.port = spawn_fake("oncewire.fakes.telegram_api", args)
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.control = httpx2.Client(base_url=self.base, timeout=10.0)
-        self.closing: list[Any] = []  # adapters and pollers made for this fake
+        super().__init__("oncewire.fakes.telegram_api", args)
         self.chat = CHAT  # the chat the helpers default to (a fresh one per test when shared)
-
-    def adopt(self, thing: Any) -> Any:
-        """``thing``, closed when the fake stops."""
-        self.closing.append(thing)
-        return thing
-
-    def call(self, action: str, **params: Any) -> dict[str, Any]:
-        answer = self.control.post(f"/control/{action}", json=params)
-        assert answer.status_code == 200, answer.text
-        result: dict[str, Any] = answer.json()
-        return result
 
     def inject(self, chat: str | None = None, text: str = "hello", **params: Any) -> dict[str, Any]:
         return self.call("inject", chat_id=int(chat or self.chat), text=text, **params)
@@ -96,15 +82,6 @@ class FakeTelegram:
         calls = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         chat = chat or self.chat
         return [c for c in calls if chat == "*" or str(c["params"].get("chat_id")) == chat]
-
-    def close_adopted(self) -> None:
-        while self.closing:
-            self.closing.pop().close()
-
-    def stop(self) -> None:
-        stop_process(self.process)
-        self.close_adopted()
-        self.control.close()
 
 
 StartFake = Callable[..., FakeTelegram]

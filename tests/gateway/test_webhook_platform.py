@@ -35,7 +35,7 @@ from oncewire.platforms.base import (
 from oncewire.platforms.fake import ChatView
 from oncewire.storage.replies import SendRequest
 from tests.conftest import _child_env, wait_for
-from tests.gateway.conftest import LoopbackServer, spawn_fake, stop_process
+from tests.gateway.conftest import LoopbackServer, PlatformFakeProcess
 
 SECRET = "hook-secret-for-tests"
 
@@ -62,33 +62,23 @@ class Receiver:
         self.server.stop()
 
 
-class FakeWebhook:
+class FakeWebhook(PlatformFakeProcess):
     """A running ``python -m oncewire.fakes.webhook_platform``."""
 
     def __init__(self, directory: Path, deliver_to: str, *flags: str) -> None:
         self.directory = directory
         args = ["--port", "0", "--journal", str(directory), "--name", "fk_ne"]
         args += ["--secret-env", "HOOK_SECRET", "--deliver-to", deliver_to, *flags]
-        self.process, port = spawn_fake(
-            "oncewire.fakes.webhook_platform", args, env=_child_env(HOOK_SECRET=SECRET)
-        )
-        self.base = f"http://127.0.0.1:{port}"
-        self.control = httpx2.Client(base_url=self.base, timeout=10.0)
+        env = _child_env(HOOK_SECRET=SECRET)
+        super().__init__("oncewire.fakes.webhook_platform", args, env=env)
         self.chat = "c0"
-        self.adopted: list[WebhookPlatform] = []
-
-    def call(self, action: str, **params: Any) -> dict[str, Any]:
-        answer = self.control.post(f"/control/{action}", json=params)
-        assert answer.status_code == 200, answer.text
-        result: dict[str, Any] = answer.json()
-        return result
 
     def platform(
         self, *, secret: str | None = SECRET, read_seconds: float = 5.0
     ) -> WebhookPlatform:
         timeouts = Timeouts(connect_seconds=2.0, read_seconds=read_seconds)
         platform = WebhookPlatform(f"{self.base}/messages", secret=secret, timeouts=timeouts)
-        self.adopted.append(platform)
+        self.adopt(platform)
         return platform
 
     def to(self, reply_to: str | None = "u1") -> SendRequest:
@@ -101,15 +91,6 @@ class FakeWebhook:
     def keys_sent(self) -> list[str | None]:
         path = self.directory / "calls.jsonl"
         return [json.loads(line)["key"] for line in path.read_text().splitlines()]
-
-    def close_adopted(self) -> None:
-        while self.adopted:
-            self.adopted.pop().close()
-
-    def stop(self) -> None:
-        stop_process(self.process)
-        self.close_adopted()
-        self.control.close()
 
 
 _chats = itertools.count(1)
