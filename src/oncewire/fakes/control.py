@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from oncewire.platforms.base import PlatformProfile
 from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "FakeServer",
     "JsonHandler",
     "ListenerServer",
+    "PlatformFake",
     "TrackedHandler",
     "announce_and_serve",
     "arm_fault",
@@ -224,6 +226,21 @@ class TrackedHandler(JsonHandler):
     def parse_request(self) -> bool:
         self.server.track(self.connection, idle=False)
         return super().parse_request()
+
+
+class PlatformFake:
+    """What every platform fake keeps in its directory: the chats, journaled by a
+    :class:`FakePlatform` to ``chat.jsonl`` (fsync before the answer; :class:`ChatView` reads
+    it), and every call answered, in ``calls.jsonl``."""
+
+    def __init__(
+        self, directory: Path, profile: PlatformProfile, *, name: str, faults: Sequence[Fault]
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.journal = directory / "chat.jsonl"
+        self.chats = FakePlatform(self.journal, profile, name=name, faults=faults)
+        self.calls = CallLog(directory / "calls.jsonl")
 
 
 class ControlledFake(Protocol):

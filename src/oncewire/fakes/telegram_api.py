@@ -56,9 +56,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from oncewire.fakes.control import (
-    CallLog,
     ControlHandler,
     FakeServer,
+    PlatformFake,
     announce_and_serve,
     fake_parser,
     faults_fired,
@@ -85,7 +85,7 @@ from oncewire.platforms.base import (
     RejectedForGood,
     WireOutcome,
 )
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
+from oncewire.platforms.fake import ChatView, Fault
 from oncewire.replies.splitting import measure
 from oncewire.storage.replies import SendRequest
 
@@ -101,7 +101,7 @@ NOT_MODIFIED = (
 )
 
 
-class TelegramFake(UpdateMethods):
+class TelegramFake(PlatformFake, UpdateMethods):
     """The fake's state: chats (a journaled FakePlatform), users' messages, updates."""
 
     def __init__(
@@ -113,14 +113,10 @@ class TelegramFake(UpdateMethods):
         bot_username: str = "oncewire_fake_bot",
         faults: Sequence[Fault] = (),
     ) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, TELEGRAM_LIKE, name=name, faults=faults)
         self.token = token
-        self.name = name
         self.bot_username = bot_username
-        self.journal = directory / "chat.jsonl"
-        self.chats = FakePlatform(self.journal, TELEGRAM_LIKE, name=name, faults=faults)
         self.updates = Updates(directory / "updates.jsonl")
-        self.calls = CallLog(directory / "calls.jsonl")
         self._lock = threading.Lock()
         self._webhook_path = directory / "webhook.json"
         self._webhook = Webhook.load(self._webhook_path)  # guarded by updates.cond

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from oncewire.fakes.control import (
-    CallLog,
     ControlHandler,
     FakeServer,
+    PlatformFake,
     announce_and_serve,
     fake_parser,
     faults_fired,
@@ -61,7 +61,7 @@ from oncewire.platforms.base import (
     NotDelivered,
     RejectedForGood,
 )
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
+from oncewire.platforms.fake import ChatView, Fault
 from oncewire.storage.replies import SendRequest
 
 __all__ = ["WebhookFake", "main", "serve"]
@@ -79,7 +79,7 @@ def _sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-class WebhookFake:
+class WebhookFake(PlatformFake):
     """The fake's state: the chat (a journaled FakePlatform), honoured keys, deliveries."""
 
     def __init__(
@@ -92,14 +92,10 @@ class WebhookFake:
         honour_keys: bool = False,
         faults: Sequence[Fault] = (),
     ) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.name = name
+        super().__init__(directory, NON_EDITABLE, name=name, faults=faults)
         self.secret = secret
         self.deliver_to = deliver_to
         self.honour_keys = honour_keys
-        self.journal = directory / "chat.jsonl"
-        self.chats = FakePlatform(self.journal, NON_EDITABLE, name=name, faults=faults)
-        self.calls = CallLog(directory / "calls.jsonl")
         self._lock = threading.Lock()
         self._keys: dict[str, tuple[str, str]] = {}  # key -> (message id, message digest)
         keys_path = directory / "keys.jsonl"
