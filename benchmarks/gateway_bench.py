@@ -205,6 +205,7 @@ read_timeout = 60
 
 [turns]
 max_concurrent = {max_concurrent}
+busy_mode = "queue"  # every message is answered: a newer one in its chat does not interrupt
 
 [[platforms]]
 name = "{PLATFORM}"

@@ -237,7 +237,7 @@ def test_a_gateway_killed_while_the_model_hangs_answers_once_after_a_restart(
     first = r.start()
     r.telegram.inject(text="first question")
     wait_for(lambda: len(r.model.requests()) == 1, what="the model request")
-    r.telegram.inject(text="second question")  # queued behind the hung turn
+    r.telegram.inject(text="/queue second question")  # queued behind the hung turn
     r.wait_status(2, InboundState.RECEIVED)
     first.kill()
 

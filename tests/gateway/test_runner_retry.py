@@ -135,7 +135,7 @@ def test_a_turn_that_keeps_raising_is_quarantined_and_frees_its_session(
     runner, thread = start(tmp_path, telegram, model, max_starts=2)
     try:
         telegram.inject(text="a poison message")
-        telegram.inject(text="the next question")
+        telegram.inject(text="/queue the next question")  # never interrupts the first
         with Ledger(str(tmp_path / "gateway.db")) as ledger:
             wait_for(
                 lambda: delivered(ledger, 2),

@@ -13,6 +13,11 @@ What is not admitted, and why (each is still confirmed: serving it again changes
 * a sender outside the platform's ``allowed_users`` (when that list is not empty);
 * an edit of a message (``edited_message``): the message was admitted when it was sent and its
   turn answers what it said then.
+
+After a new message's commit comes the busy decision (:mod:`oncewire.gateway.sessions`): in
+``busy_mode = "interrupt"``, or for ``/stop``, the session's running turn gets its interrupt
+recorded (its own transaction: the inbox has no admission in a caller's transaction; a crash
+between the two leaves the new message queued behind the turn, which is then answered).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.platforms.telegram_updates import TelegramInbound
+from oncewire.gateway.sessions import interrupt_running_turn
 from oncewire.inbound import Admission
 from oncewire.ledger import Ledger
 
@@ -51,11 +57,19 @@ class Admitted:
 
 class Admitter:
     """T1 for every platform the runner serves; ``on_new`` is called after each commit that
-    admitted a new message (the runner wakes its scheduler)."""
+    admitted a new message (the runner wakes its scheduler, which also signals a turn whose
+    interrupt was recorded)."""
 
-    def __init__(self, ledger: Ledger, on_new: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        on_new: Callable[[int], None] | None = None,
+        *,
+        busy_mode: str = "interrupt",
+    ) -> None:
         self.ledger = ledger
         self.on_new = on_new
+        self.busy_mode = busy_mode
 
     def admit_telegram(
         self, platform: PlatformConfig, bot: str, message: TelegramInbound
@@ -100,6 +114,7 @@ class Admitter:
                 message.chat_id,
                 message.message_id,
             )
+            interrupt_running_turn(self.ledger, admission.inbound, self.busy_mode)
             if self.on_new is not None:
                 self.on_new(admission.inbound.id)
         return Admitted(admission, "new" if admission.new else "redelivered")

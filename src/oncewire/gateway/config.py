@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 BUSY_MODES = ("interrupt", "queue", "steer", "reject")
+BUSY_MODES_NOT_YET = ("steer", "reject")  # named by the design, refused until they exist
 PLATFORM_KINDS = ("telegram", "discord", "webhook")
 INBOUND_MODES = ("polling", "webhook")
 SIDE_EFFECTS = ("read_only", "workspace_write", "external", "unknown")
@@ -193,7 +194,7 @@ def parse_config(text: str, path: str | Path) -> GatewayConfig:
             system_prompt_file=model.file("system_prompt_file"),
         ),
         turns=TurnsConfig(
-            busy_mode=turns.choice("busy_mode", BUSY_MODES, "interrupt"),
+            busy_mode=_busy_mode(turns),
             max_concurrent=turns.integer("max_concurrent", 8, minimum=1),
             max_steps=turns.integer("max_steps", 16, minimum=1),
             max_starts=turns.integer("max_starts", 3, minimum=1),
@@ -284,6 +285,17 @@ def _tool(t: _Table) -> ToolConfig:
         timeout_seconds=t.seconds("timeout_seconds", 30.0),
         max_attempts=t.integer("max_attempts", 3, minimum=1),
     )
+
+
+def _busy_mode(turns: _Table) -> str:
+    """``[turns] busy_mode``: interrupt (the default) or queue; steer and reject are refused
+    with a clear word rather than run as something else."""
+    mode = turns.choice("busy_mode", BUSY_MODES, "interrupt")
+    if mode in BUSY_MODES_NOT_YET:
+        raise turns.error(
+            "busy_mode", f"{mode!r} is not supported yet (supported: interrupt, queue)"
+        )
+    return mode
 
 
 def _db(store: _Table) -> str:

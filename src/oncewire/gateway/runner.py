@@ -6,9 +6,11 @@ Boot, in order, driven only by rows (nothing is read from a transcript, nothing 
 2. ``engine.recover()``: operations a dead process left in flight become ``ambiguous`` and
    every committed reply is delivered (or scheduled, as its record says);
 3. turns whose owner is gone (a process on this host that died, or a lease that ran out) are
-   taken over: ended ``interrupted`` when their message was superseded, ended ``answered``
-   when their reply is committed (a guard: T5 commits both at once), resumed otherwise (the
-   model is asked again, with ``[turns] resume_note``);
+   taken over: ended ``answered`` when their reply is committed (a guard: T5 commits both at
+   once), ended ``interrupted`` when an interrupt was recorded (their message ``superseded``
+   and their reply withdrawn in the same transaction, then delivered: the previews deleted)
+   or their message was superseded, resumed otherwise (the model is asked again, with
+   ``[turns] resume_note``);
 4. ``received`` messages are scheduled, per session in id order;
 5. with ``[[tools]]``, a :class:`~oncewire.Dispatcher` thread that runs the tools' effects
    (:mod:`oncewire.gateway.tools`; a resumed turn's unfinished calls included: an effect a dead
@@ -20,7 +22,10 @@ Boot, in order, driven only by rows (nothing is read from a transcript, nothing 
 A scheduler thread starts turns (:mod:`oncewire.gateway.turn`) on a pool of ``[turns]
 max_concurrent`` worker threads, one turn per session at a time (the run ledger's
 one-active-run-per-branch index holds it; the scheduler only avoids asking twice), and a reply
-thread delivers replies whose retry time has come (``engine.run_due``).
+thread delivers replies whose retry time has come (``engine.run_due``). At each look the
+scheduler also reads the status of the turns it runs: one whose interrupt was recorded (at a
+newer message's admission, or ``/stop``: :mod:`oncewire.gateway.sessions`) has its worker
+signalled (its model stream or tool wait ends), and the worker ends it ``interrupted``.
 
 :meth:`Runner.stop` (SIGTERM or SIGINT) drains: the pollers stop at once (an update not yet
 admitted stays with Telegram), no new turn starts, running turns get ``grace_seconds`` to
@@ -29,9 +34,9 @@ next process, which resumes it. The dispatcher stops last (its tool calls in fli
 grace period; one still running then stays claimed for the next process). The process then
 exits 0.
 
-Not yet: busy modes other than one turn per session (interrupt, steer, reject),
-Telegram webhook mode and generic webhook platforms as inbound, Discord, a bot lease that
-refuses a second gateway on the same store, renewal of long turns' leases.
+Not yet: the busy modes steer and reject, Telegram webhook mode and generic webhook platforms
+as inbound, Discord, a bot lease that refuses a second gateway on the same store, renewal of
+long turns' leases.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TextIO
 
-from oncewire.core.errors import ConfigurationError
+from oncewire.core.errors import ConfigurationError, OncewireError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.dispatch import Dispatcher
 from oncewire.gateway.admission import Admitter, telegram_bot_id
@@ -61,7 +66,12 @@ from oncewire.gateway.platforms.telegram import (
 from oncewire.gateway.platforms.telegram_updates import UpdatePoller
 from oncewire.gateway.ratelimit import RateLimiter, RateLimits
 from oncewire.gateway.tools import ToolRegistry
-from oncewire.gateway.turn import TurnResult, TurnSettings, TurnWorker
+from oncewire.gateway.turn import (
+    TurnResult,
+    TurnSettings,
+    TurnWorker,
+    end_interrupted_in_tx,
+)
 from oncewire.inbound import InboundState
 from oncewire.ledger import Ledger
 from oncewire.replies import Platform, ReplyEngine, ReplyState
@@ -192,7 +202,9 @@ class Runner:
                     daemon=True,
                 )
                 dispatching.start()
-            admitter = Admitter(ledger, on_new=lambda _id: self._wake.set())
+            admitter = Admitter(
+                ledger, on_new=lambda _id: self._wake.set(), busy_mode=config.turns.busy_mode
+            )
             pool = ThreadPoolExecutor(config.turns.max_concurrent, thread_name_prefix="turn")
             self._ledger = ledger
             self._spawn("scheduler", lambda: self._schedule(ledger, worker, pool))
@@ -258,8 +270,22 @@ class Runner:
         reply = ledger.replies.for_inbound(inbound_id)
         turn = ledger.runs.turn
         ending: tuple[str, str, str | None] | None = None
+        run = ledger.runs.get(f"turn:{inbound_id}")
         if reply is not None and reply.state is not ReplyState.OPEN and not reply.withdrawal:
             ending = ("answered", "final_answer", reply.final_text)
+        elif run.status == "interrupting" and inbound.platform in engine.platforms:
+            # Its interrupt was recorded: never resumed; ended as its worker would have.
+            with ledger.transaction() as tx:
+                taken = turn.resume_in_tx(
+                    tx, inbound_id, owner=self.owner, from_fence=fence, lease_seconds=60.0
+                )
+                profile = engine.platform(inbound.platform).profile
+                end_interrupted_in_tx(ledger, tx, taken.run, profile)
+            withdrawn = ledger.replies.for_inbound(inbound_id)
+            if withdrawn is not None:
+                engine.deliver(withdrawn.id)
+            log.info("turn:%s taken over and ended interrupted", inbound_id)
+            return
         elif inbound.status is InboundState.SUPERSEDED:
             ending = ("interrupted", "superseded", None)
         if ending is None:
@@ -332,6 +358,7 @@ class Runner:
         while not self._stop.is_set():
             self._wake.clear()
             try:
+                self._signal_interrupts(ledger)
                 for inbound_id, session, fence in self._candidates(ledger, worker):
                     with self._lock:
                         if self._stop.is_set() or len(self._running) >= limit:
@@ -347,6 +374,21 @@ class Runner:
             except Exception:
                 log.exception("scheduling failed; trying again")
             self._wake.wait(IDLE_POLL_SECONDS)
+
+    def _signal_interrupts(self, ledger: Ledger) -> None:
+        """Signal the workers whose turn has an interrupt recorded (the store is the truth)."""
+        with self._lock:
+            running = list(self._running.values())
+        for item in running:
+            if item.interrupt.is_set():
+                continue
+            try:
+                status = ledger.runs.get(f"turn:{item.inbound_id}").status
+            except OncewireError:
+                continue  # not started yet (or a /stop, which has no turn)
+            if status == "interrupting":
+                log.info("inbound %s: its turn's interrupt is recorded; signalled", item.inbound_id)
+                item.interrupt.interrupt()
 
     def _candidates(
         self, ledger: Ledger, worker: TurnWorker

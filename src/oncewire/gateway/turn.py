@@ -33,6 +33,14 @@ A turn answers one inbound message on its session (``platform, bot, chat, thread
    an honest failure note and the terminal ``failed``: an inbound is never left silent.
 5. The previewer is stopped (joined for a bounded time), then ``engine.deliver``.
 
+**Interrupted** (an interrupt recorded on the run, :mod:`oncewire.gateway.sessions`; the
+runner signals the worker, which ends its model stream or tool wait, or T3/T5 is refused by
+the transition table): the previewer is stopped, then one transaction
+(:func:`end_interrupted_in_tx`) ends the run ``interrupted``, marks the message
+``superseded`` by the interrupting one and withdraws the reply; ``engine.deliver`` then
+deletes its previews. A ``/stop`` message has no turn of its own: it is started, its reply
+opened and committed with a one-line confirmation in one transaction, then delivered.
+
 Nothing of a model call is recorded until it completed, so a process killed mid-stream leaves
 the run ``running`` with no new step: the next process takes it over, rebuilds the
 conversation from the recorded steps (a resolved call's recorded result, an unresolved one's
@@ -52,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.canonical import digest
-from oncewire.core.errors import BranchBusy, InvalidState
+from oncewire.core.errors import BranchBusy, InvalidState, TransitionRefused
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.model_results import (
     Delta,
@@ -65,6 +73,7 @@ from oncewire.gateway.model_results import (
     ModelResponse,
 )
 from oncewire.gateway.preview import Previewer
+from oncewire.gateway.sessions import NOTHING_TO_STOP, STOPPED_NOTE, is_stop, model_text, stopped_by
 from oncewire.gateway.tools import (
     ToolRegistry,
     assistant_message,
@@ -76,9 +85,10 @@ from oncewire.gateway.tools import (
 from oncewire.ledger import Ledger
 from oncewire.replies import PlatformProfile, ReplyEngine, ReplyState
 from oncewire.replies.engine import COMMITTED_NOT_SENT
-from oncewire.runs import TurnSession
+from oncewire.runs import Run, TurnSession
 from oncewire.runs.records import WORLD_CHANGING
 from oncewire.runs.turn import action_id, effect_key, run_id, text_sha256
+from oncewire.storage import Transaction
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 from oncewire.storage.replies import Inbound
 
@@ -89,6 +99,7 @@ __all__ = [
     "TurnResult",
     "TurnSettings",
     "TurnWorker",
+    "end_interrupted_in_tx",
 ]
 
 log = logging.getLogger("oncewire.gateway.turn")
@@ -126,7 +137,8 @@ class TurnResult:
     """How a turn ended here: ``answered``, ``failed`` (an honest failure note was committed),
     ``outcome_unknown`` (answered, but a world-changing tool call's outcome is unknown),
     ``quarantined``, ``busy`` (another turn holds the session; nothing was written) or
-    ``interrupted`` (stopped mid-stream by a drain: the next process takes it over)."""
+    ``interrupted`` (its recorded interrupt ended it, its reply withdrawn; or stopped
+    mid-stream by a drain, without a terminal: the next process takes it over)."""
 
     inbound_id: int
     status: str
@@ -168,6 +180,8 @@ class TurnWorker:
         profile = self.engine.platform(inbound.platform).profile
         session = TurnSession(inbound.platform, inbound.bot, inbound.chat, inbound.thread)
         turn = self.ledger.runs.turn
+        if is_stop(inbound):
+            return self._confirm_stop(inbound_id, profile)
         try:
             with self.ledger.transaction() as tx:
                 started = self.ledger.inbound.start_in_tx(
@@ -201,6 +215,9 @@ class TurnWorker:
                     self.ledger.replies.open_in_tx(tx, inbound_id, profile)
         except BranchBusy:
             return TurnResult(inbound_id, "busy")  # rolled back: the inbox's count too
+        if result.run.status == "interrupting":
+            # Taken over after its interrupt was recorded (a turn that raised): never resumed.
+            return self._end_interrupted(inbound_id, result.run, profile)
         fence = result.run.fence
         steps = int(result.run.state.get("steps", 0))
         log.info(
@@ -231,12 +248,17 @@ class TurnWorker:
                 if resume_fence is not None:
                     messages.append({"role": "user", "content": self.settings.resume_note})
                 response = self._converse(loop, interrupt, previewer)
-            except (ModelInterrupted, _Interrupted):
+                status = self._commit(inbound_id, profile, loop, response)
+            except (ModelInterrupted, _Interrupted, TransitionRefused) as exc:
                 if previewer is not None:
                     previewer.stop(self.settings.preview_join_seconds)
+                run = self.ledger.runs.get(run_id(inbound_id))
+                if run.status == "interrupting":
+                    return self._end_interrupted(inbound_id, run, profile)
+                if isinstance(exc, TransitionRefused):
+                    raise
                 log.info("turn interrupted inbound=%s (the next process resumes it)", inbound_id)
                 return TurnResult(inbound_id, "interrupted")
-            status = self._commit(inbound_id, profile, loop, response)
             if previewer is not None:
                 # After the commit: a parked preview never held the answer up.
                 previewer.stop(self.settings.preview_join_seconds)
@@ -248,13 +270,39 @@ class TurnWorker:
         )
         return TurnResult(inbound_id, status, delivery.status)
 
+    def _end_interrupted(self, inbound_id: int, run: Run, profile: PlatformProfile) -> TurnResult:
+        """The recorded interrupt won: the run ends ``interrupted``, the message superseded,
+        the reply withdrawn (one commit); the delivery then deletes the previews."""
+        with self.ledger.transaction() as tx:
+            end_interrupted_in_tx(self.ledger, tx, run, profile)
+        reply = self.ledger.replies.for_inbound(inbound_id)
+        delivery = None if reply is None else self.engine.deliver(reply.id).status
+        log.info("turn interrupted inbound=%s withdrawn=%s", inbound_id, delivery)
+        return TurnResult(inbound_id, "interrupted", delivery)
+
+    def _confirm_stop(self, inbound_id: int, profile: PlatformProfile) -> TurnResult:
+        """``/stop``: its interrupt was recorded at admission; the scheduler starts it once the
+        session's turn has ended. Its reply is a one-line confirmation, committed (started,
+        opened and answered in one transaction) before it is sent."""
+        text = STOPPED_NOTE if stopped_by(self.ledger, inbound_id) else NOTHING_TO_STOP
+        with self.ledger.transaction() as tx:
+            started = self.ledger.inbound.start_in_tx(
+                tx, inbound_id, max_starts=self.settings.max_starts
+            )
+            if started is None:
+                return TurnResult(inbound_id, "quarantined")
+            self.ledger.replies.open_in_tx(tx, inbound_id, profile)
+            self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
+        reply = self.engine.open(inbound_id)
+        delivery = self.engine.deliver(reply.id)
+        log.info("stop confirmed inbound=%s delivery=%s", inbound_id, delivery.status)
+        return TurnResult(inbound_id, "answered", delivery.status)
+
     def _messages(self, inbound: Inbound) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         if self.settings.system_prompt:
             messages.append({"role": "system", "content": self.settings.system_prompt})
-        payload = inbound.payload
-        text = payload.get("text", "") if isinstance(payload, dict) else ""
-        messages.append({"role": "user", "content": text})
+        messages.append({"role": "user", "content": model_text(inbound.payload)})
         return messages
 
     # -- tools -----------------------------------------------------------------------------
@@ -541,6 +589,21 @@ class TurnWorker:
             text_sha256(text)[:12],
         )
         return status
+
+
+def end_interrupted_in_tx(
+    ledger: Ledger, tx: Transaction, run: Run, profile: PlatformProfile
+) -> None:
+    """In ``tx``: the turn ``run`` (its interrupt recorded) ends ``interrupted``, its message is
+    ``superseded`` by the interrupting one, its reply withdrawn (delivered afterwards)."""
+    inbound_id = int(run.turn or 0)
+    interrupt = run.state.get("interrupt") or {}
+    by = interrupt.get("by")
+    reason = str(interrupt.get("reason") or "superseded")
+    ledger.runs.turn.terminate_in_tx(tx, inbound_id, "interrupted", reason=reason, fence=run.fence)
+    if isinstance(by, int):
+        ledger.inbound.supersede_in_tx(tx, inbound_id, by=by)
+    ledger.replies.withdraw_in_tx(tx, inbound_id, profile)
 
 
 class _Interrupted(Exception):
