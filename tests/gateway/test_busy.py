@@ -13,9 +13,11 @@ import pytest
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.config import parse_config
-from oncewire.gateway.sessions import NOTHING_TO_STOP, STOPPED_NOTE
-from oncewire.inbound import InboundState
-from oncewire.replies import ReplyState
+from oncewire.gateway.sessions import NOTHING_TO_STOP, STOPPED_NOTE, interrupt_running_turn
+from oncewire.inbound import Inbound, InboundState
+from oncewire.ledger import Ledger
+from oncewire.replies import TELEGRAM_LIKE, ReplyState
+from oncewire.runs import TurnSession
 from tests.conftest import wait_for
 from tests.gateway.test_runner import Rig, assert_answered_once, bot_messages
 from tests.support.pg import fresh_schema, server_url
@@ -206,3 +208,32 @@ def test_busy_modes_not_built_yet_are_refused_at_config_load(mode: str) -> None:
     with pytest.raises(ConfigurationError, match="not supported yet") as caught:
         parse_config(text, "gateway.toml")
     assert f"[turns] busy_mode: {mode!r}" in str(caught.value)
+
+
+def test_the_busy_decision_reads_the_mode_the_prefix_and_the_turn(tmp_path: Path) -> None:
+    """Queue mode and /queue leave the running turn alone; an interrupt is recorded once, by the
+    first message that asks; a message for another session touches nothing."""
+    with Ledger(str(tmp_path / "busy.db")) as ledger:
+
+        def admit(message_id: str, text: str, chat: str = "7") -> Inbound:
+            admitted = ledger.inbound.admit("tg", "1", chat, message_id, {"text": text})
+            return admitted.inbound
+
+        running = admit("1", "first")
+        with ledger.transaction() as tx:
+            ledger.inbound.start_in_tx(tx, running.id)
+            ledger.replies.open_in_tx(tx, running.id, TELEGRAM_LIKE)
+            ledger.runs.turn.start_in_tx(
+                tx, running.id, TurnSession("tg", "1", "7", ""), owner="me", lease_seconds=60.0
+            )
+        assert interrupt_running_turn(ledger, admit("2", "plain"), "queue") is None
+        assert interrupt_running_turn(ledger, admit("3", "/queue later"), "interrupt") is None
+        assert interrupt_running_turn(ledger, admit("4", "hi", chat="8"), "interrupt") is None
+        assert ledger.runs.get(f"turn:{running.id}").status == "running"
+        newer = admit("5", "actually, this")
+        assert interrupt_running_turn(ledger, newer, "interrupt") == running.id
+        run = ledger.runs.get(f"turn:{running.id}")
+        assert run.status == "interrupting"
+        assert run.state["interrupt"]["by"] == newer.id
+        assert interrupt_running_turn(ledger, admit("6", "/stop"), "queue") is None  # one is enough
+        assert ledger.runs.get(f"turn:{running.id}").state["interrupt"]["by"] == newer.id
