@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run-ledger benchmarks, each figure against a baseline measured in the same run.
 
-    .venv/bin/python benchmarks/runs_bench.py [--quick] [--json FILE] [--dir DIR]
+    .venv/bin/python benchmarks/runs_bench.py [--quick | --smoke] [--json FILE] [--dir DIR]
     .venv/bin/python benchmarks/runs_bench.py --db postgresql://... [--quick] [--json FILE]
 
 With ``--db`` every figure is PostgreSQL's: each workload runs in a schema of its own (dropped
@@ -327,13 +327,18 @@ def reconciliation(path: Path | str, n: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Smaller counts (seconds).")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="Tiny counts: proves every figure is produced (for tests); they mean little.",
+    )
     parser.add_argument("--json", type=Path, help="Write the figures here.")
     parser.add_argument("--dir", type=Path, help="Where the database files go (kept).")
     parser.add_argument("--db", help="postgresql://... a database to create schemas in")
     args = parser.parse_args(argv)
-    n_commands = 1_000 if args.quick else 4_000
-    n_events = 20_001 if args.quick else 100_001
-    n_orphans = 1_000 if args.quick else 10_000
+    n_commands = 200 if args.smoke else 1_000 if args.quick else 4_000
+    n_events = 2_001 if args.smoke else 20_001 if args.quick else 100_001
+    n_orphans = 100 if args.smoke else 1_000 if args.quick else 10_000
     folder = args.dir or Path(tempfile.mkdtemp(prefix="oncewire-runs-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     target = Target(folder, args.db)
@@ -415,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform(),
                     "cpus": os.cpu_count(),
                     "quick": args.quick,
+                    "smoke": args.smoke,
                     "backend": target.backend,
                     "pragmas": seen,
                     "floor_commits_per_second": [floor_before, floor_middle, floor_after],
