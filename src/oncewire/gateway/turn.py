@@ -84,7 +84,7 @@ from oncewire.gateway.tools import (
 )
 from oncewire.ledger import Ledger
 from oncewire.replies import PlatformProfile, ReplyEngine, ReplyState
-from oncewire.replies.engine import COMMITTED_NOT_SENT
+from oncewire.replies.operations import COMMITTED_NOT_SENT
 from oncewire.runs import Run, TurnSession
 from oncewire.runs.records import WORLD_CHANGING
 from oncewire.runs.turn import action_id, effect_key, run_id, text_sha256

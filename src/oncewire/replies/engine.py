@@ -37,13 +37,12 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from oncewire.core import crash
-from oncewire.core.errors import ConfigurationError, InvalidState, ReplyConflict, StaleFence
-from oncewire.core.ids import owner_is_dead_locally, this_process_owner
-from oncewire.replies.plan import DEFAULT_STOPPED_NOTE, Step, plan_steps, read_slots
+from oncewire.core.errors import ConfigurationError, ReplyConflict, StaleFence
+from oncewire.core.ids import this_process_owner
+from oncewire.replies.operations import COMMITTED_NOT_SENT, PREVIEW_NOT_COMMITTED, ReplyOperations
+from oncewire.replies.plan import DEFAULT_STOPPED_NOTE, plan_steps, read_slots
 from oncewire.replies.reports import DeliveryPass, PreviewPass, RecoveryReport
 from oncewire.replies.service import plan_chunks
 from oncewire.replies.splitting import Chunk
@@ -53,12 +52,10 @@ from oncewire.replies.wire import (
     MaybeDelivered,
     NotDelivered,
     Platform,
-    WireOutcome,
     check_platform,
-    idempotency_key,
     vet_outcome,
 )
-from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, ReplyState, SendRequest
+from oncewire.storage.replies import OpKind, Reply, ReplyState
 
 if TYPE_CHECKING:
     from oncewire.ledger import Ledger, LedgerTransaction
@@ -76,30 +73,11 @@ log = logging.getLogger("oncewire.replies")
 
 DEFAULT_NOTICE = "Sorry: a reply to your message could not be delivered."
 
-COMMITTED_NOT_SENT = crash.register(
-    "replies.committed_not_sent",
-    "the final text and the reply record are committed; the final delivery has not started",
-)
-SEND_IN_FLIGHT = crash.register(
-    "replies.send_in_flight",
-    "a send is durably in flight; the platform has not been called (it never sees it)",
-)
-SENT_ACK_LOST = crash.register(
-    "replies.sent_ack_lost",
-    "the platform accepted a send; its acknowledgement is not recorded",
-)
-EDIT_ACK_LOST = crash.register(
-    "replies.edit_ack_lost",
-    "the platform accepted an edit; its acknowledgement is not recorded",
-)
-PREVIEW_NOT_COMMITTED = crash.register(
-    "replies.preview_visible_not_committed",
-    "a stream preview shows the whole answer; the final text is not committed",
-)
 
-
-class ReplyEngine:
+class ReplyEngine(ReplyOperations):
     """``ReplyEngine(ledger, {"tg": telegram_adapter}).answer(inbound_id, text)``."""
+
+    ledger: Ledger
 
     def __init__(
         self,
@@ -138,53 +116,10 @@ class ReplyEngine:
         self.lease_seconds = lease_seconds
         self.notice = notice
         self.stopped_note = stopped_note
-        # reply id -> (edit op id, message id): an edit the platform acknowledged whose
-        # acknowledgement rides on this engine's next write for the reply. A crash before that
-        # write leaves the edit in flight, and an edit in flight is only replayed.
-        self._pending: dict[int, tuple[int, str]] = {}
-        # reply id -> (thread, depth): the thread of this engine working on the reply now. Its
-        # operations in flight are live calls, not a dead process's leftovers, so another
-        # thread of the same engine (a scheduler's run_due beside a worker's deliver) must not
-        # take them over: it leaves the reply to that thread.
-        self._working: dict[int, tuple[int, int]] = {}
+        # What ReplyOperations keeps per reply (see its declarations).
+        self._pending = {}
+        self._working = {}
         self._working_lock = threading.Lock()
-
-    def _ops(self, reply_id: int) -> list[ReplyOp]:
-        """The record's operations, with this engine's unwritten edit acknowledgement applied."""
-        ops = self.ledger.store.reply_ops(reply_id)
-        pending = self._pending.get(reply_id)
-        if pending is None:
-            return ops
-        return [
-            replace(op, state=OpState.ACKED, message_id=pending[1]) if op.id == pending[0] else op
-            for op in ops
-        ]
-
-    def _enter(self, reply_id: int) -> bool:
-        """Claim ``reply_id`` for this thread within this engine (re-entrant); False when
-        another thread of the engine is working on it."""
-        me = threading.get_ident()
-        with self._working_lock:
-            thread, depth = self._working.get(reply_id, (me, 0))
-            if thread != me:
-                return False
-            self._working[reply_id] = (me, depth + 1)
-            return True
-
-    def _leave(self, reply_id: int) -> None:
-        with self._working_lock:
-            thread, depth = self._working[reply_id]
-            if depth == 1:
-                del self._working[reply_id]
-            else:
-                self._working[reply_id] = (thread, depth - 1)
-
-    def _flush(self, reply_id: int) -> None:
-        pending = self._pending.pop(reply_id, None)
-        if pending is not None:
-            self.ledger.store.end_op(
-                pending[0], state=OpState.ACKED, message_id=pending[1], now=self.ledger.clock.now()
-            )
 
     # -- answering ---------------------------------------------------------------------------
     def platform(self, name: str) -> Platform:
@@ -457,100 +392,6 @@ class ReplyEngine:
             min(self.backoff_cap_seconds, self.backoff_base_seconds * 2 ** max(0, attempts - 1))
         )
 
-    def _perform(
-        self,
-        reply: Reply,
-        platform: Platform,
-        step: Step,
-        seen: list[ReplyOp],
-        *,
-        deliver: bool,
-        count: bool,
-    ) -> WireOutcome:
-        store, clock = self.ledger.store, self.ledger.clock
-        op = store.begin_op(
-            reply.id,
-            slot=step.slot,
-            kind=step.kind,
-            body=step.body,
-            marked=step.marked,
-            message_id=step.message_id,
-            now=clock.now(),
-            owner=self.owner,
-            lease_seconds=self.lease_seconds,
-            settle=self._pending.pop(reply.id, None),
-            expect_seq=max((op.seq for op in seen), default=0),
-        )
-        # vet_outcome: whatever an adapter returns, only a well-formed Delivered is an ack.
-        if step.kind is OpKind.SEND:
-            SEND_IN_FLIGHT.hit()
-            request = self._keyed(reply, step.slot, step.generation)
-            answer = platform.send(request, step.body, marked=step.marked)
-            outcome = vet_outcome(answer, "send", reply.id)
-            if isinstance(outcome, Delivered):
-                SENT_ACK_LOST.hit()
-        elif step.kind is OpKind.EDIT:
-            assert step.message_id is not None
-            answer = platform.edit(reply.request, step.message_id, step.body, marked=step.marked)
-            outcome = vet_outcome(answer, "edit", reply.id)
-            if isinstance(outcome, Delivered):
-                EDIT_ACK_LOST.hit()
-        else:
-            assert step.message_id is not None
-            answer = platform.delete(reply.request, step.message_id)
-            outcome = vet_outcome(answer, "delete", reply.id)
-        try:
-            self._record(op, outcome, deliver=deliver, count=count)
-        except InvalidState as exc:  # another engine took the reply over mid-call
-            raise StaleFence(f"reply {reply.id} was taken over during a call") from exc
-        return outcome
-
-    def _keyed(self, reply: Reply, slot: int, generation: int) -> SendRequest:
-        """The reply's request with the idempotency key of this slot's sends."""
-        answered = self.ledger.inbound.get(reply.inbound_id).platform_message_id
-        key = idempotency_key(reply.request, answered, slot, generation)
-        return replace(reply.request, idempotency_key=key)
-
-    def _record(self, op: ReplyOp, outcome: WireOutcome, *, deliver: bool, count: bool) -> None:
-        store, now = self.ledger.store, self.ledger.clock.now()
-        if isinstance(outcome, Delivered) and op.kind is OpKind.EDIT and not deliver:
-            self._pending[op.reply_id] = (op.id, outcome.message_id)
-        elif isinstance(outcome, Delivered):
-            store.end_op(
-                op.id,
-                state=OpState.ACKED,
-                message_id=outcome.message_id,
-                now=now,
-                deliver=deliver,
-                settle=self._pending.pop(op.reply_id, None),
-            )
-        elif isinstance(outcome, NotDelivered):
-            # A refusal that says when to come back (a 429, a local rate limiter with no token)
-            # is the platform's schedule, not a failed delivery: it costs no attempt, so a busy
-            # chat's answer waits its turn instead of running out of attempts and going dead.
-            store.end_op(
-                op.id,
-                state=OpState.REFUSED,
-                retry_after=outcome.retry_after,
-                error=outcome.reason,
-                now=now,
-                count_attempt=count and outcome.retry_after is None,
-            )
-        elif isinstance(outcome, MaybeDelivered):
-            store.end_op(
-                op.id, state=OpState.AMBIGUOUS, error=outcome.reason, now=now, count_attempt=count
-            )
-        elif isinstance(outcome, Gone):
-            store.end_op(op.id, state=OpState.GONE, error=f"gone: {outcome.reason}", now=now)
-        else:
-            store.end_op(
-                op.id,
-                state=OpState.REFUSED,
-                error=f"rejected: {outcome.reason}",
-                now=now,
-                count_attempt=count,
-            )
-
     def _give_up(self, reply: Reply, platform: Platform, reason: str) -> DeliveryPass:
         """``dead``, after one attempt at an honest "could not deliver" notice (a withdrawal
         has nothing to apologise for: it gets none)."""
@@ -577,49 +418,6 @@ class ReplyEngine:
         )
         log.warning("reply dead", extra={"reply_id": reply.id, "reason": reason})
         return DeliveryPass(dead, "dead")
-
-    def _take(self, reply: Reply) -> Reply | None:
-        """Lease ``reply`` for this engine (None if a live owner holds it) and settle leftovers.
-
-        An operation still ``in_flight`` here belongs to a process that died mid-call (or to an
-        earlier life of this engine): it may have landed, so it becomes ``ambiguous``.
-        """
-        store, now = self.ledger.store, self.ledger.clock.now()
-        pending = self._pending.get(reply.id)
-
-        def orphans() -> list[ReplyOp]:
-            return [
-                op
-                for op in store.reply_ops(reply.id)
-                if op.state is OpState.IN_FLIGHT and (pending is None or op.id != pending[0])
-            ]
-
-        held_elsewhere = reply.lease_owner is not None and reply.lease_owner != self.owner
-        if not held_elsewhere and not orphans():
-            return reply
-        # Hold the lease first: then nobody is mid-call on what is still in flight.
-        owner = reply.lease_owner
-        dead = [owner] if owner is not None and owner_is_dead_locally(owner) else []
-        claimed = store.claim_reply(
-            reply.id, owner=self.owner, now=now, lease_seconds=self.lease_seconds, dead_owners=dead
-        )
-        if claimed is None:
-            return None
-        log.info(
-            "reply taken over",
-            extra={"reply_id": reply.id, "previous_owner": owner, "owner": self.owner},
-        )
-        try:
-            for op in orphans():
-                store.end_op(
-                    op.id,
-                    state=OpState.AMBIGUOUS,
-                    error="the process died during the call",
-                    now=now,
-                )
-        except InvalidState:
-            return None  # taken over again meanwhile (its lease ran out): leave it
-        return claimed
 
     # -- schedules and recovery --------------------------------------------------------------
     def run_due(self, limit: int = 100) -> list[DeliveryPass]:
