@@ -14,18 +14,11 @@ A turn answers one inbound message on its session (``platform, bot, chat, thread
    :class:`~oncewire.gateway.preview.Previewer` when the platform streams. A failure is retried
    up to ``[model] max_retries`` times, waiting as a 429 asks (or an exponential backoff), and
    every wait ends at once when the turn is interrupted.
-3. **T3, one transaction**, when the completed response asks for tool calls: the step
-   (``record_step_in_tx``, its calls with their arguments as the model wrote them) and per call
-   ``propose_action_in_tx(..., dispatch=(tool.kind, arguments))``, the outbox effect
-   ``turn/{inbound}/s{step}/{index}`` accepted with it. A call to an unknown tool, or whose
-   arguments are not a JSON object, is proposed and resolved ``failed`` in the same
-   transaction and never dispatched. The dispatcher is woken; the worker waits (interruptibly,
-   reading the store, which is the truth) for each effect to be terminal, then **T4**:
-   ``resolve_action`` with what the sink answered. An effect ``dead`` (or cancelled) after an
-   attempt that may have run is told to the model as "outcome unknown" and left unresolved:
-   the turn can then only end ``outcome_unknown``. The assistant's tool calls and one tool
-   message per call are appended and the model asked again, up to ``[turns] max_steps``
-   steps; a step past that commits an honest "stopped" answer.
+3. **T3, the tool calls, T4** (:mod:`oncewire.gateway.tool_calls`), when the completed
+   response asks for tool calls: the step and one effect per call in one transaction, the
+   dispatcher woken, each effect awaited from the store, its result resolved and told to the
+   model; the model is asked again, up to ``[turns] max_steps`` steps (a step past that commits
+   an honest "stopped" answer).
 4. **T5, one transaction**: the reply's final text and chunk plan (``replies.commit_in_tx``,
    which marks the inbound ``answered``), the model step (``runs.turn.record_step_in_tx``) and
    the ``answered`` terminal carrying the text's digest (``outcome_unknown`` while a
@@ -43,15 +36,13 @@ opened and committed with a one-line confirmation in one transaction, then deliv
 
 Nothing of a model call is recorded until it completed, so a process killed mid-stream leaves
 the run ``running`` with no new step: the next process takes it over, rebuilds the
-conversation from the recorded steps (a resolved call's recorded result, an unresolved one's
-effect read from the outbox: a ``done`` tool is never run again) and asks the model again; its
-stream edits the preview messages the record already holds.
+conversation from the recorded steps (:meth:`~oncewire.gateway.tool_calls.ToolCalls.replay`: a ``done`` tool is never run
+again) and asks the model again; its stream edits the preview messages the record already
+holds.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import random
 import threading
@@ -60,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.canonical import digest
-from oncewire.core.errors import BranchBusy, InvalidState, TransitionRefused
+from oncewire.core.errors import BranchBusy, TransitionRefused
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.model_results import (
     Delta,
@@ -74,22 +65,20 @@ from oncewire.gateway.model_results import (
 )
 from oncewire.gateway.preview import Previewer
 from oncewire.gateway.sessions import NOTHING_TO_STOP, STOPPED_NOTE, is_stop, model_text, stopped_by
-from oncewire.gateway.tools import (
-    ToolRegistry,
-    assistant_message,
-    call_from_record,
-    parse_arguments,
-    recorded_calls,
-    tool_content,
+from oncewire.gateway.tool_calls import (
+    Conversation,
+    ToolCalls,
+    ToolWaitInterrupted,
+    response_digest,
+    usage,
 )
+from oncewire.gateway.tools import ToolRegistry, assistant_message, recorded_calls
 from oncewire.ledger import Ledger
 from oncewire.replies import PlatformProfile, ReplyEngine, ReplyState
 from oncewire.replies.operations import COMMITTED_NOT_SENT
 from oncewire.runs import Run, TurnSession
-from oncewire.runs.records import WORLD_CHANGING
-from oncewire.runs.turn import action_id, effect_key, run_id, text_sha256
+from oncewire.runs.turn import run_id, text_sha256
 from oncewire.storage import Transaction
-from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 from oncewire.storage.replies import Inbound
 
 __all__ = [
@@ -167,7 +156,7 @@ class TurnWorker:
         self.settings = settings
         self.owner = owner
         self.tools = tools if tools is not None else ToolRegistry()
-        self._kinds = frozenset(self.tools.sinks())  # the effect kinds this gateway runs
+        self.calls = ToolCalls(ledger, self.tools, poll_seconds=settings.tool_poll_seconds)
         self._wake_tools = wake_tools  # the dispatcher's wake(): look for the new effects now
 
     def run(
@@ -241,15 +230,15 @@ class TurnWorker:
                     name=f"preview-{inbound_id}",
                 ).start()
             messages = self._messages(inbound)
-            loop = _Loop(inbound_id, fence, steps, messages)
+            loop = Conversation(inbound_id, fence, steps, messages)
             try:
                 if steps:
-                    self._replay(loop, interrupt)
+                    self.calls.replay(loop, interrupt)
                 if resume_fence is not None:
                     messages.append({"role": "user", "content": self.settings.resume_note})
                 response = self._converse(loop, interrupt, previewer)
                 status = self._commit(inbound_id, profile, loop, response)
-            except (ModelInterrupted, _Interrupted, TransitionRefused) as exc:
+            except (ModelInterrupted, ToolWaitInterrupted, TransitionRefused) as exc:
                 if previewer is not None:
                     previewer.stop(self.settings.preview_join_seconds)
                 run = self.ledger.runs.get(run_id(inbound_id))
@@ -305,9 +294,8 @@ class TurnWorker:
         messages.append({"role": "user", "content": model_text(inbound.payload)})
         return messages
 
-    # -- tools -----------------------------------------------------------------------------
     def _converse(
-        self, loop: _Loop, interrupt: Interrupt, previewer: Previewer | None
+        self, loop: Conversation, interrupt: Interrupt, previewer: Previewer | None
     ) -> ModelResponse | ModelFailure:
         """Ask the model until it answers without tool calls, fails, or uses up max_steps;
         each step with tool calls is T3, its calls run as effects, each result T4."""
@@ -318,177 +306,15 @@ class TurnWorker:
             if loop.steps + 1 >= self.settings.max_steps:
                 loop.stopped = True
                 return response  # committed by T5 with its calls unrun
-            calls = self._record_tools(loop, response)
+            calls = self.calls.record(loop, response)
             if self._wake_tools is not None:
                 self._wake_tools()
             loop.messages.append(assistant_message(response.text, calls))
             for index, call in enumerate(calls):
-                content = self._outcome(loop, loop.steps, index, call, interrupt)
+                content = self.calls.outcome(loop, loop.steps, index, call, interrupt)
                 loop.messages.append(
                     {"role": "tool", "tool_call_id": call["id"], "content": content}
                 )
-
-    def _record_tools(self, loop: _Loop, response: ModelResponse) -> list[dict[str, Any]]:
-        """T3: the step and a proposal per call (an effect for each valid one), one commit."""
-        step = loop.steps + 1
-        calls = recorded_calls(response.tool_calls, step)
-        turn = self.ledger.runs.turn
-        with self.ledger.transaction() as tx:
-            turn.record_step_in_tx(
-                tx,
-                loop.inbound_id,
-                step,
-                request_digest=digest({"messages": loop.messages}),
-                response_digest=_response_digest(response),
-                usage=_usage(response),
-                finish_reason=response.finish_reason,
-                tool_calls=calls,
-                fence=loop.fence,
-            )
-            for index, call in enumerate(calls):
-                tool = self.tools.get(call["name"])
-                arguments, problem = parse_arguments(call["arguments"])
-                if tool is None:
-                    known = ", ".join(self.tools.names()) or "none"
-                    problem = f"there is no tool named {call['name']!r} (the tools: {known})"
-                if tool is None or problem is not None:
-                    turn.propose_action_in_tx(
-                        tx,
-                        loop.inbound_id,
-                        step,
-                        index,
-                        tool_call_id=call["id"],
-                        name=call["name"],
-                        arguments=call["arguments"],
-                        side_effect_class="read_only",  # nothing runs
-                        fence=loop.fence,
-                    )
-                    turn.resolve_action_in_tx(
-                        tx,
-                        loop.inbound_id,
-                        step,
-                        index,
-                        status="failed",
-                        result={"error": problem},
-                        fence=loop.fence,
-                    )
-                    continue
-                turn.propose_action_in_tx(
-                    tx,
-                    loop.inbound_id,
-                    step,
-                    index,
-                    tool_call_id=call["id"],
-                    name=call["name"],
-                    arguments=arguments,
-                    side_effect_class=tool.side_effect,
-                    dispatch=(tool.kind, arguments),
-                    max_attempts=tool.max_attempts,
-                    fence=loop.fence,
-                )
-        loop.steps = step
-        log.info(
-            "turn tools inbound=%s step=%s calls=%s",
-            loop.inbound_id,
-            step,
-            ",".join(c["name"] for c in calls),
-        )
-        return calls
-
-    def _replay(self, loop: _Loop, interrupt: Interrupt) -> None:
-        """A resumed turn's recorded steps back into its conversation: each call's recorded
-        resolution, or (unresolved) its effect as the outbox holds it, waited for and then
-        resolved; nothing that is done runs again."""
-        resolved: dict[str, dict[str, Any]] = {}
-        steps: dict[int, list[dict[str, Any]]] = {}
-        for event in self.ledger.runs.events(run_id(loop.inbound_id)):
-            request = event.payload.get("request") or {}
-            if event.type == "step_recorded":
-                steps[int(request["step"])] = list(request.get("tool_calls") or [])
-            elif event.type == "action_resolved":
-                resolved[str(request["action_id"])] = request
-        for step in sorted(steps):
-            calls = [call_from_record(call) for call in steps[step]]
-            loop.messages.append(assistant_message("", calls))
-            for index, call in enumerate(calls):
-                known = resolved.get(action_id(step, index))
-                if known is not None:
-                    content = tool_content(str(known["status"]), known.get("result"))
-                else:
-                    content = self._outcome(loop, step, index, call, interrupt)
-                loop.messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": content}
-                )
-
-    def _outcome(
-        self, loop: _Loop, step: int, index: int, call: dict[str, Any], interrupt: Interrupt
-    ) -> str:
-        """What the model is told of call ``index`` of ``step``: its resolution if T3
-        recorded one, else its effect once terminal (then T4)."""
-        key = effect_key(loop.inbound_id, step, index)
-        effect = self.ledger.effects.find(key)
-        if effect is None:
-            # Refused in T3 (unknown tool, bad arguments): resolved there, read it back.
-            for event in reversed(self.ledger.runs.events(run_id(loop.inbound_id))):
-                request = event.payload.get("request") or {}
-                if event.type == "action_resolved" and request.get("action_id") == action_id(
-                    step, index
-                ):
-                    return tool_content(str(request["status"]), request.get("result"))
-            return tool_content("failed", {"error": "the call was not recorded"})
-        if effect.state not in TERMINAL_STATES and effect.kind not in self._kinds:
-            effect = self._cancel_orphan(effect)
-        effect = self._await(effect, interrupt)
-        if effect.state is EffectState.DONE:
-            result = None if effect.result_json is None else json.loads(effect.result_json)
-            status = "succeeded"
-        elif effect.state is EffectState.REJECTED:
-            result = {"error": f"the tool refused the call: {effect.last_error or 'no reason'}"}
-            status = "failed"
-        elif effect.maybe_sent:
-            # Dead or cancelled after an attempt that may have run: nothing truthful to resolve.
-            tool = self.tools.get(call["name"])
-            side_effect = tool.side_effect if tool is not None else "unknown"
-            if side_effect in WORLD_CHANGING:
-                loop.unknown.append(action_id(step, index))
-            log.warning(
-                "turn tool outcome unknown inbound=%s key=%s (%s)",
-                loop.inbound_id,
-                key,
-                effect.last_error,
-            )
-            return (
-                "outcome unknown: the tool may or may not have run; do not assume either "
-                f"({effect.last_error or effect.state})"
-            )
-        else:
-            result = {"error": f"the tool did not run: {effect.last_error or effect.state}"}
-            status = "not_run"
-        self.ledger.runs.turn.resolve_action(
-            loop.inbound_id, step, index, status=status, result=result, fence=loop.fence
-        )
-        return tool_content(status, result)
-
-    def _cancel_orphan(self, effect: Effect) -> Effect:
-        """An unfinished call of a tool this gateway no longer runs (a resumed turn, its tool
-        gone from the configuration): cancelled, so that the turn can answer instead of
-        holding its session for ever. Cancelled while claimed, it counts as maybe sent."""
-        reason = f"the tool of kind {effect.kind!r} is not configured in this gateway"
-        log.warning("turn tool cancelled key=%s: %s", effect.key, reason)
-        try:
-            return self.ledger.effects.cancel(effect.key, reason=reason)
-        except InvalidState:
-            return self.ledger.effects.get(effect.key)  # it ended meanwhile
-
-    def _await(self, effect: Effect, interrupt: Interrupt) -> Effect:
-        """``effect`` once terminal, read from the store (_Interrupted if the turn is)."""
-        woken = threading.Event()
-        interrupt.on_interrupt(woken.set)
-        while effect.state not in TERMINAL_STATES:
-            if woken.wait(self.settings.tool_poll_seconds):
-                raise _Interrupted(effect.key)
-            effect = self.ledger.effects.get(effect.key)
-        return effect
 
     def _ask(
         self,
@@ -536,7 +362,7 @@ class TurnWorker:
         self,
         inbound_id: int,
         profile: PlatformProfile,
-        loop: _Loop,
+        loop: Conversation,
         response: ModelResponse | ModelFailure,
     ) -> str:
         """T5: the reply, the step and the terminal in one transaction."""
@@ -561,8 +387,8 @@ class TurnWorker:
                     inbound_id,
                     loop.steps + 1,
                     request_digest=digest({"messages": loop.messages}),
-                    response_digest=_response_digest(response),
-                    usage=_usage(response),
+                    response_digest=response_digest(response),
+                    usage=usage(response),
                     finish_reason=response.finish_reason,
                     tool_calls=calls,
                     fence=fence,
@@ -604,34 +430,6 @@ def end_interrupted_in_tx(
     if isinstance(by, int):
         ledger.inbound.supersede_in_tx(tx, inbound_id, by=by)
     ledger.replies.withdraw_in_tx(tx, inbound_id, profile)
-
-
-class _Interrupted(Exception):
-    """The turn was interrupted while it waited for a tool's effect."""
-
-
-@dataclass
-class _Loop:
-    """One turn's conversation as it goes: its messages, the steps recorded so far, and the
-    world-changing calls whose outcome is unknown (left unresolved)."""
-
-    inbound_id: int
-    fence: int
-    steps: int
-    messages: list[dict[str, Any]]
-    unknown: list[str] = dataclasses.field(default_factory=list)
-    stopped: bool = False  # the last response asked for tools past max_steps
-
-
-def _response_digest(response: ModelResponse) -> str:
-    used: dict[str, Any] = {"text": response.text, "finish_reason": response.finish_reason}
-    if response.tool_calls:
-        used["tool_calls"] = [[c.id, c.name, c.arguments] for c in response.tool_calls]
-    return digest(used)
-
-
-def _usage(response: ModelResponse) -> dict[str, Any]:
-    return {} if response.usage is None else dataclasses.asdict(response.usage)
 
 
 def _sleep(interrupt: Interrupt, seconds: float) -> bool:
