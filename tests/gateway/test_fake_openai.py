@@ -42,6 +42,32 @@ def test_responses_keyed_by_a_token_in_the_last_user_message_come_first(
     assert answers == ["first", "for T7", "second", "default", "default"]
 
 
+def test_a_script_added_while_running_answers_its_token_and_its_resumed_turn(
+    fake_openai: Start,
+) -> None:
+    fake = fake_openai([])
+    with make_client(Timeouts()) as client:
+        added = client.post(
+            f"http://127.0.0.1:{fake.port}/control/script",
+            json={
+                "by_token": {"[in:a]": [{"kind": "text", "text": "answer a"}]},
+                "resume": {"[in:a]": [{"kind": "text", "text": "resumed a"}]},
+            },
+        )
+        refused = client.post(
+            f"http://127.0.0.1:{fake.port}/control/script", json={"by_tokens": {}}
+        )
+    assert added.status_code == 200 and refused.status_code == 400
+    client = OpenAIChatClient(fake.base_url, "fake-model")
+    first = client.complete([{"role": "user", "content": "[in:a] hi"}]).text
+    resumed = [
+        {"role": "user", "content": "[in:a] hi"},
+        {"role": "user", "content": "your previous turn was interrupted"},
+    ]
+    assert (first, client.complete(resumed).text) == ("answer a", "resumed a")
+    assert len(fake.requests()) == 2  # the control calls are not model requests
+
+
 def test_an_exhausted_script_answers_500_saying_so(fake_openai: Start) -> None:
     fake = fake_openai([])
     with make_client(Timeouts()) as client:

@@ -15,10 +15,16 @@ The script (a JSON file) says how to answer each chat completion::
       "responses": [RESPONSE, ...],             # consumed in order
       "by_token": {"TOKEN": [RESPONSE, ...]},   # consumed in order when TOKEN is in the last
                                                 # user message (checked before "responses")
+      "resume": {"TOKEN": [RESPONSE, ...]},     # consumed in order when no by_token TOKEN is
+                                                # in the last user message but one is in an
+                                                # earlier user message (a resumed turn's note)
       "default": RESPONSE                       # when nothing is left (else a 500 saying so)
     }
 
-A bare list is the same as ``{"responses": [...]}``. A RESPONSE is an object with ``kind``:
+A bare list is the same as ``{"responses": [...]}``. ``POST /control/script`` with an object of
+the same shape adds to the script while the fake runs (``by_token`` and ``resume`` queues are
+extended, ``responses`` appended, ``default`` replaced), so one fake can serve many scripted
+conversations. A RESPONSE is an object with ``kind``:
 
 =================  ==============================================================================
 ``text``           ``text``, ``chunk_chars`` (8), ``delay_per_chunk`` (seconds, 0), ``usage``
@@ -84,24 +90,47 @@ class Script:
     """The scripted responses, consumed in order (thread-safe)."""
 
     def __init__(self, raw: Any) -> None:
+        self._queue: list[Response] = []
+        self._by_token: dict[str, list[Response]] = {}
+        self._resume: dict[str, list[Response]] = {}
+        self._default: Response | None = None
+        self._lock = threading.Lock()
+        self.add(raw)
+
+    def add(self, raw: Any) -> None:
+        """Add a script's responses to this one (``default`` replaces the current one)."""
         if isinstance(raw, list):
             raw = {"responses": raw}
-        if not isinstance(raw, dict) or set(raw) - {"responses", "by_token", "default"}:
+        if not isinstance(raw, dict) or set(raw) - {"responses", "by_token", "resume", "default"}:
             raise ValueError(
-                "a script is a list of responses or an object with responses, by_token, default"
+                "a script is a list of responses or an object with responses, by_token, resume, "
+                "default"
             )
-        self._queue = [_checked(r) for r in raw.get("responses", [])]
-        self._by_token = {
-            str(t): [_checked(r) for r in rs] for t, rs in raw.get("by_token", {}).items()
-        }
-        self._default = None if raw.get("default") is None else _checked(raw["default"])
-        self._lock = threading.Lock()
-
-    def next_for(self, last_user_text: str) -> Response | None:
+        queue = [_checked(r) for r in raw.get("responses", [])]
+        by_token = {str(t): [_checked(r) for r in rs] for t, rs in raw.get("by_token", {}).items()}
+        resume = {str(t): [_checked(r) for r in rs] for t, rs in raw.get("resume", {}).items()}
         with self._lock:
-            for token, queue in self._by_token.items():
-                if queue and token in last_user_text:
-                    return queue.pop(0)
+            self._queue.extend(queue)
+            for token, responses in by_token.items():
+                self._by_token.setdefault(token, []).extend(responses)
+            for token, responses in resume.items():
+                self._resume.setdefault(token, []).extend(responses)
+            if raw.get("default") is not None:
+                self._default = _checked(raw["default"])
+
+    def next_for(self, user_texts: Sequence[str]) -> Response | None:
+        """The answer to a request whose user messages are ``user_texts`` (oldest first)."""
+        last = user_texts[-1] if user_texts else ""
+        with self._lock:
+            named = [token for token in self._by_token if token in last]
+            for token in named:
+                if self._by_token[token]:
+                    return self._by_token[token].pop(0)
+            if not named:  # a resumed turn: its token is in an earlier user message
+                for text in reversed(user_texts[:-1]):
+                    earlier = [t for t in self._resume if t in text and self._resume[t]]
+                    if earlier:
+                        return self._resume[earlier[0]].pop(0)
             if self._queue:
                 return self._queue.pop(0)
             return self._default
@@ -151,12 +180,18 @@ class _Handler(JsonHandler):
             body: Any = json.loads(raw)
         except ValueError:
             body = raw.decode("utf-8", "replace")
+        if self.path.rstrip("/") == "/control/script":
+            try:
+                self.server.script.add(body)
+            except ValueError as exc:
+                return self.send_json(400, {"ok": False, "error": str(exc)})
+            return self.send_json(200, {"ok": True})
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._record("POST", body, "not_found")
             return self.send_json(
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
-        response = self.server.script.next_for(_last_user_text(body))
+        response = self.server.script.next_for(_user_texts(body))
         if response is None:
             response = {
                 "kind": "error",
@@ -371,13 +406,15 @@ def _error_body(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "server_error", "code": None}}
 
 
-def _last_user_text(body: Any) -> str:
+def _user_texts(body: Any) -> list[str]:
+    """The text of every user message of a request, oldest first."""
     messages = body.get("messages") if isinstance(body, dict) else None
-    for message in reversed(messages if isinstance(messages, list) else []):
+    texts = []
+    for message in messages if isinstance(messages, list) else []:
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
-            return content if isinstance(content, str) else json.dumps(content)
-    return ""
+            texts.append(content if isinstance(content, str) else json.dumps(content))
+    return texts
 
 
 class _Server(ThreadingHTTPServer):

@@ -1,0 +1,53 @@
+"""Seed 002's fixtures: ``rig`` is one gateway per module and backend (SQLite, PostgreSQL with a
+schema of its own), serving both platforms, each cell in a chat of its own, like the seed's
+module-scoped ``gw``; ``fresh_rig(backend)`` makes a rig of its own for a cell that kills and
+restarts the gateway (the seed's ``fresh_gw``), stopped when the test ends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.seed002.harness import Seed002
+from tests.support.pg import fresh_schema, server_url
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def _store(stack: ExitStack, backend: str, folder: Path) -> str:
+    if backend == "sqlite":
+        return str(folder / "gateway.db")
+    pytest.importorskip("psycopg")
+    return stack.enter_context(fresh_schema(server_url(), "seed002"))
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def rig(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Seed002]:
+    """A running gateway between its fakes, shared by the module's cells on one backend."""
+    folder = tmp_path_factory.mktemp(f"seed002-{request.param}")
+    with ExitStack() as stack:
+        started = Seed002(folder, _store(stack, request.param, folder))
+        stack.callback(started.close)
+        started.start()
+        yield started
+
+
+@pytest.fixture
+def fresh_rig(tmp_path: Path) -> Iterator[Callable[..., Seed002]]:
+    """``fresh_rig(backend, **options)``: a rig of this test's own, its gateway started."""
+    with ExitStack() as stack:
+        made: list[Seed002] = []
+
+        def make(backend: str = "sqlite", *, busy_mode: str = "interrupt") -> Seed002:
+            folder = tmp_path / f"rig-{backend}-{len(made)}"
+            made.append(Seed002(folder, _store(stack, backend, folder), busy_mode=busy_mode))
+            stack.callback(made[-1].close)
+            made[-1].start()
+            return made[-1]
+
+        yield make
