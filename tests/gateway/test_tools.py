@@ -170,7 +170,7 @@ def test_a_done_tool_is_not_run_again_after_a_kill_before_the_next_model_step(
 ) -> None:
     r = tool_rig(
         [
-            {"kind": "tool_call", "name": "add", "args": {"a": 1, "b": 2}},
+            {"kind": "tool_call", "name": "add", "args": {"a": 1, "b": 2}, "text": "Adding."},
             {"kind": "hang", "seconds": 600},
             {"kind": "text", "text": "The sum is 3."},
         ]
@@ -196,6 +196,10 @@ def test_a_done_tool_is_not_run_again_after_a_kill_before_the_next_model_step(
     ]
     assert resumed[0] == {"role": "user", "content": "add 1 and 2"}
     assert resumed[1]["role"] == "assistant" and resumed[1]["tool_calls"][0]["id"] == "call_0"
+    # What the model said beside its calls is recorded with the step, so the resumed
+    # conversation is the one it had, as the first process sent it.
+    assert resumed[1]["content"] == "Adding."
+    assert resumed[:3] == requests[1]["body"]["messages"][:3]
     assert resumed[2]["role"] == "tool"
     assert "interrupted" in resumed[-1]["content"].lower()  # the resume note comes last
     with r.ledger() as ledger:

@@ -71,6 +71,7 @@ class ToolCalls:
                 usage=usage(response),
                 finish_reason=response.finish_reason,
                 tool_calls=calls,
+                text=response.text,
                 fence=loop.fence,
             )
             for index, call in enumerate(calls):
@@ -128,16 +129,18 @@ class ToolCalls:
         resolution, or (unresolved) its effect as the outbox holds it, waited for and then
         resolved; nothing that is done runs again."""
         resolved: dict[str, dict[str, Any]] = {}
-        steps: dict[int, list[dict[str, Any]]] = {}
+        steps: dict[int, tuple[str, list[dict[str, Any]]]] = {}
         for event in self.ledger.runs.events(run_id(loop.inbound_id)):
             request = event.payload.get("request") or {}
             if event.type == "step_recorded":
-                steps[int(request["step"])] = list(request.get("tool_calls") or [])
+                calls = list(request.get("tool_calls") or [])
+                steps[int(request["step"])] = (str(request.get("text") or ""), calls)
             elif event.type == "action_resolved":
                 resolved[str(request["action_id"])] = request
         for step in sorted(steps):
-            calls = [call_from_record(call) for call in steps[step]]
-            loop.messages.append(assistant_message("", calls))
+            text, recorded = steps[step]
+            calls = [call_from_record(call) for call in recorded]
+            loop.messages.append(assistant_message(text, calls))
             for index, call in enumerate(calls):
                 known = resolved.get(action_id(step, index))
                 if known is not None:

@@ -220,11 +220,14 @@ class TurnCommands:
         usage: dict[str, Any],
         finish_reason: str,
         tool_calls: Sequence[dict[str, Any]] = (),
+        text: str = "",
         fence: int | None = None,
     ) -> CommandResult:
         """Record a completed model step (numbered from 1, without a gap): the digests of the
         request sent and the response used, the usage, the finish reason and the tool calls
-        the response asked for (each an object with at least ``id`` and ``name``)."""
+        the response asked for (each an object with at least ``id`` and ``name``), and
+        ``text``, what the model said beside those calls, so that a resumed turn asks the model
+        with the conversation it had (the final step's text is the reply's, not repeated here)."""
         return self._one(
             lambda tx: self.record_step_in_tx(
                 tx,
@@ -235,6 +238,7 @@ class TurnCommands:
                 usage=usage,
                 finish_reason=finish_reason,
                 tool_calls=tool_calls,
+                text=text,
                 fence=fence,
             )
         )
@@ -250,6 +254,7 @@ class TurnCommands:
         usage: dict[str, Any],
         finish_reason: str,
         tool_calls: Sequence[dict[str, Any]] = (),
+        text: str = "",
         fence: int | None = None,
     ) -> CommandResult:
         request = {
@@ -260,6 +265,8 @@ class TurnCommands:
             "finish_reason": finish_reason,
             "tool_calls": [dict(call) for call in tool_calls],
         }
+        if text:  # absent when empty, so a step recorded without text keeps its request
+            request["text"] = text
         return self._execute_in_tx(
             tx, inbound_id, "record_step", request, key=f"step:{step}", fence=fence
         )
