@@ -6,6 +6,10 @@ on the inbox (``ledger.inbound.admit``), keyed by the platform, the bot, the cha
 topic and the message id. Only after it returns may the caller confirm the update to Telegram
 (the poller's offset, a webhook's 2xx): a crash in between serves the update again, and its
 second admission is a re-delivery (``new=False``), never a second turn.
+:meth:`Admitter.admit_webhook` is the same for a generic webhook platform's message (keyed by
+the platform, :data:`WEBHOOK_BOT`, the chat, the thread and the platform's message id), and
+:meth:`Admitter.admit_pushed` is the webhook server's callback for both kinds: it raises when
+the message was not committed, so the server answers 500 and the platform delivers it again.
 
 What is not admitted, and why (each is still confirmed: serving it again changes nothing):
 
@@ -23,18 +27,23 @@ between the two leaves the new message queued behind the turn, which is then ans
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.platforms.telegram_updates import TelegramInbound
+from oncewire.gateway.platforms.webhook import WebhookInbound
 from oncewire.gateway.sessions import interrupt_running_turn
 from oncewire.inbound import Admission
 from oncewire.ledger import Ledger
 
-__all__ = ["Admitter", "telegram_bot_id"]
+__all__ = ["WEBHOOK_BOT", "Admitted", "Admitter", "telegram_bot_id"]
 
 log = logging.getLogger("oncewire.gateway.admission")
+
+# The inbox keys every message by a bot; a generic webhook platform has one sender identity,
+# named by the platform itself, so its messages all carry this bot.
+WEBHOOK_BOT = "webhook"
 
 
 def telegram_bot_id(token: str) -> str:
@@ -66,10 +75,35 @@ class Admitter:
         on_new: Callable[[int], None] | None = None,
         *,
         busy_mode: str = "interrupt",
+        bots: Mapping[str, str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.on_new = on_new
         self.busy_mode = busy_mode
+        self.bots = dict(bots or {})  # Telegram platform name -> its bot id (pushed messages)
+
+    def admit_pushed(
+        self, platform: PlatformConfig, message: TelegramInbound | WebhookInbound
+    ) -> Admitted:
+        """The webhook server's callback: admit a message a platform POSTed (one transaction).
+        It returns only once the admission committed (or the message is not to be admitted),
+        so the 2xx the server then answers never confirms a message the store does not hold."""
+        if isinstance(message, WebhookInbound):
+            return self.admit_webhook(platform, message)
+        return self.admit_telegram(platform, self.bots[platform.name], message)
+
+    def admit_webhook(self, platform: PlatformConfig, message: WebhookInbound) -> Admitted:
+        """Admit one generic webhook message (one transaction); answer the POST afterwards."""
+        payload = {"text": message.text}
+        admission = self.ledger.inbound.admit(
+            platform.name,
+            WEBHOOK_BOT,
+            message.chat,
+            message.message_id,
+            payload,
+            thread=message.thread,
+        )
+        return self._admitted(platform, message.chat, message.message_id, admission)
 
     def admit_telegram(
         self, platform: PlatformConfig, bot: str, message: TelegramInbound
@@ -106,13 +140,19 @@ class Admitter:
             payload,
             thread=message.thread_id,
         )
+        return self._admitted(platform, message.chat_id, message.message_id, admission)
+
+    def _admitted(
+        self, platform: PlatformConfig, chat: str, message_id: str, admission: Admission
+    ) -> Admitted:
+        """After the commit: the busy decision and the scheduler's wake-up, for a new message."""
         if admission.new:
             log.info(
                 "admitted inbound %s (%s chat %s message %s)",
                 admission.inbound.id,
                 platform.name,
-                message.chat_id,
-                message.message_id,
+                chat,
+                message_id,
             )
             interrupt_running_turn(self.ledger, admission.inbound, self.busy_mode)
             if self.on_new is not None:

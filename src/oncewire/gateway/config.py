@@ -312,8 +312,9 @@ def _db(store: _Table) -> str:
 def _bind(webhooks: _Table) -> tuple[str, int]:
     bind = webhooks.text("bind", "127.0.0.1:8443")
     host, _, port = bind.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise webhooks.error("bind", f"must be HOST:PORT with a port 1-65535, got {bind!r}")
+    # Port 0 asks for any free port: `gateway run` prints the one bound on its ready line.
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise webhooks.error("bind", f"must be HOST:PORT with a port 0-65535, got {bind!r}")
     return host.strip("[]"), int(port)
 
 

@@ -16,8 +16,17 @@ Boot, in order, driven only by rows (nothing is read from a transcript, nothing 
    (:mod:`oncewire.gateway.tools`; a resumed turn's unfinished calls included: an effect a dead
    process left claimed is redelivered, flagged);
 6. a poller thread per Telegram platform with ``inbound = "polling"``: each update is admitted
-   (T1, :mod:`oncewire.gateway.admission`) and only then confirmed to Telegram; then the
-   line ``ready`` is printed on stdout.
+   (T1, :mod:`oncewire.gateway.admission`) and only then confirmed to Telegram;
+7. when a platform takes its messages by webhook (a Telegram platform with ``inbound =
+   "webhook"``, a ``kind = "webhook"`` platform), the webhook server
+   (:mod:`oncewire.gateway.webhooks`) on ``[webhooks] bind``: each POST is admitted by the
+   same T1 and answered 2xx only once that committed; then the line ``ready`` is printed on
+   stdout (``ready port=N`` with the webhook server, N the port it listens on, so ``bind``
+   may ask for port 0).
+
+Replies go out through each platform's adapter: the Telegram Bot API (editable, previews when
+``streaming``), or the generic webhook platform's ``send_url`` (non-editable: one message per
+chunk, no preview).
 
 A scheduler thread starts turns (:mod:`oncewire.gateway.turn`) on a pool of ``[turns]
 max_concurrent`` worker threads, one turn per session at a time (the run ledger's
@@ -27,28 +36,29 @@ scheduler also reads the status of the turns it runs: one whose interrupt was re
 newer message's admission, or ``/stop``: :mod:`oncewire.gateway.sessions`) has its worker
 signalled (its model stream or tool wait ends), and the worker ends it ``interrupted``.
 
-:meth:`Runner.stop` (SIGTERM or SIGINT) drains: the pollers stop at once (an update not yet
-admitted stays with Telegram), no new turn starts, running turns get ``grace_seconds`` to
-finish and deliver; a turn still running then is interrupted where it stands and left to the
-next process, which resumes it. The dispatcher stops last (its tool calls in flight get its own
-grace period; one still running then stays claimed for the next process). The process then
-exits 0.
+:meth:`Runner.stop` (SIGTERM or SIGINT) drains: the webhook server stops accepting and answers
+the POSTs it is admitting, the pollers stop at once (an update not yet admitted stays with
+Telegram; a POST not answered 2xx is delivered again by its platform), no new turn starts,
+running turns get ``grace_seconds`` to finish and deliver; a turn still running then is
+interrupted where it stands and left to the next process, which resumes it. The dispatcher
+stops last (its tool calls in flight get its own grace period; one still running then stays
+claimed for the next process). The process then exits 0.
 
-Not yet: the busy modes steer and reject, Telegram webhook mode and generic webhook platforms
-as inbound, Discord, a bot lease that refuses a second gateway on the same store, renewal of
-long turns' leases.
+Not yet: the busy modes steer and reject, Discord, a bot lease that refuses a second gateway
+on the same store, renewal of long turns' leases.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from oncewire.core.errors import ConfigurationError, OncewireError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
@@ -63,7 +73,8 @@ from oncewire.gateway.platforms.telegram import (
     TelegramBot,
     TelegramUnavailable,
 )
-from oncewire.gateway.platforms.telegram_updates import UpdatePoller
+from oncewire.gateway.platforms.telegram_updates import TelegramInbound, UpdatePoller
+from oncewire.gateway.platforms.webhook import WebhookInbound, WebhookPlatform
 from oncewire.gateway.ratelimit import RateLimiter, RateLimits
 from oncewire.gateway.tools import ToolRegistry
 from oncewire.gateway.turn import (
@@ -75,6 +86,9 @@ from oncewire.gateway.turn import (
 from oncewire.inbound import InboundState
 from oncewire.ledger import Ledger
 from oncewire.replies import Platform, ReplyEngine, ReplyState
+
+if TYPE_CHECKING:  # the server needs the gateway extra's starlette and uvicorn
+    from oncewire.gateway.webhooks import WebhookServer
 
 __all__ = ["Runner", "SessionKey"]
 
@@ -120,6 +134,7 @@ class Runner:
         self._resumes: dict[int, int] = {}  # inbound id -> the fence its dead owner held
         self._threads: list[threading.Thread] = []
         self._pollers: list[UpdatePoller] = []
+        self._server: WebhookServer | None = None
         self._ledger: Ledger | None = None
 
     def stop(self) -> None:
@@ -131,16 +146,12 @@ class Runner:
     def run(self) -> int:
         config = self.config
         telegram = [p for p in config.platforms if p.kind == "telegram"]
+        hooks = [p for p in config.platforms if p.kind == "webhook"]
         for platform in config.platforms:
-            if platform.kind != "telegram":
+            if platform.kind not in ("telegram", "webhook"):
                 log.warning("platform %s (%s) is not served yet", platform.name, platform.kind)
-            elif platform.inbound != "polling":
-                log.warning(
-                    "platform %s: webhook inbound is not wired into the runner yet; its "
-                    "replies are delivered but no new message is received",
-                    platform.name,
-                )
         tokens = {p.name: config.secret(p.token_env or "") for p in telegram}
+        hook_secrets = {p.name: config.secret(p.secret_env) for p in hooks if p.secret_env}
         try:
             bots = {name: telegram_bot_id(token) for name, token in tokens.items()}
         except ValueError as exc:
@@ -155,8 +166,18 @@ class Runner:
                     f"{config.model.system_prompt_file}: {exc.strerror or exc}"
                 ) from exc
         tools = ToolRegistry.from_config(config.tools, origin=f"{config.path}: [[tools]]")
+        admitter: Admitter | None = None
+
+        def admit_pushed(
+            platform: PlatformConfig, message: TelegramInbound | WebhookInbound
+        ) -> None:
+            assert admitter is not None  # the server starts after the admitter is made
+            admitter.admit_pushed(platform, message)
+
+        # Made before the store opens: a secret it needs that is not set stops the start here.
+        server = self._webhook_server(admit_pushed)
         model = self._model or OpenAIChatClient.from_config(config.model)
-        adapters: dict[str, TelegramBot] = {}
+        adapters: dict[str, TelegramBot | WebhookPlatform] = {}
         ledger = Ledger(config.store.db)
         dispatcher: Dispatcher | None = None
         dispatching: threading.Thread | None = None
@@ -166,6 +187,9 @@ class Runner:
                 adapters[p.name] = TelegramBot(
                     tokens[p.name], api_base=p.api_base, limiter=RateLimiter(RateLimits.of(p))
                 )
+            for p in hooks:
+                assert p.send_url is not None
+                adapters[p.name] = WebhookPlatform(p.send_url, secret=hook_secrets.get(p.name))
             platforms: dict[str, Platform] = dict(adapters)
             engine = ReplyEngine(ledger, platforms, owner=self.owner)
             if tools:
@@ -181,7 +205,7 @@ class Runner:
                 ledger,
                 engine,
                 model,
-                {p.name: p for p in telegram},
+                {p.name: p for p in (*telegram, *hooks)},
                 TurnSettings(
                     max_retries=config.model.max_retries,
                     max_starts=config.turns.max_starts,
@@ -203,7 +227,10 @@ class Runner:
                 )
                 dispatching.start()
             admitter = Admitter(
-                ledger, on_new=lambda _id: self._wake.set(), busy_mode=config.turns.busy_mode
+                ledger,
+                on_new=lambda _id: self._wake.set(),
+                busy_mode=config.turns.busy_mode,
+                bots=bots,
             )
             pool = ThreadPoolExecutor(config.turns.max_concurrent, thread_name_prefix="turn")
             self._ledger = ledger
@@ -212,13 +239,24 @@ class Runner:
             for p in telegram:
                 if p.inbound == "polling":
                     self._start_poller(p, tokens[p.name], bots[p.name], admitter)
+            ready = "ready"
+            if server is not None:
+                self._server = server
+                ready = f"ready port={server.start()}"
             if self.out is not None:
-                self.out.write("ready\n")
+                self.out.write(ready + "\n")
                 self.out.flush()
-            log.info("gateway ready: %s poller(s), owner %s", len(self._pollers), self.owner)
+            log.info(
+                "gateway ready: %s poller(s), webhook server %s, owner %s",
+                len(self._pollers),
+                "off" if server is None else server.url,
+                self.owner,
+            )
             self._stop.wait()
             self._drain(pool)
         finally:
+            if server is not None:
+                server.stop()  # at once when the drain stopped it already
             if dispatcher is not None and dispatching is not None:
                 dispatcher.stop()
                 dispatching.join()
@@ -306,6 +344,22 @@ class Runner:
                 tx, inbound_id, status, reason=reason, reply_text=text, fence=taken.run.fence
             )
         log.info("turn:%s taken over and ended %s", inbound_id, status)
+
+    def _webhook_server(
+        self, admit: Callable[[PlatformConfig, TelegramInbound | WebhookInbound], None]
+    ) -> WebhookServer | None:
+        """The inbound webhook server, when a platform takes its messages by webhook."""
+        pushed = [
+            p
+            for p in self.config.platforms
+            if p.kind == "webhook" or (p.kind == "telegram" and p.inbound == "webhook")
+        ]
+        if not pushed:
+            return None
+        from oncewire.gateway.webhooks import WebhookServer
+
+        # The server's own drain (requests being admitted) fits in the process's grace period.
+        return WebhookServer(self.config, admit, drain_seconds=math.ceil(self.grace_seconds))
 
     # -- threads ---------------------------------------------------------------------------
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
@@ -457,7 +511,10 @@ class Runner:
 
     # -- the drain -------------------------------------------------------------------------
     def _drain(self, pool: ThreadPoolExecutor) -> None:
-        log.info("draining: pollers stop, running turns get %.1fs", self.grace_seconds)
+        log.info("draining: inbound stops, running turns get %.1fs", self.grace_seconds)
+        if self._server is not None:
+            # No new POST is taken; the ones being admitted are answered (2xx once committed).
+            self._server.stop()
         for poller in self._pollers:
             poller.stop()
         deadline = time.monotonic() + self.grace_seconds

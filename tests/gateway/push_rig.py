@@ -1,0 +1,252 @@
+"""A real ``oncewire gateway run`` whose platforms push their messages: the fake Bot API in
+webhook mode (``fk_tg``, streaming on) and the fake generic webhook platform (``fk_ne``,
+non-editable, streaming off), both POSTing to the gateway's webhook server, with the fake
+OpenAI-compatible server as the model. Every piece is a child process; what the user sees is
+read from the fakes' journals (ChatView), what happened from the store.
+
+How the harness learns the gateway's port: ``[webhooks] bind`` names a port chosen here before
+the fakes start (:func:`free_port`), so the webhook fake's ``--deliver-to`` and the Bot API
+fake's webhook URL are known up front and survive a gateway restart on the same port. With
+``bind`` port 0 the gateway prints the port it bound on its ready line (``ready port=N``;
+:attr:`GatewayProcess.port`); the Bot API's webhook can then be set afterwards
+(:meth:`PushRig.set_telegram_webhook`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from oncewire import Ledger
+from oncewire.gateway.platforms.telegram import TelegramBot
+from oncewire.gateway.platforms.webhook import sign
+from oncewire.gateway.webhooks import TELEGRAM_SECRET_HEADER, telegram_webhook_path
+from oncewire.inbound import InboundState
+from oncewire.platforms.fake import ChatView, VisibleMessage
+from tests.conftest import _child_env, wait_for
+from tests.gateway.conftest import FakeOpenAI
+from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
+from tests.gateway.test_webhook_platform import SECRET as HOOK_SECRET
+from tests.gateway.test_webhook_platform import FakeWebhook
+
+TG = "fk_tg"
+NE = "fk_ne"
+TG_SECRET = "tg-webhook-secret-for-tests"
+ENV = {
+    "TELEGRAM_BOT_TOKEN": TOKEN,
+    "TG_WEBHOOK_SECRET": TG_SECRET,
+    "HOOK_SECRET": HOOK_SECRET,
+}
+
+
+def free_port() -> int:
+    """A loopback port free right now (the gateway binds it with SO_REUSEADDR)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GatewayProcess:
+    """A running ``python -m oncewire gateway run`` in a process group of its own. ``port`` is
+    the webhook server's port from the ready line (None when the gateway serves none)."""
+
+    def __init__(
+        self,
+        config: Path,
+        log: Path,
+        *,
+        env: dict[str, str] | None = None,
+        grace_seconds: float = 20.0,
+    ) -> None:
+        self.log = log
+        with open(log, "a", encoding="utf-8") as stderr:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "oncewire",
+                    "gateway",
+                    "run",
+                    "--config",
+                    str(config),
+                    "--grace-seconds",
+                    str(grace_seconds),
+                ],
+                env=_child_env(**(ENV if env is None else env)),
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                start_new_session=True,
+            )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        self.port: int | None = None
+        if line.startswith("ready port="):
+            self.port = int(line.split("=", 1)[1])
+        elif line != "ready":
+            self.kill()
+            raise AssertionError(f"the gateway did not start: {line!r}\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no drain, no cleanup."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self._close()
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=timeout)
+        self._close()
+        return code
+
+    def _close(self) -> None:
+        if self.process.stdout is not None and not self.process.stdout.closed:
+            self.process.stdout.close()
+
+
+class PushRig:
+    """The fakes, a gateway.toml serving ``fk_tg`` (webhook mode) and ``fk_ne`` on a fixed
+    loopback port (``port=0``: any port, learned from the ready line), and the store."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        script: Any,
+        db: str,
+        *,
+        port: int | None = None,
+        turns: str = "max_concurrent = 2",
+        telegram: str = "",
+        telegram_faults: tuple[dict[str, Any], ...] = (),
+    ) -> None:
+        self.tmp_path = tmp_path
+        self.db = db
+        self.port = free_port() if port is None else port
+        self.model = FakeOpenAI(tmp_path / "openai", script)
+        self.telegram = FakeTelegram(tmp_path / "tg", *telegram_faults)
+        deliver_to = f"http://127.0.0.1:{self.port or free_port()}/webhook/{NE}"
+        self.hook = FakeWebhook(tmp_path / "ne", deliver_to)
+        self.config = tmp_path / "gateway.toml"
+        self.config.write_text(
+            f"""
+[store]
+db = {json.dumps(db)}
+
+[model]
+base_url = "{self.model.base_url}"
+api_key_env = ""
+model = "fake-model"
+max_retries = 1
+read_timeout = 60
+
+[turns]
+{turns}
+
+[[platforms]]
+name = "{TG}"
+kind = "telegram"
+token_env = "TELEGRAM_BOT_TOKEN"
+api_base = "{self.telegram.base}"
+inbound = "webhook"
+webhook_secret_env = "TG_WEBHOOK_SECRET"
+streaming = true
+edit_interval_seconds = 0.05
+{telegram}
+
+[[platforms]]
+name = "{NE}"
+kind = "webhook"
+send_url = "{self.hook.base}/messages"
+secret_env = "HOOK_SECRET"
+streaming = false
+
+[webhooks]
+bind = "127.0.0.1:{self.port}"
+""",
+            encoding="utf-8",
+        )
+        self.gateways: list[GatewayProcess] = []
+        self.http = httpx2.Client(timeout=30.0)
+        if self.port:
+            self.set_telegram_webhook(self.port)
+
+    # -- the gateway -----------------------------------------------------------------------
+    def start(self, grace_seconds: float = 20.0) -> GatewayProcess:
+        gateway = GatewayProcess(
+            self.config, self.tmp_path / "gateway.log", grace_seconds=grace_seconds
+        )
+        self.gateways.append(gateway)
+        assert gateway.port is not None, "a gateway with webhook platforms prints its port"
+        if self.port:
+            assert gateway.port == self.port
+        return gateway
+
+    def set_telegram_webhook(self, port: int) -> None:
+        """Have the fake Bot API POST its updates to the gateway listening on ``port``."""
+        bot = TelegramBot(TOKEN, api_base=self.telegram.base)
+        try:
+            bot.set_webhook(self.telegram_url(port), TG_SECRET)
+        finally:
+            bot.close()
+
+    def telegram_url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}{telegram_webhook_path(TG, TG_SECRET)}"
+
+    def webhook_url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}/webhook/{NE}"
+
+    # -- POSTs as a platform would make them -----------------------------------------------
+    def post_update(self, port: int, update: dict[str, Any], secret: str = TG_SECRET) -> int:
+        """POST one Telegram update to the gateway; its status."""
+        answer = self.http.post(
+            self.telegram_url(port), json=update, headers={TELEGRAM_SECRET_HEADER: secret}
+        )
+        return answer.status_code
+
+    def post_message(self, port: int, message: dict[str, Any], secret: str = HOOK_SECRET) -> int:
+        """POST one generic webhook message to the gateway, signed with ``secret``; its status."""
+        body = json.dumps(message).encode()
+        answer = self.http.post(
+            self.webhook_url(port),
+            content=body,
+            headers={"content-type": "application/json", "Oncewire-Signature": sign(secret, body)},
+        )
+        return answer.status_code
+
+    # -- what the user sees ----------------------------------------------------------------
+    def shown(self, platform: str, chat: str) -> list[VisibleMessage]:
+        directory = self.telegram.directory if platform == TG else self.hook.directory
+        return ChatView([directory / "chat.jsonl"]).visible(platform, chat)
+
+    # -- the store -------------------------------------------------------------------------
+    def ledger(self) -> Ledger:
+        return Ledger(self.db, create=False)
+
+    def inbounds(self) -> list[Any]:
+        with self.ledger() as ledger:
+            return list(ledger.inbound.list(limit=1000))
+
+    def wait_status(self, inbound_id: int, status: InboundState, timeout: float = 60.0) -> None:
+        def reached() -> bool:
+            return any(i.id == inbound_id and i.status is status for i in self.inbounds())
+
+        wait_for(reached, timeout=timeout, what=f"inbound {inbound_id} to be {status}")
+
+    def stop(self) -> None:
+        for gateway in self.gateways:
+            gateway.kill()
+        self.http.close()
+        self.telegram.stop()
+        self.hook.stop()
+        self.model.stop()
