@@ -264,3 +264,17 @@ def test_a_turn_starts_in_one_transaction_with_the_inbox_and_the_reply_record(
     assert tuple(row) == ("answering", 1)
     assert len(db.query("SELECT id FROM oncewire_replies WHERE inbound_id = ?", (inbound,))) == 1
     assert ledger.runs.get(f"turn:{inbound}").status == "running"
+
+
+def test_a_turn_left_by_a_dead_process_refuses_the_session_and_says_a_takeover_resumes_it(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    left = admit(ledger, "m-1")
+    ledger.runs.turn.start(left, SESSION, owner="dead", lease_seconds=LEASE)
+    clock.advance(LEASE + 1)
+    with pytest.raises(BranchBusy) as refused:
+        ledger.runs.turn.start(admit(ledger, "m-2"), SESSION, owner="worker")
+    assert refused.value.fields["requires_reconciliation"] is True
+    # Boot reconciliation defers turns: the hint names what does finish one.
+    assert "a takeover resumes it" in str(refused.value)
+    assert "reconciliation" not in str(refused.value)

@@ -206,10 +206,12 @@ class Runs(RunReads):
             if busy is None:
                 raise RunConflict(f"run {run_id!r} already exists", run_id=run_id)
             expired = busy.lease_expires_at is not None and busy.lease_expires_at < now
+            # A turn a dead process left is taken over by its session's next turn (resume), not
+            # by boot reconciliation, which defers turns.
+            then = "a takeover resumes it" if busy.workflow == "turn" else "it needs reconciliation"
             raise BranchBusy(
                 f"branch {branch!r} has the active run {busy.run_id!r} "
-                f"({busy.status})"
-                + ("; its lease expired: it needs reconciliation" if expired else ""),
+                f"({busy.status})" + (f"; its lease expired: {then}" if expired else ""),
                 run_id=busy.run_id,
                 status=busy.status,
                 requires_reconciliation=expired,
