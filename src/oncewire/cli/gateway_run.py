@@ -45,13 +45,17 @@ def run(config_path: str, grace_seconds: float) -> None:
     Boots from the store alone: replies committed before a crash are delivered, turns a dead
     process left are resumed, messages waiting for their turn are answered; then each
     Telegram bot with inbound = "polling" is long-polled (an update is confirmed to Telegram
-    only once its admission committed) and "ready" is printed on stdout. One turn runs per
+    only once its admission committed), the webhook server is started on [webhooks] bind when
+    a platform pushes its messages (Telegram inbound = "webhook", kind = "webhook"; a POST is
+    answered 2xx only once admitted), and "ready" is printed on stdout ("ready port=N" with
+    the webhook server, N the port it listens on). One turn runs per
     chat session at a time, up to [turns] max_concurrent at once. One INFO line per turn
     start, commit and delivery goes to stderr.
 
-    SIGTERM or SIGINT drains: polling stops, running turns get --grace-seconds to finish (a
-    turn still running then is left to the next start, which resumes it), exit 0. Exit 2 when
-    the config does not load or a secret's environment variable is not set.
+    SIGTERM or SIGINT drains: the webhook server and polling stop, running turns get
+    --grace-seconds to finish (a turn still running then is left to the next start, which
+    resumes it), exit 0. Exit 2 when the config does not load or a secret's environment
+    variable is not set.
 
     \b
     Example:
