@@ -29,8 +29,7 @@ from oncewire.core.limits import (
     check_name,
     check_seconds,
 )
-from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, open_store
-from oncewire.storage.base import Transaction
+from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, Transaction, open_store
 from oncewire.storage.records import Receipt
 
 __all__ = ["DEFAULT_RETENTION_SECONDS", "ReceiptResult", "Receipts"]

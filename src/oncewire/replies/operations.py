@@ -36,7 +36,7 @@ from oncewire.replies.wire import (
     idempotency_key,
     vet_outcome,
 )
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, SendRequest
 
 __all__ = [

@@ -21,7 +21,7 @@ from oncewire.core.errors import ConfigurationError, InvalidPayload, PayloadConf
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.receipts.service import ReceiptResult, Receipts
-from oncewire.storage.base import Transaction
+from oncewire.storage import Transaction
 
 __all__ = ["ReceiptsSink"]
 
