@@ -24,7 +24,7 @@ from oncewire import (
     Rejected,
 )
 from oncewire.sinks import ReceiptsSink
-from oncewire.storage.base import Transaction
+from oncewire.storage import Transaction
 from tests.support.pg import fresh_schema, server_url
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from oncewire import ConfigurationError, PayloadConflict, Receipts
 from oncewire.errors import ReceiptNotFound
-from oncewire.storage.base import Transaction
+from oncewire.storage import Transaction
 from oncewire.testing import ManualClock
 
 Peek = Callable[..., list[tuple[Any, ...]]]

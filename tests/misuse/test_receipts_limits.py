@@ -11,7 +11,7 @@ import pytest
 
 from oncewire import ConfigurationError, Receipts
 from oncewire.errors import InvalidPayload
-from oncewire.storage.base import Transaction
+from oncewire.storage import Transaction
 from oncewire.testing import ManualClock
 from tests.contract.conftest import RawDatabase
 
