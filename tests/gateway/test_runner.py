@@ -32,7 +32,13 @@ RESUME_PHRASE = "previous turn was interrupted"
 class Gateway:
     """A running ``python -m oncewire gateway run``, in a process group of its own."""
 
-    def __init__(self, config: Path, log: Path, grace_seconds: float = 20.0) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log: Path,
+        grace_seconds: float = 20.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log = log
         with open(log, "a", encoding="utf-8") as stderr:
             self.process = subprocess.Popen(
@@ -47,7 +53,7 @@ class Gateway:
                     "--grace-seconds",
                     str(grace_seconds),
                 ],
-                env=_child_env(TELEGRAM_BOT_TOKEN=TOKEN),
+                env=_child_env(TELEGRAM_BOT_TOKEN=TOKEN, **(env or {})),
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
@@ -116,8 +122,10 @@ edit_interval_seconds = 0.05
         )
         self.gateways: list[Gateway] = []
 
-    def start(self, grace_seconds: float = 20.0) -> Gateway:
-        gateway = Gateway(self.config, self.tmp_path / "gateway.log", grace_seconds)
+    def start(self, grace_seconds: float = 20.0, env: dict[str, str] | None = None) -> Gateway:
+        """Start ``gateway run`` on the rig's config; ``env`` is added to its environment (an
+        armed crash point, say)."""
+        gateway = Gateway(self.config, self.tmp_path / "gateway.log", grace_seconds, env)
         self.gateways.append(gateway)
         return gateway
 

@@ -45,6 +45,7 @@ class Previewer:
         self._text = ""
         self._shown = ""
         self._stopped = False
+        self._in_flight = False  # an engine.preview call (a wire operation) is under way
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> Previewer:
@@ -68,6 +69,11 @@ class Previewer:
             self._thread.join(join_seconds)
         return not self._thread.is_alive()
 
+    @property
+    def in_flight(self) -> bool:
+        """True while a preview operation is under way (it may be parked on the platform)."""
+        return self._in_flight
+
     def _run(self) -> None:
         next_at = 0.0
         while True:
@@ -83,12 +89,15 @@ class Previewer:
                     if self._stopped:
                         return
                 text = self._text
+            self._in_flight = True
             try:
                 result = self.engine.preview(self.reply_id, text)
             except Exception:
                 # A preview is a courtesy: the committed answer's delivery repairs the screen.
                 log.exception("preview of reply %s failed; previews stop", self.reply_id)
                 return
+            finally:
+                self._in_flight = False
             if not result.previewing:
                 return
             self._shown = text

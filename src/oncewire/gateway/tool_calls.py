@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core import crash
 from oncewire.core.canonical import digest
 from oncewire.core.errors import InvalidState
 from oncewire.gateway.model_results import Interrupt, ModelResponse
@@ -45,6 +46,16 @@ from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 __all__ = ["Conversation", "ToolCalls", "ToolWaitInterrupted", "response_digest", "usage"]
 
 log = logging.getLogger("oncewire.gateway.turn")
+
+STEP_RECORDED = crash.register(
+    "gateway.step_recorded_before_dispatch",
+    "T3 committed (the model step and its tool calls' effects accepted); the dispatcher not "
+    "woken, no effect claimed",
+)
+TOOL_DONE = crash.register(
+    "gateway.tool_done_before_resolve",
+    "a tool call's effect is done (its result recorded by the dispatcher); T4 not committed",
+)
 
 
 class ToolCalls:
@@ -116,6 +127,7 @@ class ToolCalls:
                     fence=loop.fence,
                 )
         loop.steps = step
+        STEP_RECORDED.hit()
         log.info(
             "turn tools inbound=%s step=%s calls=%s",
             loop.inbound_id,
@@ -171,6 +183,7 @@ class ToolCalls:
             effect = self._cancel_orphan(effect)
         effect = self._await(effect, interrupt)
         if effect.state is EffectState.DONE:
+            TOOL_DONE.hit()
             result = None if effect.result_json is None else json.loads(effect.result_json)
             status = "succeeded"
         elif effect.state is EffectState.REJECTED:

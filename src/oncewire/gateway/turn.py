@@ -36,9 +36,9 @@ opened and committed with a one-line confirmation in one transaction, then deliv
 
 Nothing of a model call is recorded until it completed, so a process killed mid-stream leaves
 the run ``running`` with no new step: the next process takes it over, rebuilds the
-conversation from the recorded steps (:meth:`~oncewire.gateway.tool_calls.ToolCalls.replay`: a ``done`` tool is never run
-again) and asks the model again; its stream edits the preview messages the record already
-holds.
+conversation from the recorded steps
+(:meth:`~oncewire.gateway.tool_calls.ToolCalls.replay`: a ``done`` tool is never run again)
+and asks the model again; its stream edits the preview messages the record already holds.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core import crash
 from oncewire.core.canonical import digest
 from oncewire.core.errors import BranchBusy, TransitionRefused
 from oncewire.gateway.config import PlatformConfig
@@ -92,6 +93,21 @@ __all__ = [
 ]
 
 log = logging.getLogger("oncewire.gateway.turn")
+
+TURN_STARTED = crash.register(
+    "gateway.turn_started_before_model",
+    "T2 committed (the inbox counted a start, the reply is open, the turn run holds the "
+    "session); the model not asked yet",
+)
+INTERRUPT_RECORDED = crash.register(
+    "gateway.interrupt_recorded_before_withdraw",
+    "an interrupt is recorded on the running turn; the turn not yet ended interrupted, its "
+    "message not superseded, its reply not withdrawn",
+)
+PREVIEW_AT_COMMIT = crash.register(
+    "gateway.preview_in_flight_at_commit",
+    "T5 committed the answer while a preview operation was still in flight on the platform",
+)
 
 FAILURE_TEXT = (
     "Sorry: the model service is unavailable right now, so I could not answer this message. "
@@ -207,6 +223,7 @@ class TurnWorker:
         if result.run.status == "interrupting":
             # Taken over after its interrupt was recorded (a turn that raised): never resumed.
             return self._end_interrupted(inbound_id, result.run, profile)
+        TURN_STARTED.hit()
         fence = result.run.fence
         steps = int(result.run.state.get("steps", 0))
         log.info(
@@ -238,6 +255,8 @@ class TurnWorker:
                     messages.append({"role": "user", "content": self.settings.resume_note})
                 response = self._converse(loop, interrupt, previewer)
                 status = self._commit(inbound_id, profile, loop, response)
+                if previewer is not None and previewer.in_flight:
+                    PREVIEW_AT_COMMIT.hit()
             except (ModelInterrupted, ToolWaitInterrupted, TransitionRefused) as exc:
                 if previewer is not None:
                     previewer.stop(self.settings.preview_join_seconds)
@@ -262,6 +281,7 @@ class TurnWorker:
     def _end_interrupted(self, inbound_id: int, run: Run, profile: PlatformProfile) -> TurnResult:
         """The recorded interrupt won: the run ends ``interrupted``, the message superseded,
         the reply withdrawn (one commit); the delivery then deletes the previews."""
+        INTERRUPT_RECORDED.hit()
         with self.ledger.transaction() as tx:
             end_interrupted_in_tx(self.ledger, tx, run, profile)
         reply = self.ledger.replies.for_inbound(inbound_id)
