@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import oncewire.gateway.turn  # noqa: F401  (registers the gateway crash points)
 from oncewire.core import crash
+from oncewire.gateway import admission, turn
 from oncewire.inbound import InboundState
 from oncewire.storage.records import EffectState
 from tests.conftest import wait_for
@@ -37,6 +37,8 @@ __all__ = ["rig", "store_url", "tool_rig"]  # the fixtures, imported for these t
 
 pytestmark = pytest.mark.crash
 
+REGISTERING = (admission, turn)  # the modules that register the gateway.* crash points
+
 ANSWER = "The answer, streamed in small pieces so that previews happen."
 SUM = "The sum is 3."
 
@@ -50,6 +52,33 @@ def died_at(gateway: Gateway) -> None:
     code = gateway.process.wait(timeout=60)
     assert code == -signal.SIGKILL, gateway.log_text()
     gateway.kill()  # reaps and closes; the process is already gone
+
+
+def test_admitted_before_cursor(rig: Callable[..., Rig], store_url: str) -> None:
+    """Admitted, killed before the offset moved past the update: Telegram serves it again, the
+    admission finds it already there (one row), and it is answered once."""
+    r = rig([{"kind": "text", "text": ANSWER, "chunk_chars": 8}], db=store_url)
+    first = r.start(env=armed("gateway.admitted_before_cursor"))
+    update_id = r.telegram.inject(text="hello")["update_id"]
+    died_at(first)
+    assert r.telegram.call("state")["pending_updates"] == [update_id]  # never confirmed
+    with r.ledger() as ledger:
+        (inbound,) = ledger.inbound.list(limit=10)
+        assert (inbound.status, inbound.attempts) == (InboundState.RECEIVED, 0)
+
+    gateway = r.start()
+    r.wait_status(1, InboundState.DELIVERED)
+    wait_for(
+        lambda: r.telegram.call("state")["pending_updates"] == [],
+        what="the update to be confirmed",
+    )
+    assert bot_messages(r) == [(ANSWER, False)]
+    assert_answered_once(r, 1, ANSWER)
+    with r.ledger() as ledger:
+        assert [i.id for i in ledger.inbound.list(limit=10)] == [1]  # one row, served twice
+        assert ledger.inbound.get(1).attempts == 1
+    assert len(r.model.requests()) == 1
+    assert gateway.terminate() == 0
 
 
 def test_turn_started_before_model(rig: Callable[..., Rig], store_url: str) -> None:

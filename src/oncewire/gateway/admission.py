@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from oncewire.core import crash
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.platforms.telegram_updates import TelegramInbound
 from oncewire.gateway.platforms.webhook import WebhookInbound
@@ -40,6 +41,12 @@ from oncewire.ledger import Ledger
 __all__ = ["WEBHOOK_BOT", "Admitted", "Admitter", "telegram_bot_id"]
 
 log = logging.getLogger("oncewire.gateway.admission")
+
+ADMITTED = crash.register(
+    "gateway.admitted_before_cursor",
+    "a message's admission (T1) committed; the platform not yet told (no getUpdates offset "
+    "past it, no 2xx to its POST), so it delivers the message again",
+)
 
 # The inbox keys every message by a bot; a generic webhook platform has one sender identity,
 # named by the platform itself, so its messages all carry this bot.
@@ -146,6 +153,7 @@ class Admitter:
         self, platform: PlatformConfig, chat: str, message_id: str, admission: Admission
     ) -> Admitted:
         """After the commit: the busy decision and the scheduler's wake-up, for a new message."""
+        ADMITTED.hit()
         if admission.new:
             log.info(
                 "admitted inbound %s (%s chat %s message %s)",
