@@ -16,7 +16,8 @@ keeps the journal :class:`~oncewire.platforms.fake.ChatView` reads. On the wire:
 ``conn_error``   a listener blackout: the listening socket and every idle keep-alive connection
                  are closed at once, and the port reopens after ``blackout_seconds``; a client
                  connecting meanwhile is refused (it knows the request never left). A blackout
-                 cannot be matched to a request (nothing is read), so it starts when armed
+                 cannot be matched to a request (nothing is read), so it starts when armed, and
+                 is journaled then as fired on the operation ``connect`` (in its ``chat``)
 ==============  =================================================================================
 
 Every fake also answers the same control routes (``POST /control/<action>``, a JSON object):
@@ -290,6 +291,8 @@ class ControlHandler(TrackedHandler):
                 fault, blackout = arm_fault(fake.chats, params)
                 self.send_json(200, {"ok": True, "name": fault.name})
                 if fault.kind == "conn_error":
+                    # Journaled when it starts (the refused connections never reach the fake).
+                    fake.chats.record_fault(fault, "connect", fault.chat or "")
                     self.server.blackout(blackout)  # after the answer: this connection is busy
                 return None
             if action == "release":

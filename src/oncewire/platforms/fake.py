@@ -179,6 +179,28 @@ class FakePlatform:
         os.write(self._fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
         os.fsync(self._fd)
 
+    def record_fault(self, fault: Fault, op: str, chat: str, text: str = "") -> None:
+        """Journal ``fault`` as fired on ``op`` in ``chat`` (for a fault applied outside
+        :meth:`send`, :meth:`edit` and :meth:`delete`: a listener blackout)."""
+        with self._lock:
+            self._fired[fault.name] = self._fired.get(fault.name, 0) + 1
+            self._write_fault(fault, op, chat, text)
+
+    def _write_fault(self, fault: Fault, op: str, chat: str, text: str) -> None:
+        self._write(
+            {
+                "event": "fault",
+                "fault": fault.name,
+                "kind": fault.kind,
+                "op": op,
+                "platform": self.name,
+                "chat": chat,
+                "text": text[:200],
+                "pid": os.getpid(),
+                "ts": time.time(),
+            }
+        )
+
     def _fault_for(self, op: str, chat: str, text: str) -> Fault | None:
         for fault in self.faults:
             if self._fired.get(fault.name, 0) < fault.times and fault.matches(
@@ -203,19 +225,7 @@ class FakePlatform:
         with self._lock:
             fault = self._fault_for(op, request.chat, text)
             if fault is not None:
-                self._write(
-                    {
-                        "event": "fault",
-                        "fault": fault.name,
-                        "kind": fault.kind,
-                        "op": op,
-                        "platform": self.name,
-                        "chat": request.chat,
-                        "text": text[:200],
-                        "pid": os.getpid(),
-                        "ts": time.time(),
-                    }
-                )
+                self._write_fault(fault, op, request.chat, text)
             kind = fault.kind if fault else None
             if kind == "conn_error":
                 return NotDelivered("connection refused before the request was written")

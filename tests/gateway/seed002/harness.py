@@ -37,6 +37,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -258,7 +259,10 @@ class Seed002:
         self.config.write_text(self._toml(busy_mode), encoding="utf-8")
         self._env = _child_env(
             TELEGRAM_BOT_TOKEN=BOT_TOKEN,
-            PYTHONPATH=str(REPO_ROOT),  # the tool's sink is imported from the tests
+            # The tool's sink is imported from the tests.
+            PYTHONPATH=os.pathsep.join(
+                p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
             **{HOOK_SECRET_ENV: HOOK_SECRET},
         )
 
@@ -364,8 +368,18 @@ bind = "127.0.0.1:{self.webhook_port}"
         return name
 
     def control(self, platform: str, action: str, **params: Any) -> dict[str, Any]:
-        """``POST /control/<action>`` on a platform fake; the answer must be a 200."""
-        answer_ = self._client.post(f"{self.bases[platform]}/control/{action}", json=params)
+        """``POST /control/<action>`` on a platform fake; the answer must be a 200. A refused
+        connection (the fake's listener blacked out by a ``conn_error``) is tried again: it
+        never reached the fake."""
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                answer_ = self._client.post(f"{self.bases[platform]}/control/{action}", json=params)
+                break
+            except httpx2.ConnectError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         assert answer_.status_code == 200, answer_.text
         result: dict[str, Any] = answer_.json()
         return result
@@ -429,10 +443,11 @@ bind = "127.0.0.1:{self.webhook_port}"
     # -- faults ------------------------------------------------------------------------------
     def fault(self, platform: str, kind: str, *, chat: str, **params: Any) -> str:
         """Arm a fault on a platform fake, confined to ``chat`` (``op``, ``contains``,
-        ``times``, ``retry_after``, ``hold_seconds``, ``blackout_seconds``); its name."""
+        ``times``, ``retry_after``, ``hold_seconds``, ``blackout_seconds``); its name. A
+        ``conn_error`` blacks the fake's listener out at once, for every chat: ``chat`` only
+        names where its journal entry goes."""
         params = {k: v for k, v in params.items() if v is not None}
-        if kind != "conn_error":
-            params["chat"] = chat
+        params["chat"] = chat
         return str(self.control(platform, "fault", kind=kind, **params)["name"])
 
     def release(self, platform: str) -> None:
@@ -474,6 +489,15 @@ bind = "127.0.0.1:{self.webhook_port}"
             if (platform is None or r["platform"] == platform)
             and (chat is None or r["chat"] == chat)
         ]
+
+    def reply_ops(self, platform: str, chat: str) -> list[dict[str, Any]]:
+        """The wire operations the store records for the chat's replies, in order."""
+        replies = {r["id"] for r in self.reply_rows(platform, chat)}
+        found = self.rows(
+            "SELECT reply_id, seq, slot, kind, state, marked, error FROM oncewire_reply_ops "
+            "ORDER BY reply_id, seq"
+        )
+        return [r for r in found if r["reply_id"] in replies]
 
     def run_rows(self) -> list[dict[str, Any]]:
         return self.rows(

@@ -1,0 +1,181 @@
+"""Seed 002's fault matrix (GATEWAY.md §1.3): F1-F14 x {fk_tg, fk_ne} x {SQLite, PostgreSQL},
+each cell one message in a chat of its own through the module's real ``oncewire gateway run``.
+
+A cell scripts the model's answer ``<<A-TOKEN>> ... <</A-TOKEN>>`` for ``[in:TOKEN]``, arms its
+fault on the platform fake (``footer``: the operation whose text carries the footer, i.e. the
+one showing the final answer; ``header``: the reply's first platform call), sends the message,
+waits for the chat to be idle in the store (H4), asserts the fault fired (H11) and checks
+I1-I6 (:func:`~tests.gateway.seed002.checks.assert_exactly_once`) with the cell's expectation.
+
+On ``fk_ne`` (not editable, streaming off) every streaming cell is a fault on the one final
+send. Scaled from the seed, keeping the path each cell exercises: ``long_streamed`` streams
+its 8.1k characters in 2.5k chunks 0.3 s apart (the seed: 1 s), still one chunk per preview
+tick (0.05 s); ``burst_overflow`` its two 4.5k bursts 1 s apart (the seed: 3 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.gateway.seed002.checks import Expect, assert_exactly_once
+from tests.gateway.seed002.harness import (
+    NE,
+    PLATFORMS,
+    STREAMING,
+    TG,
+    Seed002,
+    answer,
+    footer,
+)
+
+LONG = " ".join(f"word{i:04d}" for i in range(900))  # ~8.1k characters: over both caps
+SLOW: dict[str, Any] = {"chunk_chars": 6, "delay_per_chunk": 0.03}  # ~2 s: preview + edits
+
+Build = Callable[[str], list[dict[str, Any]]]
+
+
+def say(body: str, **kw: Any) -> Build:
+    return lambda aid: [answer(aid, body, **kw)]
+
+
+def tool_then_answer(aid: str) -> list[dict[str, Any]]:
+    return [
+        {"kind": "tool_call", "name": "terminal", "args": {"command": "echo hi"}},
+        answer(aid, "after the tool, done."),
+    ]
+
+
+@dataclass(frozen=True)
+class Cell:
+    fault: str | None  # a Fault kind, or None for a clean cell
+    op: str  # send, edit or any
+    target: str  # footer: the op carrying the final text; header: the reply's first call
+    build: Build
+    expect: Expect
+
+
+FAULTS: dict[str, Cell] = {
+    "clean": Cell(None, "any", "footer", say("short answer."), "exact"),
+    "tool_then_answer": Cell(None, "any", "footer", tool_then_answer, "exact"),
+    "long_split": Cell(None, "any", "footer", say(LONG, chunk_chars=10_000), "exact"),
+    "long_streamed": Cell(
+        None, "any", "footer", say(LONG, chunk_chars=2500, delay_per_chunk=0.3), "exact"
+    ),
+    "burst_overflow": Cell(
+        None, "any", "footer", say(LONG, chunk_chars=4500, delay_per_chunk=1.0), "exact"
+    ),
+    "slow_stream": Cell(
+        None, "any", "footer", say("a slowly streamed answer " * 6, **SLOW), "exact"
+    ),
+    "rate_limit_429": Cell(
+        "rate_limit", "any", "footer", say("throttled once then fine."), "exact"
+    ),
+    "conn_reset": Cell(
+        "conn_error",
+        "any",
+        "footer",
+        say("connection reset once.", chunk_chars=8, delay_per_chunk=0.1),
+        "exact",
+    ),
+    "send_timeout": Cell(
+        "timeout", "any", "footer", say("platform never saw the first try."), "one_copy"
+    ),
+    "ack_lost": Cell(
+        "ack_lost",
+        "any",
+        "footer",
+        say("sent but the ack vanished.", chunk_chars=10_000),
+        "marked_dupes",
+    ),
+    "stream_429_final_edit": Cell(
+        "rate_limit", "any", "footer", say("stream throttled " * 8, **SLOW), "exact"
+    ),
+    "stream_timeout_final_edit": Cell(
+        "timeout", "any", "footer", say("stream final lost " * 8, **SLOW), "one_copy"
+    ),
+    "stream_ack_lost_final_edit": Cell(
+        "ack_lost", "any", "footer", say("stream ack lost " * 8, **SLOW), "marked_dupes"
+    ),
+    "stream_timeout_first_send": Cell(
+        "timeout",
+        "send",
+        "header",
+        say("preview never landed " * 8, chunk_chars=42, delay_per_chunk=0.5),
+        "one_copy",
+    ),
+}
+# The seed's cell ids, F1..F14 in its order.
+CELL_IDS = {name: f"F{n}" for n, name in enumerate(FAULTS, start=1)}
+
+
+def run_cell(rig: Seed002, platform: str, name: str) -> None:
+    cell = FAULTS[name]
+    token = f"{platform}.{name}"
+    chat = rig.chat(platform, f"m-{platform}-{name}")
+    aid = f"A-{token}"
+    rig.script(token, *cell.build(aid))
+    if cell.fault is not None and cell.fault != "conn_error":
+        contains = footer(aid) if cell.target == "footer" else None
+        rig.fault(platform, cell.fault, chat=chat, op=cell.op, contains=contains)
+    rig.inject(platform, chat, f"[in:{token}] please answer")
+    if cell.fault == "conn_error":
+        # A blackout refuses every connection while it lasts (nothing is read, so it cannot
+        # match a text): it starts with the model's stream (~1 s) and lasts 4 s, so the
+        # operation showing the final answer meets the closed port.
+        rig.wait_until(
+            lambda: bool(rig.model_turns().turns.get(token)), f"{token}: the model turn to start"
+        )
+        rig.fault(platform, "conn_error", chat=chat, blackout_seconds=4.0)
+    rig.wait_idle([(platform, chat)], f"{token} to finish")
+    if cell.fault is not None:
+        fired = rig.faults_fired(platform, chat)
+        assert fired, f"the injected {cell.fault} never hit a platform call\n" + rig.dump(
+            [(platform, chat)]
+        )
+    if cell.fault == "conn_error":
+        # The refused connections never reach the fake: the store shows an operation refused.
+        ops = rig.reply_ops(platform, chat)
+        assert any(op["state"] == "refused" for op in ops), ops
+    shown = assert_exactly_once(rig, platform, chat, token, aid, cell.expect)
+    if name in ("long_split", "long_streamed", "burst_overflow"):
+        # Over the cap: the answer the user reads is split over several messages.
+        assert len(shown.message_ids) >= 2, rig.dump([(platform, chat)])
+    if cell.fault is not None and cell.op != "any":
+        assert {f["op"] for f in rig.faults_fired(platform, chat)} == {cell.op}
+    if name == "tool_then_answer":
+        assert_tool_turn(rig, token)
+
+
+def assert_tool_turn(rig: Seed002, token: str) -> None:
+    """H6 and H7: every request of the turn offered the tool ``terminal``; the follow-up ended
+    with the tool's result (a continuation of the same turn, not a new one)."""
+    requests = [
+        r["body"] for r in rig.model_requests() if f"[in:{token}]" in str(r["body"]["messages"])
+    ]
+    assert len(requests) == 2, requests
+    for body in requests:
+        names = [t["function"]["name"] for t in body.get("tools") or []]
+        assert "terminal" in names, body.get("tools")
+    last = requests[1]["messages"][-1]
+    assert last["role"] == "tool" and "hi" in last["content"], last
+    assert rig.model_turns().continuations.get(token) == 1
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", list(FAULTS), ids=[f"{CELL_IDS[n]}-{n}" for n in FAULTS])
+def test_delivery_fault_matrix(rig: Seed002, platform: str, name: str) -> None:
+    run_cell(rig, platform, name)
+
+
+def test_every_main_request_offers_tools(rig: Seed002) -> None:
+    """H6 across the module: no model request went out without ``tools``."""
+    turns = rig.model_turns()
+    assert turns.turns, "no model turn yet"
+    assert turns.without_tools == 0 and turns.unattributed == 0
+
+
+__all__ = ["FAULTS", "NE", "STREAMING", "TG", "run_cell"]
