@@ -15,16 +15,22 @@ tick (0.05 s); ``burst_overflow`` its two 4.5k bursts 1 s apart (the seed: 3 s).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 import pytest
 
 from tests.gateway.seed002.checks import Expect, assert_exactly_once
 from tests.gateway.seed002.harness import (
+    HOOK_SECRET,
     NE,
     PLATFORMS,
+    PROFILES,
     STREAMING,
     TG,
     Seed002,
@@ -169,6 +175,35 @@ def assert_tool_turn(rig: Seed002, token: str) -> None:
 @pytest.mark.parametrize("name", list(FAULTS), ids=[f"{CELL_IDS[n]}-{n}" for n in FAULTS])
 def test_delivery_fault_matrix(rig: Seed002, platform: str, name: str) -> None:
     run_cell(rig, platform, name)
+
+
+@pytest.mark.parametrize("marked", [False, True], ids=["unmarked", "marked"])
+def test_the_checker_refuses_a_second_copy(rig: Seed002, marked: bool) -> None:
+    """A negative control: a cell that passes, then a second copy of its answer planted on the
+    platform (as a silent duplicate would land) makes the exact checker fail; a marked one
+    passes only where the expectation allows it."""
+    token = f"{NE}.planted-{'marked' if marked else 'unmarked'}"
+    chat = rig.chat(NE, f"neg-{token}")
+    aid = f"A-{token}"
+    rig.script(token, answer(aid, "answered once, then copied."))
+    rig.inject(NE, chat, f"[in:{token}] please answer")
+    rig.wait_idle([(NE, chat)], token)
+    shown = assert_exactly_once(rig, NE, chat, token, aid, "exact")
+    body = json.dumps({"chat": chat, "text": PROFILES[NE].render(shown.text, marked)}).encode()
+    signature = "sha256=" + hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    planted = httpx2.post(
+        f"{rig.bases[NE]}/messages",
+        content=body,
+        headers={"content-type": "application/json", "Oncewire-Signature": signature},
+    )
+    assert planted.status_code == 200, planted.text
+    with pytest.raises(AssertionError, match="exactly one unmarked reply"):
+        assert_exactly_once(rig, NE, chat, token, aid, "exact")
+    if marked:
+        assert_exactly_once(rig, NE, chat, token, aid, "marked_dupes")
+    else:
+        with pytest.raises(AssertionError, match="silent duplicate"):
+            assert_exactly_once(rig, NE, chat, token, aid, "marked_dupes")
 
 
 def test_every_main_request_offers_tools(rig: Seed002) -> None:
