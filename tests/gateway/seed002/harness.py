@@ -326,14 +326,15 @@ bind = "127.0.0.1:{self.webhook_port}"
 """
 
     # -- the gateway -------------------------------------------------------------------------
-    def start(self) -> GatewayProcess:
-        """Start a gateway on the store (the previous one must be gone) and wait for ``ready``."""
+    def start(self, *, arm: str | None = None) -> GatewayProcess:
+        """Start a gateway on the store (the previous one must be gone) and wait for ``ready``;
+        ``arm`` names a crash point (:mod:`oncewire.core.crash`) at which this gateway, and only
+        this one, kills itself."""
         if self.gateway is not None and self.gateway.alive:
             raise AssertionError("a gateway is already running")
         self.starts += 1
-        self.gateway = GatewayProcess(
-            self.config, self.folder / f"gateway-{self.starts}.log", self._env
-        )
+        env = dict(self._env, ONCEWIRE_CRASH=arm) if arm else self._env
+        self.gateway = GatewayProcess(self.config, self.folder / f"gateway-{self.starts}.log", env)
         return self.gateway
 
     def kill9(self) -> None:
