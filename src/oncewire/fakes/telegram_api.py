@@ -20,7 +20,8 @@ parameters; method names in any case) and prints ``ready port=N`` once it listen
 * errors as Telegram words them: ``{"ok": false, "error_code", "description", "parameters":
   {"retry_after"}}`` (chat not found, message is too long, not modified, message to edit /
   delete / be replied not found, 401 for another token, 404 for an unknown method or a path
-  that is no Bot API URL).
+  that is no Bot API URL); the ``gone`` fault deletes the target as its user would, then
+  answers the edit or delete "message to edit / delete not found".
 
 What the chats show lives in ``DIR/chat.jsonl``, written by a
 :class:`~oncewire.platforms.fake.FakePlatform` (fsync before the answer), so
@@ -80,6 +81,7 @@ from oncewire.fakes.telegram_updates import (
 from oncewire.platforms.base import (
     TELEGRAM_LIKE,
     Delivered,
+    Gone,
     MaybeDelivered,
     NotDelivered,
     RejectedForGood,
@@ -179,6 +181,10 @@ class TelegramFake(PlatformFake, UpdateMethods):
         if shown == text:
             raise ApiError(400, NOT_MODIFIED)
         outcome = self.chats.edit(self._request(chat, None, None), message_id, text, marked=False)
+        if isinstance(outcome, Gone):  # the user deleted it (the "gone" fault): Telegram's 400
+            with self._lock:
+                self._shown.pop((chat, message_id), None)
+            raise bad("message to edit not found")
         if isinstance(outcome, Delivered):
             with self._lock:
                 self._shown[(chat, message_id)] = text
@@ -191,6 +197,10 @@ class TelegramFake(PlatformFake, UpdateMethods):
             if (chat, message_id) not in self._shown:
                 raise bad("message to delete not found")
         outcome = self.chats.delete(self._request(chat, None, None), message_id)
+        if isinstance(outcome, Gone):  # deleted by the user first (the "gone" fault)
+            with self._lock:
+                self._shown.pop((chat, message_id), None)
+            raise bad("message to delete not found")
         if isinstance(outcome, Delivered):
             with self._lock:
                 self._shown.pop((chat, message_id), None)
