@@ -28,8 +28,9 @@ from oncewire import Ledger
 from oncewire.gateway.platforms.telegram import TelegramBot
 from oncewire.gateway.platforms.webhook import sign
 from oncewire.gateway.webhooks import TELEGRAM_SECRET_HEADER, telegram_webhook_path
-from oncewire.inbound import InboundState
+from oncewire.inbound import Inbound, InboundState
 from oncewire.platforms.fake import ChatView, VisibleMessage
+from oncewire.replies import ReplyState
 from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import FakeOpenAI
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
@@ -44,6 +45,13 @@ ENV = {
     "TG_WEBHOOK_SECRET": TG_SECRET,
     "HOOK_SECRET": HOOK_SECRET,
 }
+
+
+def by_token(answers: dict[str, str]) -> dict[str, Any]:
+    """A model script answering each ``TOKEN`` (in the last user message) with its text."""
+    return {
+        "by_token": {token: [{"kind": "text", "text": text}] for token, text in answers.items()}
+    }
 
 
 def free_port() -> int:
@@ -229,6 +237,14 @@ bind = "127.0.0.1:{self.port}"
         directory = self.telegram.directory if platform == TG else self.hook.directory
         return ChatView([directory / "chat.jsonl"]).visible(platform, chat)
 
+    def telegram_calls(self, chat: str | None = None) -> list[dict[str, Any]]:
+        """The Bot API calls the fake answered (not its webhook deliveries), for ``chat`` or
+        every chat."""
+        path = self.telegram.directory / "calls.jsonl"
+        lines = path.read_text(encoding="utf-8").splitlines()
+        calls = [c for c in map(json.loads, lines) if "method" in c]
+        return [c for c in calls if chat is None or str(c["params"].get("chat_id")) == chat]
+
     # -- the store -------------------------------------------------------------------------
     def ledger(self) -> Ledger:
         return Ledger(self.db, create=False)
@@ -236,6 +252,38 @@ bind = "127.0.0.1:{self.port}"
     def inbounds(self) -> list[Any]:
         with self.ledger() as ledger:
             return list(ledger.inbound.list(limit=1000))
+
+    def inbound_in(self, platform: str, chat: str) -> list[Inbound]:
+        """The chat's inbound rows, oldest first."""
+        return [i for i in self.inbounds() if (i.platform, i.chat) == (platform, chat)]
+
+    def model_requests_for(self, token: str) -> int:
+        """The model requests with ``token`` in a user message (a resumed turn's request
+        carries it before the resume note)."""
+        count = 0
+        for request in self.model.requests():
+            users = [m for m in request["body"]["messages"] if m["role"] == "user"]
+            if any(token in str(m["content"]) for m in users):
+                count += 1
+        return count
+
+    def assert_delivered_once(self, platform: str, chat: str, text: str) -> None:
+        """One inbound in that chat, answered and delivered with ``text``, and the chat shows
+        that text once, unmarked, and nothing else."""
+        with self.ledger() as ledger:
+            rows = [
+                i
+                for i in ledger.inbound.list(limit=1000)
+                if (i.platform, i.chat) == (platform, chat)
+            ]
+            assert len(rows) == 1, rows
+            (inbound,) = rows
+            assert inbound.status is InboundState.DELIVERED
+            reply = ledger.replies.for_inbound(inbound.id)
+            assert reply is not None and reply.state is ReplyState.DELIVERED
+            assert reply.final_text == text
+            assert ledger.runs.get(f"turn:{inbound.id}").status == "answered"
+        assert [m.text for m in self.shown(platform, chat)] == [text]
 
     def wait_status(self, inbound_id: int, status: InboundState, timeout: float = 60.0) -> None:
         def reached() -> bool:

@@ -19,9 +19,8 @@ import pytest
 
 from oncewire.gateway.admission import WEBHOOK_BOT
 from oncewire.inbound import InboundState
-from oncewire.replies import ReplyState
 from tests.conftest import _child_env, wait_for
-from tests.gateway.push_rig import ENV, NE, TG, PushRig
+from tests.gateway.push_rig import ENV, NE, TG, PushRig, by_token
 from tests.gateway.test_telegram_wire import TOKEN
 from tests.support.pg import fresh_schema, server_url
 
@@ -51,39 +50,6 @@ def push_rig(tmp_path: Path) -> Iterator[Callable[..., PushRig]]:
         one.stop()
 
 
-def by_token(answers: dict[str, str]) -> dict[str, Any]:
-    return {
-        "by_token": {token: [{"kind": "text", "text": text}] for token, text in answers.items()}
-    }
-
-
-def model_requests_for(rig: PushRig, token: str) -> int:
-    """The model requests whose last user message carries ``token``."""
-    count = 0
-    for request in rig.model.requests():
-        users = [m for m in request["body"]["messages"] if m["role"] == "user"]
-        if users and token in str(users[-1]["content"]):
-            count += 1
-    return count
-
-
-def assert_delivered_once(rig: PushRig, platform: str, chat: str, text: str) -> None:
-    """One inbound in that chat, answered and delivered with ``text``; the chat shows it once."""
-    with rig.ledger() as ledger:
-        rows = [
-            i for i in ledger.inbound.list(limit=1000) if (i.platform, i.chat) == (platform, chat)
-        ]
-        assert len(rows) == 1, rows
-        (inbound,) = rows
-        assert inbound.status is InboundState.DELIVERED
-        reply = ledger.replies.for_inbound(inbound.id)
-        assert reply is not None and reply.state is ReplyState.DELIVERED
-        assert reply.final_text == text
-        run = ledger.runs.get(f"turn:{inbound.id}")
-        assert run.status == "answered"
-    assert [m.text for m in rig.shown(platform, chat)] == [text]
-
-
 def test_messages_pushed_by_telegram_and_a_webhook_platform_are_each_answered_once(
     push_rig: Callable[..., PushRig], store_url: str
 ) -> None:
@@ -99,12 +65,12 @@ def test_messages_pushed_by_telegram_and_a_webhook_platform_are_each_answered_on
         what="both messages delivered",
     )
 
-    assert_delivered_once(r, TG, "4242", tg_answer)
-    assert_delivered_once(r, NE, "ne-chat", ne_answer)
+    r.assert_delivered_once(TG, "4242", tg_answer)
+    r.assert_delivered_once(NE, "ne-chat", ne_answer)
     with r.ledger() as ledger:
         keys = {(i.platform, i.bot, i.chat, i.platform_message_id) for i in ledger.inbound.list()}
     assert keys == {(TG, BOT, "4242", str(sent["message_id"])), (NE, WEBHOOK_BOT, "ne-chat", "u1")}
-    assert model_requests_for(r, "[tg-1]") == 1 and model_requests_for(r, "[ne-1]") == 1
+    assert r.model_requests_for("[tg-1]") == 1 and r.model_requests_for("[ne-1]") == 1
     # Each platform saw its message confirmed by a 2xx, once: nothing was delivered again.
     assert [d["status"] for d in r.telegram.call("state")["deliveries"]] == [200]
     (delivery,) = r.hook.call("state")["inbound"]
@@ -135,8 +101,8 @@ def test_a_webhook_message_with_a_wrong_signature_is_refused_before_admission(
     # The same message, signed: admitted (it is the store's first message) and answered.
     r.hook.call("inject", chat="sig-chat", text="[sig] who am I", message_id="m-1")
     r.wait_status(1, InboundState.DELIVERED)
-    assert_delivered_once(r, NE, "sig-chat", answer)
-    assert model_requests_for(r, "[sig]") == 1
+    r.assert_delivered_once(NE, "sig-chat", answer)
+    assert r.model_requests_for("[sig]") == 1
     assert gateway.terminate() == 0
 
 
@@ -181,9 +147,9 @@ def test_a_redelivered_post_of_the_same_message_id_is_admitted_once(
     # No second turn was started: still one model request each, one visible answer each.
     wait_for(lambda: gateway.process.poll() is None, what="the gateway to stay up")
     assert gateway.terminate() == 0
-    assert_delivered_once(r, NE, "re-chat", ne_answer)
-    assert_delivered_once(r, TG, "5151", tg_answer)
-    assert model_requests_for(r, "[re-ne]") == 1 and model_requests_for(r, "[re-tg]") == 1
+    r.assert_delivered_once(NE, "re-chat", ne_answer)
+    r.assert_delivered_once(TG, "5151", tg_answer)
+    assert r.model_requests_for("[re-ne]") == 1 and r.model_requests_for("[re-tg]") == 1
     with r.ledger() as ledger:
         assert all(i.attempts == 1 for i in ledger.inbound.list(limit=1000))
 
@@ -200,7 +166,7 @@ def test_bind_port_0_is_printed_on_the_ready_line_and_the_drain_closes_it(
     r.set_telegram_webhook(port)
     r.telegram.inject(chat="7070", text="[p0] which port")
     r.wait_status(1, InboundState.DELIVERED)
-    assert_delivered_once(r, TG, "7070", answer)
+    r.assert_delivered_once(TG, "7070", answer)
 
     assert gateway.terminate() == 0
     assert "draining" in gateway.log_text()
