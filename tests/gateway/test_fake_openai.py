@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,36 @@ def test_the_journal_is_one_json_object_per_line(fake_openai: Start) -> None:
     records = [json.loads(line) for line in lines]
     assert [(r["seq"], r["response"]) for r in records] == [(1, "text"), (2, "error")]
     assert [r["body"]["messages"][0]["content"] for r in records] == ["one", "two"]
+
+
+def test_a_stall_mid_stream_paces_its_text_like_a_text_answer(fake_openai: Start) -> None:
+    """``delay_per_chunk`` spaces the pieces before a stall, so a client can preview a prefix
+    before the whole text arrives (the seed's stream_accepted_unpersisted cell needs that)."""
+    fake = fake_openai(
+        [
+            {
+                "kind": "stall_mid_stream",
+                "text": "abcdefghijkl",
+                "after_chars": 12,
+                "chunk_chars": 4,
+                "delay_per_chunk": 0.25,
+                "seconds": 30,
+            }
+        ]
+    )
+    client = make_client(Timeouts(read_seconds=30), keepalive=False)
+    arrived: list[tuple[float, str]] = []
+    body = {"messages": [{"role": "user", "content": "q"}], "stream": True}
+    with client.stream("POST", f"{fake.base_url}/chat/completions", json=body) as answer:
+        for line in answer.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            delta = json.loads(line[6:])["choices"][0]["delta"]
+            if delta.get("content"):
+                arrived.append((time.monotonic(), delta["content"]))
+            if len(arrived) == 3:
+                break
+    assert [piece for _, piece in arrived] == ["abcd", "efgh", "ijkl"]
+    # Each piece waits its delay after the one before (a lower bound: sleeps never run short).
+    assert arrived[2][0] - arrived[0][0] >= 0.45
+    fake.stop()

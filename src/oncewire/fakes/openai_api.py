@@ -47,9 +47,11 @@ conversations. A RESPONSE is an object with ``kind``:
 ``raw``            ``status`` (200), ``headers`` (object), ``body`` (a string sent as is)
 =================  ==============================================================================
 
-Every streamed response may also set ``usage_choices_null: true`` (the usage chunk carries
-``"choices": null`` instead of ``[]``) and ``request_id`` (the ``x-request-id`` header; default
-``req-SEQ``). The script is read once at start: a restarted fake starts it from the top.
+The responses that stop mid-stream stream their text like ``text`` does, in ``chunk_chars``
+pieces ``delay_per_chunk`` apart. Every streamed response may also set
+``usage_choices_null: true`` (the usage chunk carries ``"choices": null`` instead of ``[]``)
+and ``request_id`` (the ``x-request-id`` header; default ``req-SEQ``). The script is read
+once at start: a restarted fake starts it from the top.
 """
 
 from __future__ import annotations
@@ -242,6 +244,8 @@ class _Answer:
             self._event(self._chunk({"role": "assistant", "content": ""}))
             for piece in _pieces(text, int(self.r.get("chunk_chars", 8))):
                 self._event(self._chunk({"content": piece}))
+                if self.r.get("delay_per_chunk"):
+                    time.sleep(float(self.r["delay_per_chunk"]))
         if kind == "drop_mid_stream":
             return self._drop()
         if kind == "stall_mid_stream":
