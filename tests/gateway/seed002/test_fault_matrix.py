@@ -207,9 +207,15 @@ def test_the_checker_refuses_a_second_copy(rig: Seed002, marked: bool) -> None:
 
 
 def test_every_main_request_offers_tools(rig: Seed002) -> None:
-    """H6 across the module: no model request went out without ``tools``."""
+    """H6 across the module: no model request went out without ``tools`` (one message of its
+    own first, so the check never looks at an empty log, whatever ran before it)."""
+    token = f"{TG}.h6"
+    chat = rig.chat(TG, "h6")
+    rig.script(token, answer(f"A-{token}", "tools were offered."))
+    rig.inject(TG, chat, f"[in:{token}] hello")
+    rig.wait_idle([(TG, chat)], token)
     turns = rig.model_turns()
-    assert turns.turns, "no model turn yet"
+    assert turns.turns.get(token) == 1
     assert turns.without_tools == 0 and turns.unattributed == 0
 
 
