@@ -110,7 +110,7 @@ def replies(
         if sql.strip().upper() == "COMMIT":
             commits += 1
 
-    store._conn().set_trace_callback(trace)
+    store.db.conn().set_trace_callback(trace)
     deltas = [STREAM_TEXT[i : i + 400] for i in range(0, len(STREAM_TEXT), 400)]
     per_reply_commits: list[int] = []
     started = time.perf_counter()
@@ -130,7 +130,7 @@ def replies(
             raise SystemExit(f"{name}: reply {n} ended {result.status}")
         per_reply_commits.append(commits - before)
     seconds = time.perf_counter() - started
-    store._conn().set_trace_callback(None)
+    store.db.conn().set_trace_callback(None)
     ops = sum(len(ledger.replies.ops(r.id)) for r in ledger.replies.list(limit=count))
     if journaled:
         platform_impl.close()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.records import Claim, Effect, EffectState, Settlement
 from oncewire.storage.sqlite import SQLiteStore
 from tests.support.pg import fresh_schema, server_url

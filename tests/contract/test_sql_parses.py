@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.sql import queries
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from oncewire import Ledger
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.records import AttemptRecord, EffectState, Settlement
 from tests.contract.conftest import T0, Arrange, RawDatabase
 

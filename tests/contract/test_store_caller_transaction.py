@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from oncewire.core.errors import InvalidState
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from tests.contract.conftest import T0, RawDatabase
 
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from oncewire.core.errors import EffectNotFound, InvalidState
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.records import EffectState, Settlement
 
 from .conftest import T0, Arrange, RawDatabase

@@ -3,7 +3,7 @@ back (``refund_attempt``, for an attempt that sent nothing). Every backend."""
 
 from __future__ import annotations
 
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.records import EffectState, Settlement
 
 from .conftest import T0, Arrange, RawDatabase

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from oncewire.core.errors import InvalidState
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.records import EffectState
 
 from .conftest import T0, Arrange, RawDatabase

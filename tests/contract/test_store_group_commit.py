@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from tests.contract.conftest import T0, RawDatabase
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 
 
 def test_health_names_the_backend_and_the_schema(store: Store) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from oncewire.core.errors import InboundNotFound, InvalidState
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.replies import InboundState
 
 from .conftest import T0, RawDatabase

@@ -7,7 +7,7 @@ nothing.
 
 from __future__ import annotations
 
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.inspection import WriteProbe
 
 from .conftest import RawDatabase

@@ -17,8 +17,8 @@ import pytest
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.storage import open_store
-from oncewire.storage.postgres import connection as pg_connection
-from oncewire.storage.sqlite import connection as sqlite_connection
+from oncewire.storage.postgres import driver as pg_driver
+from oncewire.storage.sqlite import driver as sqlite_driver
 from tests.support.pg import fresh_schema, server_url
 
 # What 0002 and 0005 created, read from the catalog rather than from oncewire_schema.
@@ -35,10 +35,10 @@ def _gap_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, Any]]:
     if backend == "sqlite":
         url = str(tmp_path / "gap.db")
         conn: Any = sqlite3.connect(url, isolation_level=None)
-        conn.execute(sqlite_connection.SCHEMA_TABLE)
-        for number, name, sql in sqlite_connection.migrations():
+        conn.execute(sqlite_driver.SCHEMA_TABLE)
+        for number, name, sql in sqlite_driver.migrations():
             if number in (1, 3):
-                for statement in sqlite_connection.split_statements(sql):
+                for statement in sqlite_driver.split_statements(sql):
                     conn.execute(statement)
                 conn.execute("INSERT INTO oncewire_schema VALUES (?, ?, 0)", (number, name))
         try:
@@ -48,8 +48,8 @@ def _gap_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, Any]]:
         return
     psycopg = pytest.importorskip("psycopg")
     with fresh_schema(server_url(), "gap") as url, psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(pg_connection.DIALECT.schema_table)
-        for number, name, sql in pg_connection.migrations():
+        conn.execute(pg_driver.DIALECT.schema_table)
+        for number, name, sql in pg_driver.migrations():
             if number in (1, 3):
                 conn.execute(sql)
                 conn.execute("INSERT INTO oncewire_schema VALUES (%s, %s, 0)", (number, name))
@@ -60,7 +60,7 @@ def _gap_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, Any]]:
 def test_opening_a_store_with_a_gap_applies_every_missing_migration(
     backend: str, tmp_path: Path
 ) -> None:
-    available = (sqlite_connection if backend == "sqlite" else pg_connection).migrations()
+    available = (sqlite_driver if backend == "sqlite" else pg_driver).migrations()
     with _gap_database(backend, tmp_path) as (url, conn):
         versions = "SELECT version FROM oncewire_schema ORDER BY 1"
         assert [v for (v,) in conn.execute(versions).fetchall()] == [1, 3]

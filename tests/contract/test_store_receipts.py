@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.records import Receipt
 
 from .conftest import T0, Arrange, RawDatabase

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from oncewire.core.errors import InvalidState
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.replies import (
     WITHDRAWAL_PLAN,
     InboundState,

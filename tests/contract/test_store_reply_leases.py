@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncewire.core.errors import StaleFence
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.replies import InboundState, OpKind, OpState, ReplyState, SendRequest
 
 from .conftest import T0, RawDatabase

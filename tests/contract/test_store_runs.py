@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from oncewire.core.errors import OncewireError
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.runs import DeliveryRow, EventRow, ReportRow, RunAppend, RunRow
 
 from .conftest import T0, RawDatabase

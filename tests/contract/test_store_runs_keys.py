@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from oncewire.core.errors import InvalidState, OncewireError
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.storage.runs import (
     ActionRow,
     EventRow,

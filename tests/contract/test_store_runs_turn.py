@@ -22,7 +22,7 @@ from oncewire.core.errors import (
     TransitionRefused,
 )
 from oncewire.runs import CommandResult, TurnSession
-from oncewire.storage.base import Store
+from oncewire.storage import Store
 from oncewire.testing import ManualClock
 
 from .conftest import RawDatabase

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from oncewire import Dispatcher, Ledger, Receipts
-from oncewire.storage.postgres.connection import fresh_schema as fresh_schema_sql
-from oncewire.storage.postgres.connection import migrate, migrations
+from oncewire.storage.postgres.driver import fresh_schema as fresh_schema_sql
+from oncewire.storage.postgres.driver import migrate, migrations
 from tests.support.pg import fresh_schema, server_url
 
 

@@ -186,7 +186,7 @@ def test_a_short_unstreamed_reply_costs_three_commits(rig: Rig) -> None:
         if sql.strip().upper() == "COMMIT":
             commits.append(sql)
 
-    conn = rig.ledger.store._conn()  # type: ignore[attr-defined]
+    conn = rig.ledger.store.db.conn()
     conn.set_trace_callback(trace)
     try:
         result = rig.answer(admission.inbound.id, reply_text("A-count", "short."))

@@ -16,7 +16,7 @@ import pytest
 from oncewire import Ledger
 from oncewire.core.errors import RevertBarrierHeld
 from oncewire.runs.chain import event_hash
-from oncewire.storage.postgres.connection import migrate, migrations
+from oncewire.storage.postgres.driver import migrate, migrations
 from oncewire.testing import ManualClock
 from tests.support.pg import fresh_schema, server_url
 

@@ -12,7 +12,7 @@ import pytest
 
 from oncewire.errors import SchemaError
 from oncewire.storage.sqlite import SQLiteStore
-from oncewire.storage.sqlite.connection import (
+from oncewire.storage.sqlite.driver import (
     SCHEMA_TABLE,
     fresh_schema,
     migrate,

@@ -14,7 +14,7 @@ from oncewire import ConfigurationError, Ledger, StorageError
 from oncewire.errors import SchemaError, StoreBusy
 from oncewire.storage import open_store
 from oncewire.storage.sqlite import SQLiteStore
-from oncewire.storage.sqlite.connection import migrations, path_from_url
+from oncewire.storage.sqlite.driver import migrations, path_from_url
 
 Child = Callable[..., subprocess.Popen[str]]
 Peek = Callable[..., list[tuple[Any, ...]]]

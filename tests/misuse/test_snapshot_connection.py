@@ -22,7 +22,7 @@ def test_a_dropped_connection_inside_a_snapshot_is_an_error_not_a_later_answer()
         try:
             with store.read_snapshot():
                 assert store.get_effect("k") is None  # the snapshot's moment is taken here
-                pid = store._conn().info.backend_pid  # type: ignore[attr-defined]
+                pid = store.db.conn().info.backend_pid
                 other_store = PostgresStore(url)
                 try:
                     with other_store.transaction() as tx:

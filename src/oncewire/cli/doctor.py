@@ -26,8 +26,7 @@ import click
 from oncewire.cli.common import db_option, emit, json_option, when
 from oncewire.core.errors import OncewireError
 from oncewire.runs.keys import KEY_ENV
-from oncewire.storage import open_store
-from oncewire.storage.base import Store
+from oncewire.storage import Store, open_store
 from oncewire.storage.inspection import WriteProbe
 from oncewire.storage.records import EffectState
 
@@ -48,9 +47,9 @@ class Check:
 
 def _latest_schema(dialect: str) -> int:
     if dialect == "postgresql":
-        from oncewire.storage.postgres.connection import migrations
+        from oncewire.storage.postgres.driver import migrations
     else:
-        from oncewire.storage.sqlite.connection import migrations
+        from oncewire.storage.sqlite.driver import migrations
     return migrations()[-1][0]
 
 

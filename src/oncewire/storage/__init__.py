@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from oncewire.core.errors import ConfigurationError
-from oncewire.storage.base import Store, Transaction
 from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
+from oncewire.storage.store import Store, Transaction
 
 __all__ = ["DEFAULT_OPEN_TIMEOUT_SECONDS", "Store", "Transaction", "open_store"]
 

@@ -1,4 +1,4 @@
-"""The Driver: what a verb written once needs from a database, and nothing more.
+"""The Driver: what the store, written once, needs from a database, and nothing more.
 
 A verb in :mod:`oncewire.storage.verbs` runs named queries (:mod:`oncewire.storage.sql`) through
 the store's driver, ``self.db``::
@@ -7,37 +7,45 @@ the store's driver, ``self.db``::
         rows = self.db.all(conn, Q.renew_leases, owner=owner, ...)
     rows = self.db.read(Q.get_effect, key=key)                # outside any transaction
 
-A driver owns the connections (one per thread), the transaction discipline (``BEGIN
-IMMEDIATE`` on SQLite, a broken connection forgotten and replaced on PostgreSQL), the
-translation of driver errors into :mod:`oncewire.core.errors` and the execution strategy
-(``batch``, ``pipeline``, a read ``snapshot``'s isolation, how many rows one ``{values}``
-statement carries). The two implementations are
-:class:`oncewire.storage.sqlite.driver.SQLiteDriver` and
-:class:`oncewire.storage.postgres.driver.PostgresDriver`; what they run statements with is the
-same code, :class:`StatementRunner`.
+:class:`Driver` holds what every backend does the same way: one connection per thread (opened
+on first use, a broken one forgotten and replaced), running a named query on a connection, the
+caller's transaction checked before a verb writes through it. A backend's driver
+(:class:`oncewire.storage.sqlite.driver.SQLiteDriver`,
+:class:`oncewire.storage.postgres.driver.PostgresDriver`) adds what differs: connecting and its
+settings, the transaction discipline (``BEGIN IMMEDIATE`` on SQLite, an explicit ``BEGIN`` on
+an autocommit connection on PostgreSQL), the translation of its errors into
+:mod:`oncewire.core.errors` (by code, never by message), opening and migrating the schema, and
+the execution strategy (``pipeline``, a read ``snapshot``'s isolation, how many rows one
+``{values}`` statement carries, a constraint's refusal mapped to a typed error).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from oncewire.storage.sql import Queries, Query
+from oncewire.core.errors import InvalidState, StorageError
+from oncewire.storage.inspection import Inspection
+from oncewire.storage.sql import Queries, Query, queries
+from oncewire.storage.sqlguard import SavepointStack, check_statement
 
 __all__ = [
     "Driver",
+    "ErrorTranslation",
+    "GuardedTransaction",
     "Pending",
     "Pipeline",
     "Row",
-    "StatementRunner",
     "Transaction",
     "store_transaction",
 ]
 
 Row = Sequence[Any]
+T = TypeVar("T")
 
 
 class Transaction(Protocol):
@@ -46,6 +54,102 @@ class Transaction(Protocol):
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         """Run the caller's own SQL (in the backend's dialect and placeholder style)."""
         ...
+
+
+def store_transaction(tx: Transaction) -> Transaction:
+    """The store's own transaction behind ``tx``. A wrapper that shares one (the Ledger's
+    ``with ledger.transaction() as tx``) hands it over as ``tx.store_transaction``, so every
+    ``_in_tx`` verb takes either."""
+    inner: Transaction | None = getattr(tx, "store_transaction", None)
+    return tx if inner is None else inner
+
+
+class ErrorTranslation:
+    """Turn driver errors raised inside the block into the error tree, once, at this boundary.
+
+    ``error`` is the driver's root exception (an empty tuple when the driver is not installed:
+    nothing matches it); ``translated(what, exc)`` picks the error-tree exception. A class
+    rather than a generator: it wraps every statement on the hot path.
+    """
+
+    __slots__ = ("error", "translated", "what")
+
+    def __init__(
+        self,
+        error: type[Exception] | tuple[()],
+        translated: Callable[[str, Any], StorageError],
+        what: str,
+    ) -> None:
+        self.error, self.translated, self.what = error, translated, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, self.error):
+            raise self.translated(self.what, exc) from exc
+
+
+class GuardedTransaction(abc.ABC):
+    """An open write transaction oncewire shares with its caller, on one connection.
+
+    ``execute`` (the caller's SQL) refuses what would end the transaction or change the
+    connection (:mod:`oncewire.storage.sqlguard`); oncewire's own savepoints go around that
+    check and are recorded as oncewire's, so the caller's SQL may not release them. Nothing runs
+    once the transaction is no longer open: a statement would autocommit outside of it.
+    """
+
+    __slots__ = ("conn", "is_open", "savepoints")
+
+    def __init__(self, conn: Any, *, is_open: bool) -> None:
+        self.conn = conn
+        self.is_open = is_open
+        self.savepoints = SavepointStack()
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        self.check_open()
+        check_statement(sql, self.savepoints)
+        return self.conn.execute(sql, params)
+
+    def check_open(self) -> None:
+        """Refuse to go on unless this transaction is still the connection's open one."""
+        if not self.is_open:
+            raise InvalidState("use the transaction inside its with block")
+        if not self.open_on_connection():
+            raise InvalidState(self.ended_by_database)
+
+    # What the refusal says when the database ended the transaction on its own.
+    ended_by_database = "the transaction is no longer open"
+
+    @abc.abstractmethod
+    def open_on_connection(self) -> bool:
+        """Whether the connection still has this transaction open."""
+
+    def savepoint(self, name: str) -> AbstractContextManager[None]:
+        return _Savepoint(self, name)
+
+
+class _Savepoint:
+    __slots__ = ("name", "tx")
+
+    def __init__(self, tx: GuardedTransaction, name: str) -> None:
+        if not name.isidentifier():
+            raise ValueError(f"savepoint name {name!r} is not an identifier")
+        self.tx, self.name = tx, name
+
+    def _run(self, sql: str) -> None:
+        self.tx.check_open()
+        self.tx.conn.execute(sql)
+
+    def __enter__(self) -> None:
+        self._run(f'SAVEPOINT "{self.name}"')
+        self.tx.savepoints.opened(self.name, by_caller=False)
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self._run(f'ROLLBACK TO SAVEPOINT "{self.name}"')
+        self._run(f'RELEASE SAVEPOINT "{self.name}"')
+        self.tx.savepoints.released(self.name)
 
 
 class Pending:
@@ -117,112 +221,171 @@ class Pipeline:
             self._writes.close()
 
 
-class Driver(Protocol):
+class Driver(abc.ABC):
     """The connection half of a backend; see the module docstring."""
 
     dialect: str
-    queries: Queries
+    name: str  # the database, as refusals name it ("SQLite")
+    label: str  # what is being opened, as the retries while opening name it
     # Rows one ``{values ...}`` statement carries at most (SQLite binds each value on its own).
     values_chunk: int
+    transaction_type: type[GuardedTransaction]
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.queries: Queries = queries(self.dialect)
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._all_lock = threading.Lock()
+
+    # -- opening -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def open(self, *, create: bool) -> None:
+        """Check the database and migrate it (one attempt; the store retries a transient
+        failure). Without ``create``, a database without oncewire's schema is refused
+        unchanged; a schema newer than this oncewire is always refused."""
+
+    @abc.abstractmethod
+    def current_version(self, conn: Any) -> int | None:
+        """The newest migration the schema records, or None without ``oncewire_schema``."""
+
+    @abc.abstractmethod
+    def health(self, schema_version: int) -> dict[str, Any]:
+        """Facts an operator checks: backend, versions, durability settings, server time."""
+
+    @abc.abstractmethod
+    def inspect(self) -> Inspection:
+        """For ``oncewire doctor``: a write probe (always rolled back), the backend's integrity
+        check, and the schema's objects compared with the packaged ``schema.sql``."""
+
+    # -- connections -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def connect(self) -> Any:
+        """A new connection with oncewire's settings."""
+
+    def broken(self, conn: Any) -> bool:
+        """Whether ``conn`` can no longer be used (closed, or dropped by the server)."""
+        return False
 
     def conn(self) -> Any:
         """This thread's connection (opened on first use, replaced when broken)."""
-        ...
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self.broken(conn):
+            self.forget(conn)
+            conn = None
+        if conn is None:
+            conn = self.connect()
+            self.use(conn)
+        return conn
 
+    def use(self, conn: Any) -> None:
+        """Make ``conn`` this thread's connection, closed with the driver."""
+        self._local.conn = conn
+        with self._all_lock:
+            self._all.append(conn)
+
+    def forget(self, conn: Any) -> None:
+        """Close this thread's ``conn`` and open a new one at the next call."""
+        with self._all_lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        try:
+            conn.close()
+        except Exception:
+            pass  # already unusable: nothing more to release
+        self._local.conn = None
+
+    def close(self) -> None:
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except Exception:
+                pass  # one another thread already closed, or the server already dropped
+        self._local = threading.local()
+
+    # -- transactions ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def transaction(self) -> AbstractContextManager[GuardedTransaction]:
+        """A write transaction: committed on normal exit, rolled back on an exception."""
+
+    @abc.abstractmethod
     def write(self, what: str) -> AbstractContextManager[Any]:
         """A transaction of its own, yielding its connection: committed on normal exit, rolled
         back on an exception; driver errors become :class:`StorageError` naming ``what``."""
-        ...
 
+    @abc.abstractmethod
     def translate_errors(self, what: str) -> AbstractContextManager[None]:
         """Inside the block, a driver error becomes a :class:`StorageError` naming ``what``."""
-        ...
 
-    def tx_conn(self, tx: Transaction) -> Any:
-        """The connection of the caller's open transaction ``tx`` (refused if it is not open,
+    @abc.abstractmethod
+    def caller_transaction(self, conn: Any) -> GuardedTransaction:
+        """The caller's own driver connection, inside the caller's own open transaction, as a
+        transaction oncewire's ``_in_tx`` verbs write through; committing stays the caller's.
+        Anything else is :class:`InvalidState` before anything is written."""
+
+    @abc.abstractmethod
+    def in_transaction(self, conn: Any) -> bool:
+        """Whether ``conn`` has a transaction open."""
+
+    def guarded(self, tx: Transaction) -> GuardedTransaction:
+        """The store's open transaction behind the caller's ``tx`` (refused if it is not open,
         or not one of this store's: a verb ending in ``_in_tx`` never writes outside the
         caller's transaction)."""
-        ...
+        tx = store_transaction(tx)
+        if not isinstance(tx, self.transaction_type):
+            raise InvalidState(
+                f"this store is {self.name}: {type(tx).__name__} is not one of its "
+                "transactions; nothing was written"
+            )
+        tx.check_open()  # never write outside the caller's transaction (autocommit)
+        return tx
+
+    def tx_conn(self, tx: Transaction) -> Any:
+        """The connection of the caller's open transaction ``tx`` (see :meth:`guarded`)."""
+        return self.guarded(tx).conn
+
+    def group_commit(self) -> AbstractContextManager[None]:
+        """See :meth:`oncewire.storage.store.Store.group_commit`; by default every commit is
+        flushed on its own."""
+        return contextlib.nullcontext()
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """See :meth:`oncewire.storage.store.Store.subscribe`; by default nothing tells."""
+        return lambda: None
+
+    # -- statements --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Every row of ``sql`` outside a transaction, with the backend's recovery."""
+
+    def reading(self, read: Callable[[Any], T], what: str = "reading") -> T:
+        """``read(conn)`` on this thread's connection, errors translated as ``what``."""
+        with self.translate_errors(what):
+            return read(self.conn())
 
     def read(self, q: Query, /, **params: Any) -> list[Row]:
         """Every row of ``q`` outside a transaction (a dropped idle connection is replaced and
         the read run again; a text that is not UTF-8 is read as undecodable, not an error)."""
-        ...
-
-    def run(self, conn: Any, q: Query, /, **params: Any) -> int:
-        """Run ``q`` on ``conn``; the number of rows it changed."""
-        ...
-
-    def one(self, conn: Any, q: Query, /, **params: Any) -> Row | None:
-        """The first row of ``q`` on ``conn``, or None."""
-        ...
-
-    def all(self, conn: Any, q: Query, /, **params: Any) -> list[Row]:
-        """Every row of ``q`` on ``conn``."""
-        ...
-
-    def batch(self, conn: Any, q: Query, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Run ``q`` once per parameter set (``executemany``)."""
-        ...
-
-    def pipeline(self, conn: Any) -> AbstractContextManager[Pipeline]:
-        """The statements sent through the yielded :class:`Pipeline` travel together and are
-        answered at the end of the block (PostgreSQL: one round trip); the first error among
-        them is the one raised, not the aborts it caused after it. On SQLite, whose statements
-        do not travel, each runs when it is sent."""
-        ...
-
-    def snapshot(self) -> AbstractContextManager[Any]:
-        """Yields this thread's connection, on which every read of the block sees one moment of
-        the store: a read-only transaction (deferred ``BEGIN`` on SQLite, ``REPEATABLE READ,
-        READ ONLY`` on PostgreSQL) ended with the block, or the transaction already open on it,
-        which adds nothing."""
-        ...
-
-    def constraint_refusal(
-        self, constraint: str, refusal: Callable[[], Exception]
-    ) -> AbstractContextManager[None]:
-        """Inside the block, the database's refusal naming ``constraint`` (an index or a
-        trigger's ``CONSTRAINT``, never recognised by its message) raises ``refusal()`` instead.
-        SQLite's errors name no constraint: there the block changes nothing."""
-        ...
-
-    def in_transaction(self, conn: Any) -> bool:
-        """Whether ``conn`` has a transaction open."""
-        ...
-
-
-def store_transaction(tx: Transaction) -> Transaction:
-    """The store's own transaction behind ``tx``. A wrapper that shares one (the Ledger's
-    ``with ledger.transaction() as tx``) hands it over as ``tx.store_transaction``, so every
-    ``_in_tx`` verb takes either."""
-    inner: Transaction | None = getattr(tx, "store_transaction", None)
-    return tx if inner is None else inner
-
-
-class StatementRunner(abc.ABC):
-    """How both drivers run a named query on a connection: the part of :class:`Driver` that is
-    the same for every DB-API connection. ``read_sql`` (a read outside any transaction, with
-    its backend's recovery) is each driver's own."""
-
-    @abc.abstractmethod
-    def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Every row of ``sql`` outside a transaction."""
-
-    def read(self, q: Query, /, **params: Any) -> list[Any]:
         return self.read_sql(*q.render(params))
 
     def run(self, conn: Any, q: Query, /, **params: Any) -> int:
+        """Run ``q`` on ``conn``; the number of rows it changed."""
         return int(conn.execute(*q.render(params)).rowcount)
 
-    def one(self, conn: Any, q: Query, /, **params: Any) -> Any:
-        return conn.execute(*q.render(params)).fetchone()
+    def one(self, conn: Any, q: Query, /, **params: Any) -> Row | None:
+        """The first row of ``q`` on ``conn``, or None."""
+        row: Row | None = conn.execute(*q.render(params)).fetchone()
+        return row
 
-    def all(self, conn: Any, q: Query, /, **params: Any) -> list[Any]:
-        rows: list[Any] = conn.execute(*q.render(params)).fetchall()  # a list on both drivers
+    def all(self, conn: Any, q: Query, /, **params: Any) -> list[Row]:
+        """Every row of ``q`` on ``conn``."""
+        rows: list[Row] = conn.execute(*q.render(params)).fetchall()  # a list on both drivers
         return rows
 
     def batch(self, conn: Any, q: Query, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run ``q`` once per parameter set (``executemany``)."""
         if not rows:
             return
         text, _ = q.render(rows[0])
@@ -232,10 +395,34 @@ class StatementRunner(abc.ABC):
         finally:
             cursor.close()
 
+    # -- execution strategy ------------------------------------------------------------------
     @contextlib.contextmanager
     def pipeline(self, conn: Any) -> Iterator[Pipeline]:
+        """The statements sent through the yielded :class:`Pipeline` travel together and are
+        answered at the end of the block (PostgreSQL: one round trip); the first error among
+        them is the one raised, not the aborts it caused after it. By default (SQLite, whose
+        statements do not travel) each runs when it is sent."""
         statements = Pipeline(conn, defer=False)
         try:
             yield statements
         finally:
             statements.close()
+
+    @abc.abstractmethod
+    def snapshot(self) -> AbstractContextManager[Any]:
+        """Yields this thread's connection, on which every read of the block sees one moment of
+        the store: a read-only transaction ended with the block, or the transaction already
+        open on it, which adds nothing."""
+
+    def constraint_refusal(
+        self, constraint: str, refusal: Callable[[], Exception]
+    ) -> AbstractContextManager[None]:
+        """Inside the block, the database's refusal naming ``constraint`` (an index or a
+        trigger's ``CONSTRAINT``, never recognised by its message) raises ``refusal()`` instead.
+        By default (SQLite, whose errors name no constraint) the block changes nothing."""
+        return contextlib.nullcontext()
+
+    def tolerant(self, step: Callable[[], T]) -> T:
+        """``step()``, run again where the backend can read a stored text that is not UTF-8
+        (written around oncewire) as undecodable when the first run failed on one."""
+        return step()

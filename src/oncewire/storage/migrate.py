@@ -23,7 +23,7 @@ from typing import Any
 
 from oncewire.core.errors import SchemaError
 
-__all__ = ["Dialect", "Migration", "migrate", "migrations"]
+__all__ = ["Dialect", "Migration", "check_not_newer", "migrate", "migrations"]
 
 Migration = tuple[int, str, str]  # (version, file name, SQL)
 
@@ -64,7 +64,7 @@ def applied(conn: Any, dialect: Dialect) -> set[int]:
     return {int(row[0]) for row in conn.execute("SELECT version FROM oncewire_schema")}
 
 
-def _check_not_newer(version: int | None, latest: int) -> None:
+def check_not_newer(version: int | None, latest: int) -> None:
     if version is not None and version > latest:
         raise SchemaError(
             f"the database has schema version {version}; this oncewire knows up to "
@@ -91,7 +91,7 @@ def migrate(conn: Any, dialect: Dialect, *, use_fresh_schema: bool = True) -> in
     )
     with dialect.translate_errors("migrating the schema"), dialect.locked(conn):
         version = dialect.current_version(conn)  # re-read under the lock
-        _check_not_newer(version, latest)
+        check_not_newer(version, latest)
         conn.execute(dialect.schema_table)
         now = time.time()
         if not version and use_fresh_schema:

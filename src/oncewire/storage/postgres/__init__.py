@@ -1,5 +1,28 @@
-"""The PostgreSQL backend: several machines, one database."""
+"""The PostgreSQL backend, several machines on one database: :class:`PostgresStore` is the shared
+store on a :class:`~oncewire.storage.postgres.driver.PostgresDriver`."""
 
-from oncewire.storage.postgres.store import PostgresStore
+from __future__ import annotations
+
+from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
+from oncewire.storage.postgres.driver import PostgresDriver
+from oncewire.storage.store import Store
 
 __all__ = ["PostgresStore"]
+
+
+class PostgresStore(Store):
+    """Every ledger's verbs on one PostgreSQL database (or schema): SKIP LOCKED claims,
+    LISTEN/NOTIFY wake-ups, a connection per thread."""
+
+    db: PostgresDriver
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+    ) -> None:
+        super().__init__(
+            PostgresDriver(url), create=create, open_timeout_seconds=open_timeout_seconds
+        )

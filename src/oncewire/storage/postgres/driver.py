@@ -1,52 +1,194 @@
 """PostgresDriver: per-thread autocommit connections, explicit transactions, LISTEN/NOTIFY.
 
-The connection half of the PostgreSQL backend (:mod:`oncewire.storage.driver`). Each thread
-gets its own autocommit connection; a transaction is an explicit ``BEGIN`` through
-``conn.transaction()``. A connection the server dropped (restart, ``pg_terminate_backend``) is
-discarded and replaced at the next call; the error of the call that found it broken reaches the
-caller as a :class:`StorageError`, because a commit whose answer was lost is not known to have
-failed. A read outside a transaction is run again once on a fresh connection; inside one (a
-read snapshot) it is not, because the answer would come from another moment.
+The PostgreSQL backend (:mod:`oncewire.storage.driver`, psycopg 3). Each thread gets its own
+autocommit connection; a transaction is an explicit ``BEGIN`` through ``conn.transaction()``.
+A connection the server dropped (restart, ``pg_terminate_backend``) is discarded and replaced at
+the next call; the error of the call that found it broken reaches the caller as a
+:class:`StorageError`, because a commit whose answer was lost is not known to have failed. A
+read outside a transaction is run again once on a fresh connection; inside one (a read snapshot)
+it is not, because the answer would come from another moment. Errors are translated by SQLSTATE,
+migrations run under an advisory lock, and the PostgreSQL-only forms of statements are in
+``storage/sql/postgresql.sql`` (SKIP LOCKED, FILTER, ``unnest``, the locks concurrent writers
+need).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from oncewire.core.errors import InvalidState
-from oncewire.storage.driver import Pipeline, StatementRunner, Transaction, store_transaction
-from oncewire.storage.postgres.connection import connect, psycopg, translate_errors, translated
-from oncewire.storage.sql import Queries, queries
-from oncewire.storage.sqlguard import SavepointStack, check_statement, named_to_pyformat
+from oncewire.core.errors import (
+    ConfigurationError,
+    InvalidState,
+    SchemaError,
+    StatementError,
+    StorageError,
+    StoreBusy,
+    StoreUnreachable,
+    StoreUnusable,
+)
+from oncewire.storage import migrate as runner
+from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction, Pipeline
+from oncewire.storage.inspection import Inspection
+from oncewire.storage.sqlguard import check_statement, named_to_pyformat
 
-__all__ = ["CHANNEL", "PostgresDriver", "PostgresTransaction"]
+__all__ = [
+    "CHANNEL",
+    "PostgresDriver",
+    "PostgresTransaction",
+    "fresh_schema",
+    "migrate",
+    "migrations",
+    "psycopg",
+    "translate_errors",
+    "translated",
+]
 
-CHANNEL = "oncewire_effects"
-
-_IDLE, _INTRANS, _INERROR = 0, 2, 3  # libpq's PQtransactionStatus
+psycopg: Any
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - exercised only without the extra installed
+    psycopg = None
 
 T = TypeVar("T")
 
+CHANNEL = "oncewire_effects"
 
-class _Begun:
-    """Ends a psycopg transaction block that :meth:`PostgresStore._begin` already entered."""
+# SQLSTATE classes and codes (never the message text).
+_RETRYABLE = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+_CONNECTION_CLASS = "08"  # connection exception
+_SHUTDOWN = {"57P01", "57P02", "57P03"}  # admin shutdown / crash shutdown / cannot connect now
+# No access, no such database, a read-only server, corrupt data: retrying will not help.
+_UNUSABLE_CLASSES = ("28", "3D", "3F")  # authorization, catalog (database), schema name
+_UNUSABLE = {"42501", "25006", "XX001", "XX002"}  # privilege, read-only, data/index corrupted
+# The statement is wrong: syntax or access rule, data exception, integrity constraint.
+_STATEMENT_CLASSES = ("42", "22", "23", "21", "0A")
 
-    __slots__ = ("block",)
+_IDLE, _INTRANS, _INERROR = 0, 2, 3  # libpq's PQtransactionStatus
 
-    def __init__(self, block: Any) -> None:
-        self.block = block
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
 
-    def __enter__(self) -> None:
+_PACKAGE = "oncewire.storage.postgres"
+SCHEMA_LOCK = 0x6F6E6365  # advisory lock key held while migrating ("once")
+
+
+def require_driver() -> Any:
+    if psycopg is None:
+        raise ConfigurationError(
+            "the PostgreSQL backend needs psycopg 3: pip install 'oncewire[postgres]'"
+        )
+    return psycopg
+
+
+def translated(what: str, exc: Exception) -> StorageError:
+    """The error-tree exception for a driver error, by SQLSTATE and class (never its text)."""
+    state = getattr(exc, "sqlstate", None) or ""
+    if state in _RETRYABLE:
+        return StoreBusy(f"{what}: {type(exc).__name__} (SQLSTATE {state})")
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if state.startswith(_CONNECTION_CLASS) or state in _SHUTDOWN:
+        return StoreUnreachable(f"{what}: the database connection failed: {detail}")
+    if state in _UNUSABLE or state.startswith(_UNUSABLE_CLASSES):
+        return StoreUnusable(f"{what}: {detail} (SQLSTATE {state})")
+    if state.startswith(_STATEMENT_CLASSES):
+        return StatementError(f"{what}: the statement was refused: {detail} (SQLSTATE {state})")
+    if not state:
+        # The driver's own checks (wrong number of parameters, a value it cannot adapt) carry
+        # no SQLSTATE, and neither does a connection that failed or broke.
+        if isinstance(
+            exc, psycopg.ProgrammingError | psycopg.DataError | psycopg.NotSupportedError
+        ):
+            return StatementError(f"{what}: the statement was refused: {detail}")
+        return StoreUnreachable(f"{what}: the database connection failed: {detail}")
+    return StorageError(f"{what}: {exc} (SQLSTATE {state})")
+
+
+def translate_errors(what: str) -> ErrorTranslation:
+    return ErrorTranslation(() if psycopg is None else psycopg.Error, translated, what)
+
+
+def connect_timeout_seconds(url: str) -> int:
+    """The URL's ``connect_timeout`` when it has one (it wins over our default)."""
+    driver = require_driver()
+    try:
+        value = driver.conninfo.conninfo_to_dict(url).get("connect_timeout")
+    except driver.ProgrammingError as exc:
+        raise ConfigurationError(f"invalid PostgreSQL URL: {exc}") from exc
+    if value is None or str(value).strip() == "":
+        return DEFAULT_CONNECT_TIMEOUT_SECONDS
+    try:
+        return int(str(value))
+    except ValueError:
+        raise ConfigurationError(
+            f"connect_timeout must be a whole number of seconds, not {value!r}"
+        ) from None
+
+
+def connect(url: str, *, timeout_seconds: int | None = None) -> Any:
+    driver = require_driver()
+    timeout = connect_timeout_seconds(url) if timeout_seconds is None else timeout_seconds
+    with translate_errors("connecting to PostgreSQL"):
+        return driver.connect(url, autocommit=True, connect_timeout=timeout)
+
+
+# -- the schema --------------------------------------------------------------------------------
+def migrations() -> list[runner.Migration]:
+    """(version, name, sql) for every numbered migration file, in order."""
+    return runner.migrations(_PACKAGE)
+
+
+def fresh_schema() -> str:
+    return runner.fresh_schema(_PACKAGE)
+
+
+def current_version(conn: Any) -> int | None:
+    # An MVCC query of the catalog, not to_regclass(): after waiting on the advisory lock, the
+    # syscache behind to_regclass() may not yet show a table another process just committed.
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
+        "WHERE schemaname = current_schema() AND tablename = 'oncewire_schema')"
+    ).fetchone()
+    if not row[0]:
         return None
+    row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        return bool(self.block.__exit__(exc_type, exc, tb))
+
+@contextmanager
+def _locked(conn: Any) -> Iterator[None]:
+    """A transaction holding the migration advisory lock (concurrent openers take turns)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        yield
 
 
+def _run_script(conn: Any, script: str) -> None:
+    conn.execute(script)
+
+
+DIALECT = runner.Dialect(
+    package=_PACKAGE,
+    locked=_locked,
+    run_script=_run_script,
+    current_version=current_version,
+    translate_errors=translate_errors,
+    placeholder="%s",
+    schema_table=(
+        "CREATE TABLE IF NOT EXISTS oncewire_schema (version INTEGER PRIMARY KEY, "
+        "name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+    ),
+)
+
+
+def migrate(conn: Any, *, use_fresh_schema: bool = True) -> int:
+    """Bring the schema up to date (:func:`oncewire.storage.migrate.migrate`) under an
+    advisory lock (safe with concurrent openers)."""
+    return runner.migrate(conn, DIALECT, use_fresh_schema=use_fresh_schema)
+
+
+# -- transactions ------------------------------------------------------------------------------
 class _TupleRows:
     """The caller's connection as oncewire's verbs read it: rows as tuples, whatever
     ``row_factory`` the caller gave the connection (``dict_row`` is common)."""
@@ -65,21 +207,19 @@ class _TupleRows:
         return cursor.execute(sql, params)
 
 
-class PostgresTransaction:
+class PostgresTransaction(GuardedTransaction):
     """The caller's view of an open PostgreSQL transaction.
 
     ``execute`` takes ``:name`` placeholders with a dict (the portable form, translated to
-    ``%(name)s``) or psycopg's own ``%s`` / ``%(name)s``, and refuses what would end the
-    transaction or change the connection (:mod:`oncewire.storage.sqlguard`), and several
-    statements in one string.
+    ``%(name)s``) or psycopg's own ``%s`` / ``%(name)s``, and refuses several statements in one
+    string as well.
     """
 
-    __slots__ = ("conn", "is_open", "savepoints")
+    __slots__ = ()
 
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.is_open = True
-        self.savepoints = SavepointStack()
+    ended_by_database = (
+        "the transaction is no longer open; nothing more was written and nothing will be committed"
+    )
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
@@ -88,164 +228,89 @@ class PostgresTransaction:
             sql = named_to_pyformat(sql) or sql
         return self.conn.execute(sql, params or None)
 
-    def execute_internal(self, sql: str) -> None:
-        """oncewire's own savepoint statements (which the caller may not release)."""
-        self.check_open()
-        self.conn.execute(sql)
-
-    def check_open(self) -> None:
-        """Refuse to go on unless this transaction is still open on its connection."""
-        if not self.is_open:
-            raise InvalidState("use the transaction inside its with block")
-        if self.conn.info.transaction_status not in (_INTRANS, _INERROR):
-            raise InvalidState(
-                "the transaction is no longer open; nothing more was written and nothing "
-                "will be committed"
-            )
+    def open_on_connection(self) -> bool:
+        return bool(self.conn.info.transaction_status in (_INTRANS, _INERROR))
 
 
-class PostgresDriver(StatementRunner):
+class _Begun:
+    """Ends a psycopg transaction block that :meth:`PostgresDriver._begin` already entered."""
+
+    __slots__ = ("block",)
+
+    def __init__(self, block: Any) -> None:
+        self.block = block
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        return bool(self.block.__exit__(exc_type, exc, tb))
+
+
+# -- the driver --------------------------------------------------------------------------------
+class PostgresDriver(Driver):
     """The :class:`~oncewire.storage.driver.Driver` of one PostgreSQL database (or schema)."""
 
     dialect = "postgresql"
+    name = "PostgreSQL"
+    label = "the PostgreSQL store"
     # Settlements and renewals travel as one array per column (unnest): one statement for all.
     values_chunk = 1_000_000
+    transaction_type = PostgresTransaction
+    translate_errors = staticmethod(translate_errors)
 
-    def __init__(self, url: str, *, connect_timeout: int | None) -> None:
-        self.url = url
-        self.queries: Queries = queries("postgresql")
-        self._connect_timeout = connect_timeout
-        self._local = threading.local()
-        self._all: list[Any] = []
-        self._all_lock = threading.Lock()
+    def __init__(self, url: str) -> None:
+        require_driver()
+        super().__init__(url)
+        self._connect_timeout = connect_timeout_seconds(url)
 
-    # -- connections -------------------------------------------------------------------------
-    def conn(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and (conn.closed or conn.broken):
-            self.forget(conn)
-            conn = None
-        if conn is None:
-            conn = connect(self.url, timeout_seconds=self._connect_timeout)
-            self._local.conn = conn
-            with self._all_lock:
-                self._all.append(conn)
-        return conn
-
-    def forget(self, conn: Any) -> None:
-        with self._all_lock:
-            if conn in self._all:
-                self._all.remove(conn)
-        try:
-            conn.close()
-        except Exception:
-            pass
-        self._local.conn = None
-
-    def close(self) -> None:
-        with self._all_lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            try:
-                conn.close()
-            except Exception:
-                pass
-        self._local = threading.local()
-
-    @contextmanager
-    def group_commit(self) -> Iterator[None]:
-        # Commits inside skip waiting for their WAL flush; the synchronous commit at the end
-        # (a transaction that takes an xid, so its commit record must reach the disk) flushes
-        # the WAL up to and including every one of them.
+    # -- opening -----------------------------------------------------------------------------
+    def open(self, *, create: bool) -> None:
         conn = self.conn()
-        with translate_errors("relaxing the flush for a group of commits"):
-            conn.execute("SET synchronous_commit = off")
         try:
-            yield
+            with translate_errors("reading the schema"):
+                version = current_version(conn)
+            if version is None and not create:
+                raise SchemaError(
+                    "this database holds no oncewire schema (oncewire_schema missing)"
+                )
+            migrate(conn)
         finally:
-            conn = self.conn()
-            with translate_errors("flushing a group of commits"):
-                conn.execute("SET synchronous_commit = on")
-                with conn.transaction():
-                    conn.execute("SELECT pg_current_xact_id()")
-
-    def _begin(self) -> tuple[Any, Any]:
-        """A connection with a transaction begun on it, and psycopg's block to end it with.
-
-        A connection the server dropped while it sat idle (a restart, pg_terminate_backend) is
-        only found out at its next statement: when that is the BEGIN, nothing was sent that
-        could have committed, so a fresh connection takes its place once.
-        """
-        for retry in (False, True):
-            conn = self.conn()
-            if conn.info.transaction_status != _IDLE:
-                raise InvalidState("a transaction is already open on this thread")
-            block = conn.transaction()
-            try:
-                block.__enter__()
-            except psycopg.Error as exc:
-                if conn.broken:
-                    self.forget(conn)
-                    if not retry:
-                        continue
-                raise translated("running a transaction: beginning", exc) from exc
-            return conn, block
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    @contextmanager
-    def transaction(self) -> Iterator[PostgresTransaction]:
-        conn, block = self._begin()
-        tx = PostgresTransaction(conn)
-        try:
-            with translate_errors("running a transaction"), _Begun(block):
-                yield tx
-                # psycopg's commit of a transaction that is no longer open, or that an earlier
-                # statement aborted, returns quietly (the server answers COMMIT with ROLLBACK):
-                # the caller would believe its rows and effects were committed.
-                status = conn.info.transaction_status
-                if status == _INERROR:
-                    raise InvalidState(
-                        "a statement in this transaction failed earlier, so the database "
-                        "aborted it: nothing was committed"
-                    )
-                if status != _INTRANS:
-                    raise InvalidState(
-                        "the transaction ended before its with block did; nothing more was "
-                        "committed"
-                    )
-        finally:
-            tx.is_open = False
             if conn.broken:
                 self.forget(conn)
 
-    @contextmanager
-    def write(self, what: str) -> Iterator[Any]:
-        with translate_errors(what), self.transaction() as tx:
-            yield tx.conn
+    def current_version(self, conn: Any) -> int | None:
+        return current_version(conn)
 
-    def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self.reading(lambda conn: list(conn.execute(sql, params or None).fetchall()))
+    def health(self, schema_version: int) -> dict[str, Any]:
+        row = self.read_sql(
+            "SELECT current_setting('server_version'), current_database(), current_user, "
+            "current_schema(), extract(epoch FROM clock_timestamp())::float8"
+        )[0]
+        return {
+            "backend": "postgresql",
+            "server_version": row[0],
+            "database": row[1],
+            "user": row[2],
+            "schema": row[3],
+            "schema_version": schema_version,
+            "server_time": float(row[4]),
+        }
 
-    def reading(self, read: Callable[[Any], T], what: str = "reading") -> T:
-        """``read(conn)`` outside any transaction. A connection the server dropped while it sat
-        idle is replaced and the read run again, once: reading twice changes nothing.
+    def inspect(self) -> Inspection:
+        # Imported here: only ``oncewire doctor`` inspects, and the inspection reads this
+        # module's schema helpers.
+        from oncewire.storage.postgres.inspect import inspect
 
-        Inside a transaction (a read snapshot, say) a dropped connection took the transaction
-        with it: running the read again on a fresh connection would answer from another moment,
-        so the error is raised instead.
-        """
-        for retry in (False, True):
-            conn = self.conn()
-            idle = conn.info.transaction_status == _IDLE
-            try:
-                return read(conn)
-            except psycopg.Error as exc:
-                if conn.broken and idle:
-                    self.forget(conn)
-                    if not retry:
-                        continue
-                raise translated(what, exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        with translate_errors("inspecting the store"):
+            return inspect(self.conn())
+
+    # -- connections -------------------------------------------------------------------------
+    def connect(self) -> Any:
+        return connect(self.url, timeout_seconds=self._connect_timeout)
+
+    def broken(self, conn: Any) -> bool:
+        return bool(conn.closed or conn.broken)
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` whenever new effects commit (LISTEN on a connection of its own)."""
@@ -281,25 +346,82 @@ class PostgresDriver(StatementRunner):
 
         return unsubscribe
 
-    def translate_errors(self, what: str) -> contextlib.AbstractContextManager[None]:
-        return translate_errors(what)
+    @contextmanager
+    def group_commit(self) -> Iterator[None]:
+        # Commits inside skip waiting for their WAL flush; the synchronous commit at the end
+        # (a transaction that takes an xid, so its commit record must reach the disk) flushes
+        # the WAL up to and including every one of them.
+        conn = self.conn()
+        with translate_errors("relaxing the flush for a group of commits"):
+            conn.execute("SET synchronous_commit = off")
+        try:
+            yield
+        finally:
+            conn = self.conn()
+            with translate_errors("flushing a group of commits"):
+                conn.execute("SET synchronous_commit = on")
+                with conn.transaction():
+                    conn.execute("SELECT pg_current_xact_id()")
 
-    def tx_conn(self, tx: Transaction) -> Any:
-        tx = store_transaction(tx)
-        if not isinstance(tx, PostgresTransaction):
-            raise InvalidState(
-                f"this store is PostgreSQL: {type(tx).__name__} is not one of its transactions; "
-                "nothing was written"
-            )
-        tx.check_open()  # never write outside the caller's transaction (autocommit)
-        return tx.conn
+    # -- transactions ------------------------------------------------------------------------
+    def _begin(self) -> tuple[Any, Any]:
+        """A connection with a transaction begun on it, and psycopg's block to end it with.
+
+        A connection the server dropped while it sat idle (a restart, pg_terminate_backend) is
+        only found out at its next statement: when that is the BEGIN, nothing was sent that
+        could have committed, so a fresh connection takes its place once.
+        """
+        for retry in (False, True):
+            conn = self.conn()
+            if conn.info.transaction_status != _IDLE:
+                raise InvalidState("a transaction is already open on this thread")
+            block = conn.transaction()
+            try:
+                block.__enter__()
+            except psycopg.Error as exc:
+                if conn.broken:
+                    self.forget(conn)
+                    if not retry:
+                        continue
+                raise translated("running a transaction: beginning", exc) from exc
+            return conn, block
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextmanager
+    def transaction(self) -> Iterator[PostgresTransaction]:
+        conn, block = self._begin()
+        tx = PostgresTransaction(conn, is_open=True)
+        try:
+            with translate_errors("running a transaction"), _Begun(block):
+                yield tx
+                # psycopg's commit of a transaction that is no longer open, or that an earlier
+                # statement aborted, returns quietly (the server answers COMMIT with ROLLBACK):
+                # the caller would believe its rows and effects were committed.
+                status = conn.info.transaction_status
+                if status == _INERROR:
+                    raise InvalidState(
+                        "a statement in this transaction failed earlier, so the database "
+                        "aborted it: nothing was committed"
+                    )
+                if status != _INTRANS:
+                    raise InvalidState(
+                        "the transaction ended before its with block did; nothing more was "
+                        "committed"
+                    )
+        finally:
+            tx.is_open = False
+            if conn.broken:
+                self.forget(conn)
+
+    @contextmanager
+    def write(self, what: str) -> Iterator[Any]:
+        with translate_errors(what), self.transaction() as tx:
+            yield tx.conn
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.info.transaction_status != _IDLE)
 
     def caller_transaction(self, conn: Any) -> PostgresTransaction:
-        """The caller's own psycopg connection, inside its own open transaction, as a
-        transaction oncewire's ``_in_tx`` verbs write through (committing stays the caller's)."""
         if psycopg is None or not isinstance(conn, psycopg.Connection):
             raise InvalidState(
                 f"this ledger's store is PostgreSQL: accept_in takes a psycopg connection, not "
@@ -311,7 +433,32 @@ class PostgresDriver(StatementRunner):
                 "enter conn.transaction() first; a failed transaction cannot take the effect); "
                 "nothing was written"
             )
-        return PostgresTransaction(_TupleRows(conn))
+        return PostgresTransaction(_TupleRows(conn), is_open=True)
+
+    # -- statements --------------------------------------------------------------------------
+    def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self.reading(lambda conn: list(conn.execute(sql, params or None).fetchall()))
+
+    def reading(self, read: Callable[[Any], T], what: str = "reading") -> T:
+        """``read(conn)`` outside any transaction. A connection the server dropped while it sat
+        idle is replaced and the read run again, once: reading twice changes nothing.
+
+        Inside a transaction (a read snapshot, say) a dropped connection took the transaction
+        with it: running the read again on a fresh connection would answer from another moment,
+        so the error is raised instead.
+        """
+        for retry in (False, True):
+            conn = self.conn()
+            idle = conn.info.transaction_status == _IDLE
+            try:
+                return read(conn)
+            except psycopg.Error as exc:
+                if conn.broken and idle:
+                    self.forget(conn)
+                    if not retry:
+                        continue
+                raise translated(what, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- execution strategy ------------------------------------------------------------------
     @contextmanager
@@ -342,6 +489,7 @@ class PostgresDriver(StatementRunner):
 
     @contextmanager
     def snapshot(self) -> Iterator[Any]:
+        """A ``REPEATABLE READ, READ ONLY`` transaction."""
         conn = self.conn()
         if conn.info.transaction_status != _IDLE:
             yield conn  # the caller's transaction reads

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncewire.storage.inspection import Inspection, SchemaDifference, WriteProbe, schema_names
-from oncewire.storage.postgres.connection import fresh_schema, psycopg
+from oncewire.storage.postgres.driver import fresh_schema, psycopg
 
 __all__ = ["inspect"]
 

@@ -1,5 +1,33 @@
-"""The SQLite backend: the embedded default."""
+"""The SQLite backend, the embedded default: :class:`SQLiteStore` is the shared store on a
+:class:`~oncewire.storage.sqlite.driver.SQLiteDriver`."""
 
-from oncewire.storage.sqlite.store import SQLiteStore
+from __future__ import annotations
+
+from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
+from oncewire.storage.sqlite.driver import SQLiteDriver
+from oncewire.storage.store import Store
 
 __all__ = ["SQLiteStore"]
+
+
+class SQLiteStore(Store):
+    """Every ledger's verbs on one SQLite file: WAL, ``synchronous`` (FULL unless told otherwise)
+    and foreign keys on every connection, writers waiting up to ``busy_timeout_ms`` for the lock.
+    """
+
+    db: SQLiteDriver
+
+    def __init__(
+        self,
+        url_or_path: str,
+        *,
+        create: bool = True,
+        busy_timeout_ms: int = 10_000,
+        synchronous: str = "FULL",
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+    ) -> None:
+        driver = SQLiteDriver(
+            url_or_path, create=create, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
+        )
+        self.path = driver.path
+        super().__init__(driver, create=create, open_timeout_seconds=open_timeout_seconds)

@@ -1,9 +1,10 @@
-"""SQLiteDriver: one connection per thread, ``BEGIN IMMEDIATE`` writers, group commit.
+"""SQLiteDriver: WAL, synchronous=FULL, ``BEGIN IMMEDIATE`` writers, one connection per thread.
 
-The connection half of the SQLite backend (:mod:`oncewire.storage.driver`): the transaction the
-caller shares with oncewire (:class:`SQLiteTransaction`, guarded by
-:mod:`oncewire.storage.sqlguard`), a verb's own transaction, reads that survive a stored text
-which is not UTF-8, and the group commit that flushes many commits with one fsync.
+The SQLite backend (:mod:`oncewire.storage.driver`): connecting and the pragmas every connection
+runs with, opening a file (checked before anything changes it, then migrated), the transaction
+the caller shares with oncewire (:class:`SQLiteTransaction`, guarded by
+:mod:`oncewire.storage.sqlguard`), errors translated by SQLite's result code, reads that survive a
+stored text which is not UTF-8, and the group commit that flushes many commits with one fsync.
 """
 
 from __future__ import annotations
@@ -11,18 +12,95 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
-from oncewire.core.errors import InvalidState
-from oncewire.storage.driver import StatementRunner, Transaction, store_transaction
+from oncewire.core.errors import (
+    ConfigurationError,
+    InvalidState,
+    SchemaError,
+    StatementError,
+    StorageError,
+    StoreBusy,
+    StoreUnusable,
+)
+from oncewire.storage import migrate as runner
+from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction
+from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
-from oncewire.storage.sql import Queries, queries
-from oncewire.storage.sqlguard import SavepointStack, check_statement
-from oncewire.storage.sqlite.connection import connect, translate_errors, translated
 
-__all__ = ["SQLiteDriver", "SQLiteTransaction", "lenient_text", "undecodable_text"]
+__all__ = [
+    "SCHEMA_TABLE",
+    "SQLiteDriver",
+    "SQLiteTransaction",
+    "fresh_schema",
+    "migrate",
+    "migrations",
+    "path_from_url",
+    "split_statements",
+    "translate_errors",
+    "translated",
+]
+
+T = TypeVar("T")
+
+_PACKAGE = "oncewire.storage.sqlite"
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+# Primary result codes (extended codes carry them in the low byte).
+_SQLITE_ERROR = 1
+_SQLITE_PERM = 3
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_READONLY = 8
+_SQLITE_CORRUPT = 11
+_SQLITE_CANTOPEN = 14
+_SQLITE_CONSTRAINT = 19
+_SQLITE_MISMATCH = 20
+_SQLITE_AUTH = 23
+_SQLITE_RANGE = 25
+_SQLITE_NOTADB = 26
+
+# Codes that say the file cannot be used as it is: retrying will not help.
+_UNUSABLE = {
+    _SQLITE_PERM: "permission denied",
+    _SQLITE_READONLY: "the database is read-only (file, directory or mount)",
+    _SQLITE_CORRUPT: "the database file is malformed (corrupt)",
+    _SQLITE_CANTOPEN: "cannot open the database file",
+    _SQLITE_AUTH: "access denied",
+    _SQLITE_NOTADB: "the file is not a SQLite database",
+}
+# Codes that say the statement itself is wrong: a programming error, not an outage.
+_STATEMENT = {_SQLITE_ERROR, _SQLITE_CONSTRAINT, _SQLITE_MISMATCH, _SQLITE_RANGE}
+
+
+def path_from_url(url: str) -> str:
+    for prefix in ("sqlite:///", "sqlite://", "sqlite:"):
+        if url.startswith(prefix):
+            rest = url[len(prefix) :]
+            return "/" + rest if prefix == "sqlite:///" and not rest.startswith("/") else rest
+    return url
+
+
+def translated(what: str, exc: sqlite3.Error) -> StorageError:
+    """The error-tree exception for a driver error, by SQLite's result code (never its text)."""
+    code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return StoreBusy(f"{what}: the database stayed locked by another writer")
+    if code in _UNUSABLE:
+        return StoreUnusable(f"{what}: {_UNUSABLE[code]}")
+    if code in _STATEMENT or isinstance(
+        exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.IntegrityError
+    ):
+        # Wrong placeholders or parameters (the driver's own check has no result code), a
+        # syntax error, an unknown table, a constraint.
+        return StatementError(f"{what}: the statement was refused: {exc}")
+    return StorageError(f"{what}: {exc}")
+
+
+def translate_errors(what: str) -> ErrorTranslation:
+    return ErrorTranslation(sqlite3.Error, translated, what)
 
 
 def lenient_text(data: bytes) -> str:
@@ -39,45 +117,117 @@ def undecodable_text(exc: BaseException | None) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and not hasattr(exc, "sqlite_errorcode")
 
 
-class SQLiteTransaction:
+# -- the schema --------------------------------------------------------------------------------
+SCHEMA_TABLE = """
+CREATE TABLE IF NOT EXISTS oncewire_schema (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)"""
+
+
+def migrations() -> list[runner.Migration]:
+    """(version, name, sql) for every numbered migration file, in order."""
+    return runner.migrations(_PACKAGE)
+
+
+def fresh_schema() -> str:
+    return runner.fresh_schema(_PACKAGE)
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a script into complete statements (so they can run inside our own transaction)."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(
+        part.strip().startswith("--") or not part.strip() for part in buffer.splitlines()
+    ):
+        raise SchemaError("a schema file ends in an incomplete statement")
+    return statements
+
+
+def current_version(conn: sqlite3.Connection) -> int | None:
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'oncewire_schema'"
+    ).fetchone()
+    if not exists:
+        return None
+    row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+@contextlib.contextmanager
+def _locked(conn: sqlite3.Connection) -> Iterator[None]:
+    """A transaction holding SQLite's write lock from its first statement."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    # executescript() would commit first: run statement by statement inside our transaction.
+    for statement in split_statements(script):
+        conn.execute(statement)
+
+
+DIALECT = runner.Dialect(
+    package=_PACKAGE,
+    locked=_locked,
+    run_script=_run_script,
+    current_version=current_version,
+    translate_errors=translate_errors,
+    placeholder="?",
+    schema_table=SCHEMA_TABLE,
+)
+
+
+def migrate(conn: sqlite3.Connection, *, use_fresh_schema: bool = True) -> int:
+    """Bring the schema up to date (:func:`oncewire.storage.migrate.migrate`); safe when
+    several processes open the file at once."""
+    return runner.migrate(conn, DIALECT, use_fresh_schema=use_fresh_schema)
+
+
+# -- transactions ------------------------------------------------------------------------------
+class SQLiteTransaction(GuardedTransaction):
     """An open SQLite write transaction (``BEGIN IMMEDIATE``), and the caller's view of it.
 
-    ``execute`` takes ``?`` or ``:name`` placeholders and refuses what would end the
-    transaction or change the connection (:mod:`oncewire.storage.sqlguard`). Used as a context
-    manager it commits on normal exit and rolls back on an exception; the commit first checks
-    that the transaction is still open. A class rather than a generator: every accept and every
-    dispatcher step goes through it.
+    ``execute`` takes ``?`` or ``:name`` placeholders. Used as a context manager it commits on
+    normal exit and rolls back on an exception; the commit first checks that the transaction is
+    still open. A class rather than a generator: every accept and every dispatcher step goes
+    through it.
     """
 
-    __slots__ = ("conn", "is_open", "savepoints", "what")
+    __slots__ = ("what",)
 
-    def __init__(self, conn: sqlite3.Connection, what: str = "running a transaction") -> None:
-        self.conn = conn
+    # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O error): a
+    # statement run after that would commit on its own, outside of it.
+    ended_by_database = (
+        "the transaction is no longer open (the database rolled it back after an error); "
+        "nothing more was written and nothing will be committed"
+    )
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        what: str = "running a transaction",
+        *,
+        is_open: bool = False,
+    ) -> None:
+        super().__init__(conn, is_open=is_open)
         self.what = what
-        self.is_open = False
-        self.savepoints = SavepointStack()
 
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
-        self.check_open()
-        check_statement(sql, self.savepoints)
-        return self.conn.execute(sql, params)
-
-    def execute_internal(self, sql: str) -> None:
-        """oncewire's own savepoint statements (which the caller may not release)."""
-        self.check_open()
-        self.conn.execute(sql)
-
-    def check_open(self) -> None:
-        """Refuse to go on unless this transaction is still the connection's open one."""
-        if not self.is_open:
-            raise InvalidState("use the transaction inside its with block")
-        if not self.conn.in_transaction:
-            # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O
-            # error): a statement run now would commit on its own, outside of it.
-            raise InvalidState(
-                "the transaction is no longer open (the database rolled it back after an "
-                "error); nothing more was written and nothing will be committed"
-            )
+    def open_on_connection(self) -> bool:
+        return bool(self.conn.in_transaction)
 
     def begin(self) -> None:
         if self.conn.in_transaction:
@@ -130,59 +280,118 @@ class _Write(SQLiteTransaction):
 
     def __enter__(self) -> sqlite3.Connection:  # type: ignore[override]
         self.begin()
-        return self.conn
+        conn: sqlite3.Connection = self.conn
+        return conn
 
 
-class SQLiteDriver(StatementRunner):
+# -- the driver --------------------------------------------------------------------------------
+class SQLiteDriver(Driver):
     """The :class:`~oncewire.storage.driver.Driver` of one SQLite file."""
 
     dialect = "sqlite"
+    name = "SQLite"
     # A chunk of settlements is one statement; 128 rows of 9 values stay far below SQLite's
     # limit on bound values and keep the padded statement texts few.
     values_chunk = 128
+    transaction_type = SQLiteTransaction
 
-    def __init__(self, path: str, *, create: bool, busy_timeout_ms: int, synchronous: str) -> None:
-        self.path = path
-        self.queries: Queries = queries("sqlite")
-        self.synchronous = synchronous
+    def __init__(
+        self, url_or_path: str, *, create: bool, busy_timeout_ms: int, synchronous: str
+    ) -> None:
+        if synchronous.upper() not in SYNCHRONOUS:
+            raise ConfigurationError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}")
+        super().__init__(url_or_path)
+        self.path = self.label = path_from_url(url_or_path)
+        self.synchronous = synchronous.upper()
         self._create = create
         self._busy_timeout_ms = busy_timeout_ms
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
+
+    # -- opening -----------------------------------------------------------------------------
+    def open(self, *, create: bool) -> None:
+        conn = self._unconfigured()
+        self.use(conn)  # closed with the driver if what follows fails
+        # Check before configuring: a file oncewire refuses keeps its journal mode and bytes.
+        with translate_errors(f"reading the schema of {self.path}"):
+            version = current_version(conn)
+        if version is None and not create:
+            raise SchemaError(f"{self.path} is not an oncewire store (no oncewire_schema table)")
+        runner.check_not_newer(version, migrations()[-1][0])
+        self._configure(conn)
+        migrate(conn)
+
+    def current_version(self, conn: Any) -> int | None:
+        return current_version(conn)
+
+    def health(self, schema_version: int) -> dict[str, Any]:
+        conn: sqlite3.Connection = self.conn()
+        with translate_errors("reading settings"):
+            journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+            busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        return {
+            "backend": "sqlite",
+            "path": self.path,
+            "sqlite_version": sqlite3.sqlite_version,
+            "schema_version": schema_version,
+            "journal_mode": str(journal).lower(),
+            "synchronous": SYNCHRONOUS[int(synchronous)] if int(synchronous) < 4 else synchronous,
+            "busy_timeout_ms": int(busy),
+            "server_time": None,
+        }
+
+    def inspect(self) -> Inspection:
+        # Imported here: only ``oncewire doctor`` inspects, and the inspection reads this
+        # module's schema helpers.
+        from oncewire.storage.sqlite.inspect import inspect
+
+        with translate_errors("inspecting the store"):
+            return inspect(self.conn())
 
     # -- connections -------------------------------------------------------------------------
-    def adopt(self, conn: sqlite3.Connection) -> None:
-        """Keep ``conn`` (opened by the store to check and migrate the file) to be closed."""
-        with self._all_lock:
-            self._all.append(conn)
-
-    def use(self, conn: sqlite3.Connection) -> None:
-        """Make ``conn`` (already adopted) this thread's connection."""
-        self._local.conn = conn
-
-    def conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect(
-                self.path,
-                create=self._create,
-                busy_timeout_ms=self._busy_timeout_ms,
-                synchronous=self.synchronous,
-            )
-            self._local.conn = conn
-            self.adopt(conn)
+    def connect(self) -> sqlite3.Connection:
+        conn = self._unconfigured()
+        self._configure(conn)
         return conn
 
-    def close(self) -> None:
-        with self._all_lock:
-            for conn in self._all:
-                try:
-                    conn.close()
-                except sqlite3.ProgrammingError:
-                    pass  # created in another thread that already closed it
-            self._all.clear()
-        self._local = threading.local()
+    def _unconfigured(self) -> sqlite3.Connection:
+        """A connection that has changed nothing yet: :meth:`open` checks the file before
+        :meth:`_configure` switches it to WAL, so a file oncewire refuses is left as it was."""
+        path, create = self.path, self._create
+        if path != ":memory:" and not create and not Path(path).exists():
+            raise StoreUnusable(f"no database at {path}")  # a reader never waits for one to appear
+        # Without create, an existing file only: SQLite would make a new one of any path.
+        existing = not create and path != ":memory:"
+        with translate_errors(f"opening {path}"):
+            # check_same_thread=False only so that close() may run on another thread; each
+            # connection is used by the one thread that opened it.
+            conn = sqlite3.connect(
+                f"file:{Path(path).resolve()}?mode=rw" if existing else path,
+                uri=existing,
+                isolation_level=None,
+                timeout=self._busy_timeout_ms / 1000,
+                check_same_thread=False,
+            )
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        """WAL, the flush level and foreign keys: the settings every connection runs with."""
+        try:
+            with translate_errors(f"configuring {self.path}"):
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if self.path != ":memory:" and str(mode).lower() != "wal":
+                    raise StorageError(
+                        f"{self.path}: could not switch the journal to WAL (got {mode})"
+                    )
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+                conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            conn.close()
+            raise
 
     # -- transactions ------------------------------------------------------------------------
     def transaction(self) -> SQLiteTransaction:
@@ -191,25 +400,12 @@ class SQLiteDriver(StatementRunner):
     def write(self, what: str) -> _Write:
         return _Write(self.conn(), what)
 
-    def translate_errors(self, what: str) -> translate_errors:
-        return translate_errors(what)
-
-    def tx_conn(self, tx: Transaction) -> sqlite3.Connection:
-        tx = store_transaction(tx)
-        if not isinstance(tx, SQLiteTransaction):
-            raise InvalidState(
-                f"this store is SQLite: {type(tx).__name__} is not one of its transactions; "
-                "nothing was written"
-            )
-        tx.check_open()  # never write outside the caller's transaction (autocommit)
-        return tx.conn
+    translate_errors = staticmethod(translate_errors)
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
 
     def caller_transaction(self, conn: Any) -> SQLiteTransaction:
-        """The caller's own ``sqlite3`` connection, inside its own open transaction, as a
-        transaction oncewire's ``_in_tx`` verbs write through (committing stays the caller's)."""
         if not isinstance(conn, sqlite3.Connection):
             raise InvalidState(
                 f"this ledger's store is SQLite: accept_in takes a sqlite3 connection, not "
@@ -224,13 +420,11 @@ class SQLiteDriver(StatementRunner):
                 "accept_in needs a connection inside an open transaction (BEGIN, or a statement "
                 "that writes, first); nothing was written"
             )
-        tx = SQLiteTransaction(conn)
-        tx.is_open = True
-        return tx
+        return SQLiteTransaction(conn, is_open=True)
 
     @contextlib.contextmanager
     def group_commit(self) -> Iterator[None]:
-        conn = self.conn()
+        conn: sqlite3.Connection = self.conn()
         if self.synchronous not in ("FULL", "EXTRA") or self.path == ":memory:":
             yield
             return
@@ -254,21 +448,20 @@ class SQLiteDriver(StatementRunner):
                 finally:
                     os.close(fd)
 
+    # -- statements --------------------------------------------------------------------------
     @contextlib.contextmanager
     def lenient(self) -> Iterator[None]:
         """Inside the block, a stored text that is not UTF-8 is read as :class:`UndecodableText`
         instead of failing the statement (for text written around oncewire)."""
-        conn = self.conn()
+        conn: sqlite3.Connection = self.conn()
         conn.text_factory = lenient_text
         try:
             yield
         finally:
             conn.text_factory = str
 
-    # -- statements --------------------------------------------------------------------------
     def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Rows of a statement given as text (every named query's read goes through here)."""
-        conn = self.conn()
+        conn: sqlite3.Connection = self.conn()
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
@@ -282,16 +475,28 @@ class SQLiteDriver(StatementRunner):
         except sqlite3.Error as exc:
             raise translated("reading", exc) from exc
 
+    def tolerant(self, step: Callable[[], T]) -> T:
+        try:
+            return step()
+        except StorageError as exc:
+            if not undecodable_text(exc.__cause__):
+                raise
+        # A stored text that is not valid UTF-8 (a claimed payload written around oncewire)
+        # failed the whole transaction, which rolled back: run it again with such text marked,
+        # so the dispatcher gets an undecodable payload instead of failing on every step.
+        with self.lenient():
+            return step()
+
     # -- execution strategy ------------------------------------------------------------------
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
-        conn = self.conn()
+        """A deferred ``BEGIN``: in WAL mode the first read fixes the snapshot, and no lock is
+        taken against writers."""
+        conn: sqlite3.Connection = self.conn()
         if conn.in_transaction:
             yield conn  # the caller's transaction is the snapshot
             return
         with translate_errors("beginning a read"):
-            # Deferred: in WAL mode the first read fixes the snapshot; no lock is taken
-            # against writers.
             conn.execute("BEGIN")
         try:
             yield conn
@@ -300,10 +505,7 @@ class SQLiteDriver(StatementRunner):
                 with translate_errors("ending a read"):
                     conn.execute("ROLLBACK")
 
-    def constraint_refusal(
-        self, constraint: str, refusal: Callable[[], Exception]
-    ) -> contextlib.nullcontext[None]:
-        # SQLite names no constraint in its errors (only its message does, which is never
-        # read). Nor is there a race to map: BEGIN IMMEDIATE made the transaction the only
-        # writer from its first statement, so what it read still holds when it writes.
-        return contextlib.nullcontext()
+    # constraint_refusal: the default. SQLite names no constraint in its errors (only its
+    # message does, which is never read). Nor is there a race to map: BEGIN IMMEDIATE made the
+    # transaction the only writer from its first statement, so what it read still holds when it
+    # writes.

@@ -13,7 +13,7 @@ import re
 import sqlite3
 
 from oncewire.storage.inspection import Inspection, SchemaDifference, WriteProbe
-from oncewire.storage.sqlite.connection import (
+from oncewire.storage.sqlite.driver import (
     SCHEMA_TABLE,
     fresh_schema,
     split_statements,

@@ -152,7 +152,23 @@ class EffectVerbs:
 
         Each settlement applies only if its effect is still claimed under its fence; the first
         list says which did. Claiming bumps the fence and the attempt count and leases the
-        effect to ``owner`` until ``now + lease_seconds``. Past-deadline effects are not claimed."""
+        effect to ``owner`` until ``now + lease_seconds``. Past-deadline effects are not claimed.
+
+        A claimed payload stored around oncewire that is not UTF-8 is returned as undecodable
+        text where the driver cannot read it otherwise (:meth:`Driver.tolerant`)."""
+        return self.db.tolerant(
+            lambda: self._settle_and_claim(settlements, owner, now, lease_seconds, limit, kinds)
+        )
+
+    def _settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        kinds: Sequence[str] | None,
+    ) -> tuple[list[bool], list[Claim]]:
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
         with db.write("settling and claiming effects") as conn:

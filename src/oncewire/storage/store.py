@@ -1,0 +1,134 @@
+"""The Store: the only way ledgers and engines touch a database.
+
+One seam per ledger: the verbs of each ledger are one class in :mod:`oncewire.storage.verbs`,
+written once over the backend's driver, whose docstrings are the contract (``EffectVerbs`` for
+the outbox, ``ReceiptVerbs`` for the receiver, ``InboundReplyVerbs`` for the inbox and the
+replies, ``RunLedgerVerbs`` for the run ledger). :class:`Store` inherits them and holds the
+lifecycle once (opening with retries, transactions, savepoints, notifications, health); a backend
+is a :class:`~oncewire.storage.driver.Driver` and a constructor (``SQLiteStore``,
+``PostgresStore``).
+
+A store speaks in domain verbs (accept an effect, claim what is due, settle an attempt, reserve a
+receipt), never in raw SQL from the layers above. Verbs whose name ends in ``_in_tx`` run inside
+a transaction the caller opened with :meth:`Store.transaction`, so that the caller's own writes
+and oncewire's commit together; every other verb is its own transaction.
+
+Each backend keeps its schema as numbered SQL files and translates its driver's errors into the
+:mod:`oncewire.core.errors` tree at its driver, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from oncewire.storage.driver import Driver, GuardedTransaction, Transaction
+from oncewire.storage.inspection import Inspection
+from oncewire.storage.opening import (
+    DEFAULT_OPEN_TIMEOUT_SECONDS,
+    check_open_timeout,
+    open_with_retries,
+)
+from oncewire.storage.records import Effect, EffectState
+from oncewire.storage.verbs.effects import EffectVerbs
+from oncewire.storage.verbs.receipts import ReceiptVerbs
+from oncewire.storage.verbs.replies import InboundReplyVerbs
+from oncewire.storage.verbs.runs import RunLedgerVerbs
+
+__all__ = ["Store", "Transaction"]
+
+
+class Store(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs):
+    """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
+
+    Opening checks and migrates the database; a transient failure while opening is retried for
+    ``open_timeout_seconds`` (:mod:`oncewire.storage.opening`), and whatever a failed attempt
+    opened is closed before the next.
+    """
+
+    def __init__(
+        self,
+        db: Driver,
+        *,
+        create: bool = True,
+        open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+    ) -> None:
+        self.db = db
+        self.dialect = db.dialect
+        self.url = db.url
+        open_with_retries(
+            lambda: db.open(create=create),
+            what=f"opening {db.label}",
+            timeout_seconds=check_open_timeout(open_timeout_seconds),
+            cleanup=db.close,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def transaction(self) -> AbstractContextManager[GuardedTransaction]:
+        """A write transaction: committed on normal exit, rolled back on an exception."""
+        return self.db.transaction()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def caller_transaction(self, connection: Any) -> GuardedTransaction:
+        """The caller's own driver connection, inside the caller's own open transaction, as a
+        transaction oncewire's ``_in_tx`` verbs write through; committing stays the caller's.
+
+        A connection of another driver, or one that is not inside an open transaction, is
+        :class:`~oncewire.core.errors.InvalidState` before anything is written.
+        """
+        return self.db.caller_transaction(connection)
+
+    def savepoint_in_tx(self, tx: Transaction, name: str) -> AbstractContextManager[None]:
+        """A nested scope inside ``tx``: an exception rolls back only what the scope wrote.
+
+        SAVEPOINT / RELEASE / ROLLBACK TO mean the same on every backend oncewire supports. The
+        savepoint is oncewire's: the caller's SQL in ``tx`` may not release or roll back to it.
+        """
+        return self.db.guarded(tx).savepoint(name)
+
+    def group_commit(self) -> AbstractContextManager[None]:
+        """Make the transactions of this thread inside the block durable together at its end.
+
+        Each transaction still commits atomically on its own (a crash of the process loses
+        none of them); what changes is that they reach the disk with one flush when the block
+        ends instead of one per commit. Only for idempotent batches that are safe to redo after
+        a power loss, such as a reconciliation sweep. Where the backend cannot, every commit
+        stays durable on its own.
+        """
+        return self.db.group_commit()
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when new effects commit, where the backend can tell; return a stopper.
+
+        SQLite cannot tell (it has no cross-process notifications): dispatchers poll.
+        PostgreSQL LISTENs on a connection of its own.
+        """
+        return self.db.subscribe(wake)
+
+    # -- facts -------------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        db = self.db
+        return db.reading(lambda conn: db.current_version(conn) or 0, "reading the schema version")
+
+    def health(self) -> dict[str, Any]:
+        """Facts an operator checks: backend, versions, durability settings, server time."""
+        return self.db.health(self.schema_version())
+
+    def inspect(self) -> Inspection:
+        """For ``oncewire doctor``: a write probe (always rolled back), the backend's integrity
+        check, and the schema's objects compared with the packaged ``schema.sql``."""
+        return self.db.inspect()
+
+    def iter_effects(
+        self, *, states: Sequence[EffectState] = (), page: int = 500
+    ) -> Iterator[Effect]:
+        after = 0
+        while True:
+            rows = self.list_effects(states=states, limit=page, after_id=after)
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].id
