@@ -1,0 +1,76 @@
+"""Seed 002's busy cells (GATEWAY.md §1.4): B1 a ``/queue`` follow-up behind a slow turn, B2 a
+plain follow-up that interrupts it (the default busy mode), on ``fk_tg`` and ``fk_ne``, through
+the module's real ``oncewire gateway run`` on SQLite and on PostgreSQL, judged by I1-I6.
+
+``tests/gateway/test_busy.py`` proves the busy modes' mechanics on Telegram (the interrupt's
+rows, the deleted preview, ``/stop``, queue mode); these cells are the seed's acceptance view of
+the same behaviour on both platforms: on ``fk_ne`` nothing is previewed, so the interrupted
+turn must leave nothing at all, and the queued reply must still follow the first one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gateway.seed002.checks import assert_exactly_once, copies_of, user_rows
+from tests.gateway.seed002.harness import PLATFORMS, STREAMING, Seed002, answer, header
+
+VERY_SLOW = {"chunk_chars": 6, "delay_per_chunk": 0.08}
+
+
+def order(rig: Seed002, platform: str, chat: str, aid: str) -> int:
+    """Where the first message of ``aid``'s reply stands in the chat (-1: not shown)."""
+    for n, message in enumerate(rig.view().visible(platform, chat)):
+        if header(aid) in message.text:
+            return n
+    return -1
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_b1_slow_turn_with_queued_followup(rig: Seed002, platform: str) -> None:
+    """B1: a follow-up sent with ``/queue`` while the first turn streams: both messages get
+    exactly one complete reply, in arrival order, and neither turn runs twice."""
+    t1, t2 = f"{platform}.q1", f"{platform}.q2"
+    chat = rig.chat(platform, f"q-{platform}")
+    rig.script(t1, answer(f"A-{t1}", "first, slowly " * 10, **VERY_SLOW))
+    rig.script(t2, answer(f"A-{t2}", "second answer."))
+    rig.inject(platform, chat, f"[in:{t1}] first")
+    rig.wait_until(lambda: rig.model_turns().turns.get(t1) == 1, f"{t1}: the model turn")
+    rig.inject(platform, chat, f"/queue [in:{t2}] second")
+    rig.wait_idle([(platform, chat)], "both turns to drain")
+    for token in (t1, t2):
+        assert_exactly_once(rig, platform, chat, token, f"A-{token}", "exact")
+    assert 0 <= order(rig, platform, chat, f"A-{t1}") < order(rig, platform, chat, f"A-{t2}"), (
+        rig.dump([(platform, chat)])
+    )
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_b2_slow_turn_interrupted_by_followup(rig: Seed002, platform: str) -> None:
+    """B2: a plain follow-up interrupts the running turn (the default busy mode). The follow-up
+    gets exactly one complete reply; the interrupted turn leaves no second or stale partial
+    copy behind, is not run again, and nothing is persisted twice."""
+    t1, t2 = f"{platform}.i1", f"{platform}.i2"
+    chat = rig.chat(platform, f"i-{platform}")
+    rig.script(t1, answer(f"A-{t1}", "long interrupted answer " * 30, **VERY_SLOW))
+    rig.script(t2, answer(f"A-{t2}", "the follow-up answer."))
+    rig.inject(platform, chat, f"[in:{t1}] first")
+    rig.wait_until(lambda: rig.model_turns().turns.get(t1) == 1, f"{t1}: the model turn")
+    if STREAMING[platform]:
+        rig.wait_until(lambda: bool(rig.view().visible(platform, chat)), f"{t1}: the first preview")
+    rig.inject(platform, chat, f"[in:{t2}] actually, do this instead")
+    rig.wait_idle([(platform, chat)], "the interrupt and the follow-up to drain")
+    ctx = rig.dump([(platform, chat)])
+    assert_exactly_once(rig, platform, chat, t2, f"A-{t2}", "exact")
+    assert rig.model_turns().turns.get(t1) == 1, ctx
+    assert rig.model_turns().resumes.get(t1, 0) == 0, ctx
+    (first,) = user_rows(rig, platform, chat, t1)
+    (second,) = user_rows(rig, platform, chat, t2)
+    assert len([c for c in copies_of(rig, platform, chat, f"A-{t1}") if c.complete]) <= 1, ctx
+    # The first message was overtaken before its answer was committed (its stream takes ~10 s):
+    # superseded by the second, its turn interrupted, nothing of it left on screen.
+    assert (first["status"], first["answered_by"]) == ("superseded", second["id"]), ctx
+    runs = {r["run_id"]: r for r in rig.run_rows()}
+    assert runs[f"turn:{first['id']}"]["status"] == "interrupted", ctx
+    assert copies_of(rig, platform, chat, f"A-{t1}") == [], ctx
+    assert len(rig.view().visible(platform, chat)) == 1, ctx
