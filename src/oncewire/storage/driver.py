@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from oncewire.core.errors import InvalidState, StorageError
 from oncewire.storage.inspection import Inspection
+from oncewire.storage.migrate import Dialect
 from oncewire.storage.sql import Queries, Query, queries
 from oncewire.storage.sqlguard import SavepointStack, check_statement
 
@@ -230,6 +231,7 @@ class Driver(abc.ABC):
     # Rows one ``{values ...}`` statement carries at most (SQLite binds each value on its own).
     values_chunk: int
     transaction_type: type[GuardedTransaction]
+    schema: Dialect  # the schema's files and the migration runner's hooks
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -244,10 +246,6 @@ class Driver(abc.ABC):
         """Check the database and migrate it (one attempt; the store retries a transient
         failure). Without ``create``, a database without oncewire's schema is refused
         unchanged; a schema newer than this oncewire is always refused."""
-
-    @abc.abstractmethod
-    def current_version(self, conn: Any) -> int | None:
-        """The newest migration the schema records, or None without ``oncewire_schema``."""
 
     @abc.abstractmethod
     def health(self, schema_version: int) -> dict[str, Any]:

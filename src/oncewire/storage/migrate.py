@@ -40,6 +40,17 @@ class Dialect:
     placeholder: str  # "?" or "%s"
     schema_table: str  # CREATE TABLE IF NOT EXISTS oncewire_schema (...)
 
+    def migrations(self) -> list[Migration]:
+        """(version, name, sql) for every numbered migration file, in order."""
+        return migrations(self.package)
+
+    def fresh_schema(self) -> str:
+        return fresh_schema(self.package)
+
+    def migrate(self, conn: Any, *, use_fresh_schema: bool = True) -> int:
+        """:func:`migrate` with this dialect."""
+        return migrate(conn, self, use_fresh_schema=use_fresh_schema)
+
 
 def migrations(package: str) -> list[Migration]:
     """(version, name, sql) for every numbered migration file of ``package``, in order."""

@@ -111,7 +111,8 @@ class Store(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs):
     # -- facts -------------------------------------------------------------------------------
     def schema_version(self) -> int:
         db = self.db
-        return db.reading(lambda conn: db.current_version(conn) or 0, "reading the schema version")
+        current = db.schema.current_version
+        return db.reading(lambda conn: current(conn) or 0, "reading the schema version")
 
     def health(self) -> dict[str, Any]:
         """Facts an operator checks: backend, versions, durability settings, server time."""

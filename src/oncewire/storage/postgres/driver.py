@@ -134,13 +134,6 @@ def connect(url: str, *, timeout_seconds: int | None = None) -> Any:
 
 
 # -- the schema --------------------------------------------------------------------------------
-def migrations() -> list[runner.Migration]:
-    """(version, name, sql) for every numbered migration file, in order."""
-    return runner.migrations(_PACKAGE)
-
-
-def fresh_schema() -> str:
-    return runner.fresh_schema(_PACKAGE)
 
 
 def current_version(conn: Any) -> int | None:
@@ -181,11 +174,10 @@ DIALECT = runner.Dialect(
     ),
 )
 
-
-def migrate(conn: Any, *, use_fresh_schema: bool = True) -> int:
-    """Bring the schema up to date (:func:`oncewire.storage.migrate.migrate`) under an
-    advisory lock (safe with concurrent openers)."""
-    return runner.migrate(conn, DIALECT, use_fresh_schema=use_fresh_schema)
+# Under the dialect's lock: safe when several processes open the store at once.
+migrate = DIALECT.migrate
+migrations = DIALECT.migrations
+fresh_schema = DIALECT.fresh_schema
 
 
 # -- transactions ------------------------------------------------------------------------------
@@ -257,6 +249,7 @@ class PostgresDriver(Driver):
     # Settlements and renewals travel as one array per column (unnest): one statement for all.
     values_chunk = 1_000_000
     transaction_type = PostgresTransaction
+    schema = DIALECT
     translate_errors = staticmethod(translate_errors)
 
     def __init__(self, url: str) -> None:
@@ -278,9 +271,6 @@ class PostgresDriver(Driver):
         finally:
             if conn.broken:
                 self.forget(conn)
-
-    def current_version(self, conn: Any) -> int | None:
-        return current_version(conn)
 
     def health(self, schema_version: int) -> dict[str, Any]:
         row = self.read_sql(

@@ -22,11 +22,10 @@ between the dialects (the rest is the same SQL text):
 5. ``{for_update}``, ``{for_update_of:e}`` and ``{skip_locked}`` render to nothing on SQLite
    (``BEGIN IMMEDIATE`` already serialises writers) and to ``FOR UPDATE``, ``FOR UPDATE OF e``
    and ``FOR UPDATE SKIP LOCKED`` on PostgreSQL.
-6. ``{effect_columns}``, ``{receipt_columns}``, ``{attempt_columns}`` (and ``{inbound_columns}``,
-   ``{reply_columns}``, ``{op_columns}``, ``{run_columns}``, ``{event_columns}`` and the other
-   run-ledger lists) stand for the column lists the records read
-   (:mod:`oncewire.storage.records`, :mod:`oncewire.storage.replies`,
-   :mod:`oncewire.storage.runs`); ``{effect_columns:e}`` prefixes an alias.
+6. ``{x_columns}`` stands for the column list ``X_COLUMNS`` that the records read, from
+   :mod:`oncewire.storage.records`, :mod:`oncewire.storage.replies` or
+   :mod:`oncewire.storage.runs` (``{effect_columns}``, ``{reply_columns}``, ``{run_columns}``,
+   ...); ``{effect_columns:e}`` prefixes an alias.
 7. A block of ``postgresql.sql`` headed ``-- name: claim [postgresql]`` replaces the neutral
    ``claim`` on PostgreSQL only. An override with no neutral twin is refused when loading. A
    lock that only PostgreSQL's concurrent writers need (``lock_scope``) is a neutral
@@ -42,7 +41,7 @@ How a verb is written (every verb of the store is, in ``storage/verbs``):
   isolation, a constraint's refusal mapped to a typed error) is the driver's;
 - write the verb once in ``storage/verbs/<ledger>.py`` over the store's ``self.db`` (a
   :class:`~oncewire.storage.driver.Driver`): ``self.db.one(conn, Q.name, **params)`` and friends
-  (``Q = queries()``); the store classes inherit the verb class;
+  (``Q = self.db.queries``); the Store inherits the verb class;
 - ``tests/unit/test_sql_render.py`` and ``tests/contract/test_sql_parses.py`` pick the new
   statements up by themselves.
 """
@@ -57,53 +56,21 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from oncewire.storage.records import ATTEMPT_COLUMNS, EFFECT_COLUMNS, RECEIPT_COLUMNS
-from oncewire.storage.replies import INBOUND_COLUMNS, OP_COLUMNS, REPLY_COLUMNS
-from oncewire.storage.runs import (
-    ACTION_COLUMNS,
-    BARRIER_COLUMNS,
-    BRANCH_COLUMNS,
-    CHECKPOINT_COLUMNS,
-    DELIVERY_COLUMNS,
-    EVENT_COLUMNS,
-    FINDING_COLUMNS,
-    KEY_PIN_COLUMNS,
-    PHASE_COLUMNS,
-    REPORT_COLUMNS,
-    RUN_COLUMNS,
-)
+from oncewire.storage import records, replies, runs
 
-__all__ = ["DIALECTS", "Queries", "Query", "QueryError", "dummy_params", "load", "queries"]
+__all__ = ["DIALECTS", "Queries", "Query", "QueryError", "load", "queries"]
 
 DIALECTS = ("sqlite", "postgresql")
 
-_COLUMNS = {
-    "effect_columns": EFFECT_COLUMNS,
-    "receipt_columns": RECEIPT_COLUMNS,
-    "attempt_columns": ATTEMPT_COLUMNS,
-    "inbound_columns": INBOUND_COLUMNS,
-    "reply_columns": REPLY_COLUMNS,
-    "op_columns": OP_COLUMNS,
-    "run_columns": RUN_COLUMNS,
-    "event_columns": EVENT_COLUMNS,
-    "phase_columns": PHASE_COLUMNS,
-    "finding_columns": FINDING_COLUMNS,
-    "action_columns": ACTION_COLUMNS,
-    "branch_columns": BRANCH_COLUMNS,
-    "checkpoint_columns": CHECKPOINT_COLUMNS,
-    "barrier_columns": BARRIER_COLUMNS,
-    "delivery_columns": DELIVERY_COLUMNS,
-    "report_columns": REPORT_COLUMNS,
-    "key_pin_columns": KEY_PIN_COLUMNS,
-}
+_RECORDS = (records, replies, runs)  # where ``{x_columns}`` finds ``X_COLUMNS``
 _LOCKS = {
-    "for_update": {"sqlite": "", "postgresql": "FOR UPDATE"},
-    "skip_locked": {"sqlite": "", "postgresql": "FOR UPDATE SKIP LOCKED"},
+    "for_update": "FOR UPDATE",
+    "for_update_of": "FOR UPDATE OF",
+    "skip_locked": "FOR UPDATE SKIP LOCKED",
 }
 _HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*(?:\[(\w+)\])?\s*$")
 # A macro in braces, or a parameter (not a cast's second colon, not inside a word).
 _TOKEN = re.compile(r"\{([^{}]+)\}|(?<![:\w]):(\w+)")
-_SETTLE_PAD = (None,) * 64
 
 
 class QueryError(ValueError):
@@ -114,168 +81,102 @@ class QueryError(ValueError):
 class _Slot:
     name: str
     how: str  # "one": a value; "in": a list; "values": rows
-    width: int = 0  # columns of a "values" slot
+    types: tuple[str, ...] = ()  # the column types of a "values" slot
 
 
 class Query:
     """One named statement rendered for one dialect.
 
     ``render(params)`` gives the text and the positional parameters for the keyword ``params``.
-    A statement without lists has one text, built once; one with lists has one text per shape
-    (list lengths), cached.
+    The text is built once, except on SQLite for a statement with lists, which has one text per
+    shape (list lengths), cached.
     """
 
-    __slots__ = (
-        "_parts",
-        "_scalars",
-        "_shapes",
-        "_slots",
-        "_static",
-        "dialect",
-        "name",
-        "source",
-    )
+    __slots__ = ("_fast", "_parts", "_shapes", "_slots", "_text", "dialect", "name")
 
     def __init__(self, name: str, source: str, dialect: str) -> None:
-        self.name, self.source, self.dialect = name, source, dialect
+        self.name, self.dialect = name, dialect
+        pg = dialect == "postgresql"
         self._parts: list[str | _Slot] = []
-        self._slots: list[_Slot] = []
         self._shapes: dict[tuple[int, ...], str] = {}
-        text = _expand_columns(source)
         last = 0
-        for match in _TOKEN.finditer(text):
-            self._parts.append(self._literal(text[last : match.start()]))
+        for match in _TOKEN.finditer(source):
+            self._parts.append(_literal(source[last : match.start()], pg))
             last = match.end()
             if match.group(2) is not None:
-                slot = _Slot(match.group(2), "one")
-                self._parts.append(slot)
-                self._slots.append(slot)
-                continue
-            macro = match.group(1).strip()
-            if macro in _LOCKS:
-                self._parts.append(_LOCKS[macro][dialect])
-            elif macro.startswith("for_update_of:"):
-                alias = macro.partition(":")[2].strip()
-                self._parts.append(f"FOR UPDATE OF {alias}" if dialect == "postgresql" else "")
-            elif macro.startswith("in :"):
-                slot = _Slot(macro[4:].strip(), "in")
-                self._parts.append(slot)
-                self._slots.append(slot)
-            elif macro.startswith("values :"):
-                name, _, types = macro[8:].partition(" ")
-                columns = [t.strip() for t in types.split(",") if t.strip()]
-                if not columns:
-                    raise QueryError(f"{name}: {{values :{name}}} names no column types")
-                if dialect == "postgresql":
-                    self._parts.append(
-                        "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in columns) + ")"
-                    )
-                else:
-                    self._parts.append(_Slot(name, "values", len(columns)))
-                slot = _Slot(name, "values", len(columns))
-                self._slots.append(slot)
+                self._parts.append(_Slot(match.group(2), "one"))
             else:
-                raise QueryError(f"query {name!r}: unknown macro {{{macro}}}")
-        self._parts.append(self._literal(text[last:]))
-        # The text of a statement whose parameters are all values never changes (on PostgreSQL
-        # neither does one with lists: each list is one parameter); it binds with one C call.
-        self._static: str | None = None
-        self._scalars: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
-        if all(slot.how == "one" for slot in self._slots):
-            self._scalars = _getter(tuple(slot.name for slot in self._slots))
-            self._static = (
-                self._sqlite_text(())
-                if dialect == "sqlite"
-                else "".join(map(self._pg_part, self._parts))
-            )
-        elif dialect == "postgresql":
-            self._static = "".join(map(self._pg_part, self._parts))
-
-    def _literal(self, text: str) -> str:
-        return text.replace("%", "%%") if self.dialect == "postgresql" else text
-
-    @staticmethod
-    def _pg_part(part: str | _Slot) -> str:
-        if isinstance(part, str):
-            return part
-        return "= ANY(%s)" if part.how == "in" else "%s"
+                self._parts.append(_macro(name, match.group(1).strip(), pg))
+        self._parts.append(_literal(source[last:], pg))
+        self._slots = [part for part in self._parts if isinstance(part, _Slot)]
+        lists = any(slot.how != "one" for slot in self._slots)
+        # The text never changes unless SQLite expands a list in it (on PostgreSQL a list is one
+        # parameter); a statement whose parameters are all values binds with one C call.
+        self._text: str | None = None if lists and not pg else self._build(())
+        self._fast: tuple[str, Callable[[Mapping[str, Any]], tuple[Any, ...]]] | None = None
+        if self._text is not None and not lists:
+            self._fast = (self._text, _getter(tuple(slot.name for slot in self._slots)))
 
     def dummy_params(self) -> dict[str, Any]:
         """Parameters of the right shape (NULLs, empty or one-row lists) to prepare it with."""
         params: dict[str, Any] = {}
         for slot in self._slots:
-            if slot.how == "one":
-                params.setdefault(slot.name, None)
-            elif slot.how == "in":
-                params.setdefault(slot.name, [])
-            else:
-                params.setdefault(slot.name, [(None,) * slot.width])
+            empty = [] if slot.how == "in" else [(None,) * len(slot.types)]
+            params[slot.name] = None if slot.how == "one" else empty
         return params
 
-    @property
-    def params(self) -> tuple[str, ...]:
-        """The parameter names, in order of first appearance."""
-        return tuple(dict.fromkeys(slot.name for slot in self._slots))
-
     def render(self, params: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
-        if self._scalars is not None and self._static is not None:
-            return self._static, self._scalars(params)
-        if self._static is not None:  # PostgreSQL, with lists
-            return self._static, self._pg_bind(params)
-        return self._sqlite(params)
-
-    def _pg_bind(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        bound: list[Any] = []
-        for slot in self._slots:
-            value = params[slot.name]
-            if slot.how == "one":
-                bound.append(value)
-            elif slot.how == "in":
-                bound.append(list(value))
-            else:  # one array per column
-                rows = list(value)
-                bound.extend([row[i] for row in rows] for i in range(slot.width))
-        return tuple(bound)
-
-    def _sqlite(self, params: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+        fast = self._fast
+        if fast is not None:
+            return fast[0], fast[1](params)
+        pg = self.dialect == "postgresql"
         shape: list[int] = []
         bound: list[Any] = []
         for slot in self._slots:
             value = params[slot.name]
             if slot.how == "one":
                 bound.append(value)
+            elif pg and slot.how == "in":
+                bound.append(list(value))
+            elif pg:  # one array per column
+                rows = list(value)
+                bound.extend([row[i] for row in rows] for i in range(len(slot.types)))
             elif slot.how == "in":
                 shape.append(len(value))
                 bound.extend(value)
-            else:
+            else:  # padded with rows of NULLs
                 size = _padded(len(value))
                 shape.append(size)
                 for row in value:
                     bound.extend(row)
-                missing = slot.width * (size - len(value))
-                while missing > 0:
-                    pad = _SETTLE_PAD[: min(missing, len(_SETTLE_PAD))]
-                    bound.extend(pad)
-                    missing -= len(pad)
-        key = tuple(shape)
-        text = self._shapes.get(key)
+                bound.extend([None] * (len(slot.types) * (size - len(value))))
+        text = self._text
         if text is None:
-            text = self._shapes[key] = self._sqlite_text(key)
+            key = tuple(shape)
+            text = self._shapes.get(key)
+            if text is None:
+                text = self._shapes[key] = self._build(key)
         return text, tuple(bound)
 
-    def _sqlite_text(self, shape: tuple[int, ...]) -> str:
+    def _build(self, shape: tuple[int, ...]) -> str:
+        """The text for list lengths ``shape`` (SQLite; PostgreSQL's has none)."""
+        pg = self.dialect == "postgresql"
         sizes = iter(shape)
         out: list[str] = []
         for part in self._parts:
             if isinstance(part, str):
                 out.append(part)
             elif part.how == "one":
-                out.append("?")
+                out.append("%s" if pg else "?")
+            elif part.how == "in" and pg:
+                out.append("= ANY(%s)")
             elif part.how == "in":
                 size = next(sizes)
                 out.append(f"IN ({', '.join('?' * size)})" if size else "IN (NULL)")
+            elif pg:
+                out.append(f"SELECT * FROM unnest({', '.join(f'%s::{t}[]' for t in part.types)})")
             else:
-                row = f"({', '.join('?' * part.width)})"
+                row = f"({', '.join('?' * len(part.types))})"
                 out.append("VALUES " + ", ".join([row] * next(sizes)))
         return "".join(out)
 
@@ -283,14 +184,44 @@ class Query:
         return f"Query({self.name!r}, {self.dialect!r})"
 
 
+def _literal(text: str, pg: bool) -> str:
+    return text.replace("%", "%%") if pg else text
+
+
+def _macro(query: str, macro: str, pg: bool) -> str | _Slot:
+    """What ``{macro}`` stands for: a list or rows slot, a lock, a column list."""
+    if macro.startswith("in :"):
+        return _Slot(macro[4:].strip(), "in")
+    if macro.startswith("values :"):
+        name, _, types = macro[8:].partition(" ")
+        typed = tuple(t.strip() for t in types.split(",") if t.strip())
+        if not typed:
+            raise QueryError(f"{query}: {{values :{name}}} names no column types")
+        return _Slot(name, "values", typed)
+    word, _, alias = (part.strip() for part in macro.partition(":"))
+    if word in _LOCKS:
+        return (f"{_LOCKS[word]} {alias}".rstrip()) if pg else ""
+    columns = _columns(word) if word.endswith("_columns") else None
+    if columns is None:
+        raise QueryError(f"query {query!r}: unknown macro {{{macro}}}")
+    return ", ".join(f"{alias}.{c}" for c in columns.split(", ")) if alias else columns
+
+
+def _columns(macro: str) -> str | None:
+    """``{effect_columns}``: ``EFFECT_COLUMNS`` of the record modules."""
+    for module in _RECORDS:
+        columns = getattr(module, macro.upper(), None)
+        if isinstance(columns, str):
+            return columns
+    return None
+
+
 def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     """``params -> (params[name], ...)`` for ``names``, in order."""
-    if not names:
-        return lambda params: ()
     if len(names) == 1:
         name = names[0]
         return lambda params: (params[name],)
-    return operator.itemgetter(*names)
+    return operator.itemgetter(*names) if names else lambda params: ()
 
 
 def _padded(rows: int) -> int:
@@ -299,19 +230,6 @@ def _padded(rows: int) -> int:
     while size < rows:
         size *= 2
     return size
-
-
-def _expand_columns(text: str) -> str:
-    def column_list(match: re.Match[str]) -> str:
-        name, _, alias = match.group(1).partition(":")
-        columns = _COLUMNS.get(name.strip())
-        if columns is None:
-            return match.group(0)
-        if not alias:
-            return columns
-        return ", ".join(f"{alias.strip()}.{c}" for c in columns.split(", "))
-
-    return re.sub(r"\{(\w+_columns(?::\w+)?)\}", column_list, text)
 
 
 class Queries:
@@ -407,8 +325,3 @@ def _package_files() -> dict[str, str]:
 def queries(dialect: str) -> Queries:
     """The packaged queries of ``dialect``, loaded once per process."""
     return load(dialect)
-
-
-def dummy_params(query: Query) -> dict[str, Any]:
-    """Parameters of the right shape (NULLs, one-row lists) to prepare ``query`` with."""
-    return query.dummy_params()

@@ -126,15 +126,6 @@ CREATE TABLE IF NOT EXISTS oncewire_schema (
 )"""
 
 
-def migrations() -> list[runner.Migration]:
-    """(version, name, sql) for every numbered migration file, in order."""
-    return runner.migrations(_PACKAGE)
-
-
-def fresh_schema() -> str:
-    return runner.fresh_schema(_PACKAGE)
-
-
 def split_statements(script: str) -> list[str]:
     """Split a script into complete statements (so they can run inside our own transaction)."""
     statements, buffer = [], ""
@@ -190,11 +181,10 @@ DIALECT = runner.Dialect(
     schema_table=SCHEMA_TABLE,
 )
 
-
-def migrate(conn: sqlite3.Connection, *, use_fresh_schema: bool = True) -> int:
-    """Bring the schema up to date (:func:`oncewire.storage.migrate.migrate`); safe when
-    several processes open the file at once."""
-    return runner.migrate(conn, DIALECT, use_fresh_schema=use_fresh_schema)
+# Under the dialect's lock: safe when several processes open the store at once.
+migrate = DIALECT.migrate
+migrations = DIALECT.migrations
+fresh_schema = DIALECT.fresh_schema
 
 
 # -- transactions ------------------------------------------------------------------------------
@@ -294,6 +284,7 @@ class SQLiteDriver(Driver):
     # limit on bound values and keep the padded statement texts few.
     values_chunk = 128
     transaction_type = SQLiteTransaction
+    schema = DIALECT
 
     def __init__(
         self, url_or_path: str, *, create: bool, busy_timeout_ms: int, synchronous: str
@@ -318,9 +309,6 @@ class SQLiteDriver(Driver):
         runner.check_not_newer(version, migrations()[-1][0])
         self._configure(conn)
         migrate(conn)
-
-    def current_version(self, conn: Any) -> int | None:
-        return current_version(conn)
 
     def health(self, schema_version: int) -> dict[str, Any]:
         conn: sqlite3.Connection = self.conn()
