@@ -141,6 +141,7 @@ def test_every_omitted_key_takes_its_documented_default() -> None:
         True,
         1.0,
     )
+    assert tg.read_timeout_seconds == 10.0
     assert config.tools == ()
     assert (config.webhooks.host, config.webhooks.port) == ("127.0.0.1", 8443)
 
@@ -214,6 +215,10 @@ def test_bad_values_name_the_key(text: str, expected: str) -> None:
         ('name = "x"\nkind = "telegram"\nallowed_users = ["bob"]', "allowed_users: must be a list"),
         ('name = "x"\nkind = "discord"\ninbound = "polling"', "inbound: unknown key"),
         ('name = "x"\nkind = "webhook"', "#1 send_url: is required"),
+        (
+            'name = "x"\nkind = "telegram"\nread_timeout_seconds = 0',
+            "read_timeout_seconds: must be a number of seconds > 0",
+        ),
         (
             'name = "x"\nkind = "webhook"\nsend_url = "https://h/m"\nstreaming = true',
             "a webhook platform cannot edit messages",

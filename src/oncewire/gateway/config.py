@@ -91,6 +91,9 @@ class PlatformConfig:
     # telegram: the environment variable holding the webhook's secret token (webhook mode)
     webhook_secret_env: str | None = None
     edit_interval_seconds: float = 1.0
+    # How long a reply's wire operation waits for the platform's answer before it is a timeout
+    # (maybe delivered: an edit is replayed, a send resent marked).
+    read_timeout_seconds: float = 10.0
     allowed_users: tuple[int, ...] = ()
     send_url: str | None = None  # webhook
     secret_env: str | None = None  # webhook
@@ -213,6 +216,7 @@ _CHAT_KEYS = (
     "api_base",
     "streaming",
     "edit_interval_seconds",
+    "read_timeout_seconds",
     "allowed_users",
 )
 
@@ -239,6 +243,7 @@ def _platform(t: _Table) -> PlatformConfig:
             ),
             streaming=t.boolean("streaming", True),
             edit_interval_seconds=t.seconds("edit_interval_seconds", 1.0),
+            read_timeout_seconds=t.seconds("read_timeout_seconds", 10.0),
             allowed_users=t.user_ids("allowed_users"),
             rate_per_second=t.rate("rate_per_second", TELEGRAM_DEFAULTS.rate_per_second),
             burst=t.integer("burst", TELEGRAM_DEFAULTS.burst, minimum=1),
@@ -256,9 +261,10 @@ def _platform(t: _Table) -> PlatformConfig:
             api_base=t.url("api_base", "https://discord.com/api/v10"),
             streaming=t.boolean("streaming", True),
             edit_interval_seconds=t.seconds("edit_interval_seconds", 1.0),
+            read_timeout_seconds=t.seconds("read_timeout_seconds", 10.0),
             allowed_users=t.user_ids("allowed_users"),
         )
-    t.only("name", "kind", "send_url", "secret_env", "streaming")
+    t.only("name", "kind", "send_url", "secret_env", "streaming", "read_timeout_seconds")
     if t.boolean("streaming", False):
         raise t.error("streaming", "a webhook platform cannot edit messages, so cannot stream")
     return PlatformConfig(
@@ -267,6 +273,7 @@ def _platform(t: _Table) -> PlatformConfig:
         streaming=False,
         send_url=t.url("send_url"),
         secret_env=t.env("secret_env", None),
+        read_timeout_seconds=t.seconds("read_timeout_seconds", 10.0),
     )
 
 

@@ -65,6 +65,7 @@ from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.dispatch import Dispatcher
 from oncewire.gateway.admission import Admitter, telegram_bot_id
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
+from oncewire.gateway.http import Timeouts
 from oncewire.gateway.model import OpenAIChatClient
 from oncewire.gateway.model_results import Interrupt, ModelClient
 from oncewire.gateway.platforms.telegram import (
@@ -185,11 +186,18 @@ class Runner:
             for p in telegram:
                 assert p.api_base is not None
                 adapters[p.name] = TelegramBot(
-                    tokens[p.name], api_base=p.api_base, limiter=RateLimiter(RateLimits.of(p))
+                    tokens[p.name],
+                    api_base=p.api_base,
+                    limiter=RateLimiter(RateLimits.of(p)),
+                    timeouts=Timeouts(read_seconds=p.read_timeout_seconds),
                 )
             for p in hooks:
                 assert p.send_url is not None
-                adapters[p.name] = WebhookPlatform(p.send_url, secret=hook_secrets.get(p.name))
+                adapters[p.name] = WebhookPlatform(
+                    p.send_url,
+                    secret=hook_secrets.get(p.name),
+                    timeouts=Timeouts(read_seconds=p.read_timeout_seconds),
+                )
             platforms: dict[str, Platform] = dict(adapters)
             engine = ReplyEngine(ledger, platforms, owner=self.owner)
             if tools:
