@@ -327,8 +327,8 @@ class Driver(abc.ABC):
     def in_transaction(self, conn: Any) -> bool:
         """Whether ``conn`` has a transaction open."""
 
-    def guarded(self, tx: Transaction) -> GuardedTransaction:
-        """The store's open transaction behind the caller's ``tx`` (refused if it is not open,
+    def tx_conn(self, tx: Transaction) -> Any:
+        """The connection of the caller's open transaction ``tx`` (refused if it is not open,
         or not one of this store's: a verb ending in ``_in_tx`` never writes outside the
         caller's transaction)."""
         tx = store_transaction(tx)
@@ -338,11 +338,7 @@ class Driver(abc.ABC):
                 "transactions; nothing was written"
             )
         tx.check_open()  # never write outside the caller's transaction (autocommit)
-        return tx
-
-    def tx_conn(self, tx: Transaction) -> Any:
-        """The connection of the caller's open transaction ``tx`` (see :meth:`guarded`)."""
-        return self.guarded(tx).conn
+        return tx.conn
 
     def group_commit(self) -> AbstractContextManager[None]:
         """See :meth:`oncewire.storage.store.Store.group_commit`; by default every commit is

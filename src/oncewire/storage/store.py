@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from oncewire.storage.driver import Driver, GuardedTransaction, Transaction
+from oncewire.storage.driver import Driver, GuardedTransaction, Transaction, store_transaction
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.opening import (
     DEFAULT_OPEN_TIMEOUT_SECONDS,
@@ -87,7 +87,10 @@ class Store(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs):
         SAVEPOINT / RELEASE / ROLLBACK TO mean the same on every backend oncewire supports. The
         savepoint is oncewire's: the caller's SQL in ``tx`` may not release or roll back to it.
         """
-        return self.db.guarded(tx).savepoint(name)
+        self.db.tx_conn(tx)  # refused unless it is this store's open transaction
+        inner = store_transaction(tx)
+        assert isinstance(inner, GuardedTransaction)  # what tx_conn accepted
+        return inner.savepoint(name)
 
     def group_commit(self) -> AbstractContextManager[None]:
         """Make the transactions of this thread inside the block durable together at its end.

@@ -219,6 +219,10 @@ class SQLiteTransaction(GuardedTransaction):
     def open_on_connection(self) -> bool:
         return bool(self.conn.in_transaction)
 
+    def check_open(self) -> None:
+        if not (self.is_open and self.conn.in_transaction):  # every verb's check: inlined
+            super().check_open()
+
     def begin(self) -> None:
         if self.conn.in_transaction:
             raise InvalidState("a transaction is already open on this thread")
@@ -311,7 +315,7 @@ class SQLiteDriver(Driver):
         migrate(conn)
 
     def health(self, schema_version: int) -> dict[str, Any]:
-        conn: sqlite3.Connection = self.conn()
+        conn = self.conn()
         with translate_errors("reading settings"):
             journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
             synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
@@ -340,6 +344,12 @@ class SQLiteDriver(Driver):
         conn = self._unconfigured()
         self._configure(conn)
         return conn
+
+    def conn(self) -> sqlite3.Connection:
+        # Every verb asks for it: SQLite's connections do not break under it, so there is
+        # nothing to check once this thread has one.
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        return super().conn() if conn is None else conn
 
     def _unconfigured(self) -> sqlite3.Connection:
         """A connection that has changed nothing yet: :meth:`open` checks the file before
@@ -412,7 +422,7 @@ class SQLiteDriver(Driver):
 
     @contextlib.contextmanager
     def group_commit(self) -> Iterator[None]:
-        conn: sqlite3.Connection = self.conn()
+        conn = self.conn()
         if self.synchronous not in ("FULL", "EXTRA") or self.path == ":memory:":
             yield
             return
@@ -441,7 +451,7 @@ class SQLiteDriver(Driver):
     def lenient(self) -> Iterator[None]:
         """Inside the block, a stored text that is not UTF-8 is read as :class:`UndecodableText`
         instead of failing the statement (for text written around oncewire)."""
-        conn: sqlite3.Connection = self.conn()
+        conn = self.conn()
         conn.text_factory = lenient_text
         try:
             yield
@@ -449,7 +459,7 @@ class SQLiteDriver(Driver):
             conn.text_factory = str
 
     def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        conn: sqlite3.Connection = self.conn()
+        conn = self.conn()
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
@@ -480,7 +490,7 @@ class SQLiteDriver(Driver):
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """A deferred ``BEGIN``: in WAL mode the first read fixes the snapshot, and no lock is
         taken against writers."""
-        conn: sqlite3.Connection = self.conn()
+        conn = self.conn()
         if conn.in_transaction:
             yield conn  # the caller's transaction is the snapshot
             return
