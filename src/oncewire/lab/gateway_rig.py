@@ -1,9 +1,12 @@
 """A real gateway between its two fakes: the harness of the ``gateway`` lab suite and the demo.
 
-:class:`GatewayRig` owns one folder. It starts the fake Telegram Bot API
-(``python -m oncewire.fakes.telegram_api``) and the fake OpenAI-compatible model server
+:class:`GatewayRig` owns one folder. It starts a platform fake, the fake Telegram Bot API
+(``python -m oncewire.fakes.telegram_api``, platform ``fk_tg``: editable) or the fake generic
+webhook platform (``python -m oncewire.fakes.webhook_platform``, platform ``fk_ne``: not
+editable, never streamed), and the fake OpenAI-compatible model server
 (``python -m oncewire.fakes.openai_api``) as child processes, writes a ``gateway.toml`` that
-points the Telegram platform's ``api_base`` and ``model.base_url`` at them, and runs
+points the platform (Telegram's ``api_base``, or the webhook platform's ``send_url``, with the
+gateway's webhook server as the fake's delivery address) and ``model.base_url`` at them, and runs
 ``python -m oncewire gateway run`` in a process group of its own, so that :meth:`kill9` takes
 the whole group down with SIGKILL and nothing else. :meth:`start` again runs a new gateway on
 the same store and the same fakes.
@@ -22,6 +25,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,11 +38,14 @@ from typing import Any
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.lab.framework import ProcessRecord
 from oncewire.platforms.fake import ChatView
-from oncewire.replies import TELEGRAM_LIKE
+from oncewire.replies import NON_EDITABLE, TELEGRAM_LIKE
 
 __all__ = [
     "BOT_TOKEN",
     "CHAT",
+    "HOOK_CHAT",
+    "HOOK_PLATFORM",
+    "KINDS",
     "PLATFORM",
     "BotMessage",
     "GatewayRig",
@@ -49,6 +56,11 @@ __all__ = [
 PLATFORM = "fk_tg"  # the gateway's platform name, and the name in the fake's chat journal
 BOT_TOKEN = "123456:fake-LAB-token"  # the only token the fake Bot API accepts
 CHAT = "4242"  # the user's private chat
+HOOK_PLATFORM = "fk_ne"  # the webhook platform's name, in the gateway and in its journal
+HOOK_CHAT = "lab-chat"  # the user's chat on the webhook platform
+HOOK_SECRET_ENV = "LAB_HOOK_SECRET"  # the variable holding the webhook platform's HMAC secret
+HOOK_SECRET = "lab-webhook-secret"
+KINDS = ("telegram", "webhook")  # the platform a rig puts in front of the gateway
 START_SECONDS = 30.0  # how long a fake or the gateway may take to say it is ready
 GATEWAY_EXTRA = ("httpx2", "starlette", "uvicorn")  # oncewire[gateway]
 
@@ -99,6 +111,12 @@ def _read_line(process: subprocess.Popen[str], what: str) -> str:
     return process.stdout.readline()
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _stop(process: subprocess.Popen[str] | None) -> None:
     if process is not None and process.poll() is None:
         process.kill()
@@ -111,7 +129,8 @@ class GatewayRig:
 
     ``script`` is the fake model's script (see :mod:`oncewire.fakes.openai_api`): a list of
     responses consumed in order across every gateway the rig starts. ``streaming`` says whether
-    the gateway previews the answer while the model streams it.
+    the gateway previews the answer while the model streams it; ``platform`` is ``telegram``
+    or ``webhook`` (never streamed: it cannot edit).
     """
 
     def __init__(
@@ -123,23 +142,31 @@ class GatewayRig:
         streaming: bool = True,
         read_timeout_seconds: float = 10.0,
         log: Callable[[str], None] | None = None,
+        platform: str = "telegram",
     ) -> None:
+        if platform not in KINDS:
+            raise ValueError(f"unknown platform {platform!r} (one of {KINDS})")
         self.folder = folder
         self.db = db
         self.dialect = dialect_of(db)
-        self.streaming = streaming
+        self.kind = platform
+        self.platform = PLATFORM if platform == "telegram" else HOOK_PLATFORM
+        self.chat = CHAT if platform == "telegram" else HOOK_CHAT
+        self.profile = TELEGRAM_LIKE if platform == "telegram" else NON_EDITABLE
+        self.streaming = streaming and platform == "telegram"
         self.read_timeout_seconds = read_timeout_seconds
         self._log = log
         folder.mkdir(parents=True, exist_ok=True)
-        self.telegram_dir = folder / "telegram"
+        self.platform_dir = folder / platform
         self.model_dir = folder / "model"
         self.model_dir.mkdir(exist_ok=True)
         (self.model_dir / "script.json").write_text(json.dumps(script), encoding="utf-8")
         self.config = folder / "gateway.toml"
-        self.telegram: subprocess.Popen[str] | None = None
+        self.fake: subprocess.Popen[str] | None = None  # the platform fake
         self.model: subprocess.Popen[str] | None = None
         self.gateway: subprocess.Popen[str] | None = None
-        self.telegram_base = ""
+        self.platform_base = ""
+        self.webhook_port = _free_port() if platform == "webhook" else 0
         self.model_base = ""
         self.starts = 0
         self.processes: list[ProcessRecord] = []  # every gateway that ended, for the evidence
@@ -155,28 +182,26 @@ class GatewayRig:
 
     def start_fakes(self) -> None:
         """Start both fakes (once) and write the gateway.toml that points at them."""
-        if self.telegram is not None:
+        if self.fake is not None:
             return
-        self.telegram = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "oncewire.fakes.telegram_api",
-                "--port",
-                "0",
-                "--journal",
-                str(self.telegram_dir),
-                "--token",
-                BOT_TOKEN,
-                "--name",
-                PLATFORM,
-            ],
-            env=_child_env(),
+        common = ["--port", "0", "--journal", str(self.platform_dir), "--name", self.platform]
+        extra: dict[str, str] = {}
+        if self.kind == "telegram":
+            module, what = "oncewire.fakes.telegram_api", "the fake Bot API"
+            args = ["--token", BOT_TOKEN]
+        else:
+            module, what = "oncewire.fakes.webhook_platform", "the fake webhook platform"
+            extra = {HOOK_SECRET_ENV: HOOK_SECRET}
+            deliver_to = f"http://127.0.0.1:{self.webhook_port}/webhook/{self.platform}"
+            args = ["--secret-env", HOOK_SECRET_ENV, "--deliver-to", deliver_to]
+        self.fake = subprocess.Popen(
+            [sys.executable, "-m", module, *common, *args],
+            env=_child_env(extra),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
         )
-        self.telegram_base = f"http://127.0.0.1:{_ready_port(self.telegram, 'the fake Bot API')}"
+        self.platform_base = f"http://127.0.0.1:{_ready_port(self.fake, what)}"
         self.model = subprocess.Popen(
             [
                 sys.executable,
@@ -213,14 +238,35 @@ max_retries = 1
 
 [turns]
 max_concurrent = 2
+{self._platform_toml()}"""
 
+    def _platform_toml(self) -> str:
+        if self.kind == "webhook":
+            return f"""
 [[platforms]]
-name = "{PLATFORM}"
+name = "{self.platform}"
+kind = "webhook"
+send_url = {json.dumps(self.platform_base + "/messages")}
+secret_env = "{HOOK_SECRET_ENV}"
+streaming = false
+
+[webhooks]
+bind = "127.0.0.1:{self.webhook_port}"
+"""
+        return f"""
+[[platforms]]
+name = "{self.platform}"
 kind = "telegram"
 token_env = "TELEGRAM_BOT_TOKEN"
-api_base = {json.dumps(self.telegram_base)}
+api_base = {json.dumps(self.platform_base)}
 streaming = {json.dumps(self.streaming)}
 edit_interval_seconds = 0.05
+# The local rate limiter opened wide, as seed 002 runs it: the fake has no limit of its own,
+# and previews refused by the limiter would stop before a scenario's instant is reached.
+rate_per_second = 1000
+burst = 1000
+chat_rate_per_second = 1000
+chat_burst = 1000
 """
 
     def start(self, *, arm: str | None = None, token: Path | None = None) -> int:
@@ -232,7 +278,7 @@ edit_interval_seconds = 0.05
         if self.gateway is not None and self.gateway.poll() is None:
             raise RigError("a gateway is already running")
         self.start_fakes()
-        extra = {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}
+        extra = {"TELEGRAM_BOT_TOKEN": BOT_TOKEN, HOOK_SECRET_ENV: HOOK_SECRET}
         if arm:
             extra["ONCEWIRE_CRASH"] = arm
             if token is not None:
@@ -254,7 +300,7 @@ edit_interval_seconds = 0.05
         except RigError:
             self.kill9()
             raise
-        if line.strip() != "ready":
+        if line.strip() != "ready" and not line.startswith("ready port="):
             self.kill9()
             log = self.log_path(self.starts).read_text(encoding="utf-8")[-2000:]
             raise RigError(f"the gateway did not start: {line!r}\n{log}")
@@ -319,20 +365,20 @@ edit_interval_seconds = 0.05
         then both fakes."""
         if self.gateway is not None:
             self.terminate(timeout_seconds=10.0)
-        _stop(self.telegram)
+        _stop(self.fake)
         _stop(self.model)
 
     def note(self, text: str) -> None:
         if self._log is not None:
             self._log(text)
 
-    # -- the fake Bot API --------------------------------------------------------------------
+    # -- the platform fake -------------------------------------------------------------------
     def control(self, action: str, **params: Any) -> dict[str, Any]:
-        """Call the fake Bot API's ``/control/ACTION`` route."""
-        if not self.telegram_base:
+        """Call the platform fake's ``/control/ACTION`` route."""
+        if not self.platform_base:
             raise RigError("the fakes are not started")
         request = urllib.request.Request(
-            f"{self.telegram_base}/control/{action}",
+            f"{self.platform_base}/control/{action}",
             data=json.dumps(params).encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
@@ -341,27 +387,31 @@ edit_interval_seconds = 0.05
             result: dict[str, Any] = json.loads(answer.read())
         return result
 
-    def inject(self, text: str) -> int:
-        """The user sends ``text``; the Telegram message id it got."""
-        return int(self.control("inject", chat_id=int(CHAT), text=text)["message_id"])
+    def inject(self, text: str) -> str:
+        """The user sends ``text``; the platform's id of the message."""
+        if self.kind == "telegram":
+            sent = self.control("inject", chat_id=int(CHAT), text=text)
+        else:
+            sent = self.control("inject", chat=HOOK_CHAT, text=text)
+        return str(sent["message_id"])
 
     def fault(self, kind: str, **params: Any) -> None:
-        """Arm a fault on the fake Bot API (a :class:`~oncewire.platforms.fake.Fault`)."""
-        self.control("fault", kind=kind, chat=CHAT, **params)
+        """Arm a fault on the platform fake (a :class:`~oncewire.platforms.fake.Fault`)."""
+        self.control("fault", kind=kind, chat=self.chat, **params)
 
     def view(self) -> ChatView:
-        return ChatView([self.telegram_dir / "chat.jsonl"])
+        return ChatView([self.platform_dir / "chat.jsonl"])
 
     def visible(self) -> list[BotMessage]:
         """The bot's messages in the user's chat, as the user sees them now."""
         out = []
-        for message in self.view().visible(PLATFORM, CHAT):
-            text, marked = TELEGRAM_LIKE.strip_marker(message.text)
+        for message in self.view().visible(self.platform, self.chat):
+            text, marked = self.profile.strip_marker(message.text)
             out.append(BotMessage(message.message_id, text, marked, message.edits))
         return out
 
     def operations(self) -> int:
-        """How many operations (sends, edits, deletes) the fake Bot API has applied."""
+        """How many operations (sends, edits, deletes) the platform fake has applied."""
         return len(self.view().operations)
 
     def faults_fired(self) -> list[str]:

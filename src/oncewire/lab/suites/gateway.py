@@ -1,8 +1,9 @@
 """Suite ``gateway``: the real ``oncewire gateway run`` process, SIGKILLed and started again.
 
-Each scenario runs in a folder of its own: the fake Telegram Bot API and the fake model server
-as child processes, a store on the lab's backend (a SQLite file, or a fresh schema of the
-PostgreSQL database given to the lab), and the gateway in a process group of its own
+Each scenario runs in a folder of its own: a platform fake (the fake Telegram Bot API, or the
+fake generic webhook platform, which cannot edit) and the fake model server as child processes,
+a store on the lab's backend (a SQLite file, or a fresh schema of the PostgreSQL database given
+to the lab), and the gateway in a process group of its own
 (:class:`~oncewire.lab.gateway_rig.GatewayRig`). The user writes through the fake's control
 route; the gateway is killed from outside with SIGKILL (or kills itself at an armed crash
 point), then started again on the same store. Every verdict is read from the fake's chat
@@ -14,13 +15,29 @@ store's rows read directly, never from the gateway's output:
   resumes the turn and the user sees one complete, unmarked answer;
 * ``killed_mid_preview``: killed while a recorded preview shows half of the answer and the
   stream stalls; the restart edits that same message into the complete answer;
-* ``killed_with_send_held``: the answer is committed, its send parked on the platform (never
-  applied) when the gateway is killed; the restart delivers it once, without asking the model
-  again (marked: the gateway cannot rule out that the parked send landed);
+* ``completed_not_ledgered`` (seed 002 crash cell C1, webhook platform): the crash point
+  ``replies.committed_not_sent``, the answer and its reply record committed, the delivery not
+  started; the restart sends it once, unmarked, without asking the model again;
+* ``killed_with_send_held`` (C2, webhook platform): the answer is committed, its send parked on
+  the platform (never applied) when the gateway is killed; the restart delivers it once,
+  without asking the model again (marked: the gateway cannot rule out that the parked send
+  landed);
 * ``crash_point_send_in_flight``: the same window reached by the crash point
   ``replies.send_in_flight`` armed in the gateway process, which kills itself there;
-* ``killed_with_send_ack_lost``: the platform accepted the send, its acknowledgement died with
-  the gateway; after the restart the user sees the answer, and a second copy only marked;
+* ``killed_with_final_edit_held`` (C3, Telegram, streaming): the edit showing the whole answer
+  is parked (never applied) when the gateway is killed; after the restart the user sees one
+  unmarked answer in that message (the edit replayed, or the unfinished turn resumed onto it);
+* ``killed_with_send_ack_lost`` (C4, webhook platform): the platform accepted the send, its
+  acknowledgement died with the gateway; after the restart the user sees the answer, and a
+  second copy only marked;
+* ``killed_with_final_edit_ack_lost`` (C5, Telegram, streaming): the platform applied the edit
+  showing the whole answer, its acknowledgement parked; the answer is committed meanwhile (a
+  parked preview does not hold the commit back), then the kill; the restart replays the edit
+  ("not modified"): one unmarked answer, the model asked once;
+* ``killed_with_whole_answer_previewed`` (C6, the seed's LIVE GAP cell 2): a preview shows the
+  whole answer while the model's stream stays open, nothing persisted, when the gateway is
+  killed; the restart resumes the turn with the recovery note, the model answers again and that
+  answer is edited into the same message: the text the user saw first was never an answer;
 * ``idle_restart``: everything answered and delivered, SIGKILL and a restart: it sends nothing
   and asks the model nothing (seed audit A2);
 * ``armed_*``: every registered ``replies.*`` crash point armed in a streaming gateway in turn.
@@ -31,15 +48,21 @@ store's rows read directly, never from the gateway's output:
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from oncewire.lab.framework import LabContext, ScenarioResult, Suite
 from oncewire.lab.gateway_rig import GatewayRig, RigError, missing_gateway_extra
+from oncewire.lab.suites.gateway_cells import CELLS, HELD
+from oncewire.lab.suites.gateway_verdict import (
+    KILLED,
+    Scenario,
+    check_answer,
+    died_at,
+    killed,
+    text_answer,
+)
 
 __all__ = [
     "SCENARIOS",
@@ -51,87 +74,9 @@ __all__ = [
     "run_gateway",
 ]
 
-KILLED = -signal.SIGKILL
 IDLE_SECONDS = 1.5  # how long an idle restart is watched for a send or a model request
-EXPECTATIONS = ("exact", "one_copy", "marked_dupes")
 
 
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    description: str
-    run: Callable[[GatewayRig, ScenarioResult, Path], None]
-    script: tuple[dict[str, Any], ...]
-    streaming: bool = True
-
-
-def check_answer(
-    result: ScenarioResult,
-    rig: GatewayRig,
-    answer: str,
-    expect: str,
-    inbound_id: int = 1,
-    *,
-    leftovers: bool = False,
-) -> None:
-    """The message was answered once with ``answer`` and delivered, as the store says, and the
-    user sees it: ``exact``, one unmarked message; ``one_copy``, one message (marked only where
-    the gateway could not rule out an earlier copy); ``marked_dupes``, at most one unmarked
-    copy and every other message a marked copy. A marked copy needs an ambiguous send in the
-    record. No partial answer is left on screen, unless ``leftovers`` allows a piece of the
-    answer where the record holds an ambiguous send (a send whose acknowledgement was lost
-    leaves a message nobody can edit: its id was never recorded)."""
-    if expect not in EXPECTATIONS:
-        raise ValueError(f"unknown expectation {expect!r}")
-    inbound = {row["id"]: row for row in rig.inbound()}
-    row = inbound.get(inbound_id)
-    result.require(
-        row is not None and row["status"] == "delivered",
-        f"inbound {inbound_id} is {row and row['status']}, not delivered",
-    )
-    replies = [r for r in rig.replies() if r["inbound_id"] == inbound_id]
-    result.require(len(replies) == 1, f"{len(replies)} reply records for inbound {inbound_id}")
-    for reply in replies:
-        result.require(reply["state"] == "delivered", f"the reply is {reply['state']}")
-        result.require(reply["final_text"] == answer, f"committed {reply['final_text']!r}")
-    runs = [r for r in rig.runs() if r["run_id"] == f"turn:{inbound_id}"]
-    result.require(
-        [r["status"] for r in runs] == ["answered"], f"the turn's run is {runs or 'missing'}"
-    )
-    terminated = rig.run_events(f"turn:{inbound_id}").count("run_terminated")
-    result.require(terminated == 1, f"the turn terminated {terminated} times")
-
-    shown = rig.visible()
-    seen = [(m.text, m.marked) for m in shown]
-    ambiguous = [o for o in rig.reply_ops() if o["state"] == "ambiguous"]
-    others = [m for m in shown if m.text != answer]
-    pieces = [m for m in others if m.text and answer.startswith(m.text)]
-    if leftovers and ambiguous:
-        result.require(pieces == others, f"a message that is no piece of the answer: {seen}")
-    else:
-        result.require(not others, f"a partial or other message: {seen}")
-    copies = [m for m in shown if m.text == answer]
-    unmarked = [m for m in copies if not m.marked]
-    if expect == "exact":
-        result.require(seen == [(answer, False)], f"expected one unmarked answer, saw {seen}")
-    elif expect == "one_copy":
-        result.require(len(copies) == 1, f"expected one copy of the answer, saw {seen}")
-    else:
-        result.require(bool(copies), f"the answer is not visible: {seen}")
-        result.require(len(unmarked) <= 1, f"{len(unmarked)} unmarked copies: {seen}")
-    if any(m.marked for m in shown):
-        result.require(bool(ambiguous), "a marked copy with no ambiguous send in the record")
-
-
-def _killed(result: ScenarioResult, code: int) -> None:
-    result.require(code == KILLED, f"the gateway was not killed by SIGKILL (exit {code})")
-
-
-def _send_parked(rig: GatewayRig) -> bool:
-    return "park" in rig.faults_fired()
-
-
-# -- scenarios -------------------------------------------------------------------------------
 PLAIN = "Hello from the model, streamed in small pieces."
 
 
@@ -155,7 +100,7 @@ def killed_while_model_hangs(rig: GatewayRig, result: ScenarioResult, folder: Pa
     rig.start()
     rig.inject("a question the model hangs on")
     rig.wait(lambda: len(rig.model_requests()) == 1, "the model request")
-    _killed(result, rig.kill9())
+    killed(result, rig.kill9())
     result.before = rig.snapshot()
     result.require(rig.visible() == [], "something was shown before the answer existed")
     rig.start()
@@ -190,7 +135,7 @@ def killed_mid_preview(rig: GatewayRig, result: ScenarioResult, folder: Path) ->
         len(shown) == 1 and shown[0] != PREVIEWED and PREVIEWED.startswith(shown[0]),
         f"the preview does not show part of the answer: {shown}",
     )
-    _killed(result, rig.kill9())
+    killed(result, rig.kill9())
     result.before = rig.snapshot()
     rig.start()
     rig.wait_inbound("delivered")
@@ -198,64 +143,16 @@ def killed_mid_preview(rig: GatewayRig, result: ScenarioResult, folder: Path) ->
     result.require(len(rig.model_requests()) == 2, "the model was not asked exactly twice")
 
 
-HELD = "An answer whose send was cut short."
-
-
-def killed_with_send_held(rig: GatewayRig, result: ScenarioResult, folder: Path) -> None:
-    rig.start_fakes()
-    # The send parks on the platform before it is applied (never, while the scenario runs).
-    rig.fault("hold", op="send", hold_seconds=600, name="park")
-    rig.start()
-    rig.inject("question")
-    rig.wait(lambda: _send_parked(rig), "the send to park on the platform")
-    _killed(result, rig.kill9())
-    result.before = rig.snapshot()
-    statuses = [row["status"] for row in rig.inbound()]
-    result.require(statuses == ["answered"], f"before the restart the inbound is {statuses}")
-    result.require(rig.visible() == [], "the parked send was shown before the restart")
-    rig.start()
-    rig.wait_inbound("delivered")
-    check_answer(result, rig, HELD, "one_copy")
-    result.require(len(rig.model_requests()) == 1, "the committed answer was asked for again")
-
-
 def crash_point_send_in_flight(rig: GatewayRig, result: ScenarioResult, folder: Path) -> None:
     token = folder / "crash.token"
     rig.start(arm="replies.send_in_flight", token=token)
     rig.inject("question")
-    code = rig.wait_exit(20.0)
-    result.require(token.exists(), "replies.send_in_flight was never reached in the gateway")
-    if code is None:
-        code = rig.kill9()
-        result.require(False, "the armed gateway did not kill itself")
-    _killed(result, code)
+    died_at(result, rig, "replies.send_in_flight", token)
     result.before = rig.snapshot()
     result.require(rig.visible() == [], "the send was shown although the process died first")
     rig.start()
     rig.wait_inbound("delivered")
     check_answer(result, rig, HELD, "one_copy")
-    result.require(len(rig.model_requests()) == 1, "the committed answer was asked for again")
-
-
-ACK_LOST = "An answer whose acknowledgement was lost."
-
-
-def killed_with_send_ack_lost(rig: GatewayRig, result: ScenarioResult, folder: Path) -> None:
-    rig.start_fakes()
-    # The platform applies the send, then parks its acknowledgement.
-    rig.fault("hold_after", op="send", hold_seconds=600, name="park")
-    rig.start()
-    rig.inject("question")
-    rig.wait(lambda: _send_parked(rig), "the send's acknowledgement to park")
-    _killed(result, rig.kill9())
-    result.before = rig.snapshot()
-    result.require(
-        [(m.text, m.marked) for m in rig.visible()] == [(ACK_LOST, False)],
-        "the accepted send is not what the user sees before the restart",
-    )
-    rig.start()
-    rig.wait_inbound("delivered")
-    check_answer(result, rig, ACK_LOST, "marked_dupes")
     result.require(len(rig.model_requests()) == 1, "the committed answer was asked for again")
 
 
@@ -266,7 +163,7 @@ def idle_restart(rig: GatewayRig, result: ScenarioResult, folder: Path) -> None:
     rig.start()
     rig.inject("one question")
     rig.wait_inbound("delivered")
-    _killed(result, rig.kill9())  # unclean: nothing in flight, but no drain either
+    killed(result, rig.kill9())  # unclean: nothing in flight, but no drain either
     result.before = rig.snapshot()
     operations, requests = rig.operations(), len(rig.model_requests())
     rig.start()
@@ -301,7 +198,7 @@ def armed(point: str) -> Callable[[GatewayRig, ScenarioResult, Path], None]:
             return
         code = rig.wait_exit(10.0)
         result.require(code is not None, f"the gateway went on after {point} fired")
-        _killed(result, KILLED if code is None else code)
+        killed(result, KILLED if code is None else code)
         result.before = rig.snapshot()
         rig.start()
         rig.wait_inbound("delivered")
@@ -323,15 +220,11 @@ def crash_point_scenarios() -> tuple[Scenario, ...]:
             f"armed_{name.removeprefix('replies.')}",
             f"{name} armed in the gateway; answered once after the restart",
             armed(name),
-            (_text(STREAMED, chunk_chars=8, delay_per_chunk=0.03),) * 2,
+            (text_answer(STREAMED, chunk_chars=8, delay_per_chunk=0.03),) * 2,
         )
         for name in crash.registry()
         if name.startswith("replies.")
     )
-
-
-def _text(text: str, **extra: Any) -> dict[str, Any]:
-    return {"kind": "text", "text": text, **extra}
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -339,13 +232,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         "plain_message",
         "one message answered once",
         plain_message,
-        (_text(PLAIN, chunk_chars=6),),
+        (text_answer(PLAIN, chunk_chars=6),),
     ),
     Scenario(
         "killed_while_model_hangs",
         "SIGKILL while the model stream hangs; the restart answers once",
         killed_while_model_hangs,
-        ({"kind": "hang", "seconds": 600}, _text(HUNG)),
+        ({"kind": "hang", "seconds": 600}, text_answer(HUNG)),
     ),
     Scenario(
         "killed_mid_preview",
@@ -353,35 +246,22 @@ SCENARIOS: tuple[Scenario, ...] = (
         killed_mid_preview,
         (
             {"kind": "stall_mid_stream", "text": PREVIEWED, "after_chars": 20, "seconds": 600},
-            _text(PREVIEWED, chunk_chars=8),
+            text_answer(PREVIEWED, chunk_chars=8),
         ),
     ),
-    Scenario(
-        "killed_with_send_held",
-        "SIGKILL with the committed answer's send parked; delivered once after the restart",
-        killed_with_send_held,
-        (_text(HELD),),
-        streaming=False,
-    ),
+    *CELLS,
     Scenario(
         "crash_point_send_in_flight",
         "replies.send_in_flight armed in the gateway; delivered once after the restart",
         crash_point_send_in_flight,
-        (_text(HELD),),
-        streaming=False,
-    ),
-    Scenario(
-        "killed_with_send_ack_lost",
-        "SIGKILL with the send accepted and its acknowledgement lost; a second copy only marked",
-        killed_with_send_ack_lost,
-        (_text(ACK_LOST),),
+        (text_answer(HELD),),
         streaming=False,
     ),
     Scenario(
         "idle_restart",
         "SIGKILL and a restart with nothing pending: no send, no model request",
         idle_restart,
-        (_text(IDLE),),
+        (text_answer(IDLE),),
     ),
 )
 
@@ -405,7 +285,9 @@ def run_scenario(ctx: LabContext, scenario: Scenario) -> ScenarioResult:
     started = time.monotonic()
     folder = ctx.scenario_dir("gateway", scenario.name)
     db = _store(ctx, folder, f"gateway/{scenario.name}")
-    rig = GatewayRig(folder, db, list(scenario.script), streaming=scenario.streaming)
+    rig = GatewayRig(
+        folder, db, list(scenario.script), streaming=scenario.streaming, platform=scenario.platform
+    )
     try:
         scenario.run(rig, result, folder)
     except RigError as exc:
@@ -420,6 +302,7 @@ def run_scenario(ctx: LabContext, scenario: Scenario) -> ScenarioResult:
     after = result.after or {}
     result.summary = {
         "description": scenario.description,
+        "platform": rig.platform,
         "gateway_starts": rig.starts,
         "exit_codes": [p.exit_code for p in result.processes],
         "visible": [(m["text"], m["marked"]) for m in after.get("visible", [])],
