@@ -9,7 +9,9 @@ thread.
   call timed out is abandoned (a thread cannot be stopped from outside): it is replaced, and
   when its call ever returns the answer is dropped, because the attempt was already recorded.
 * ``async def`` sinks: the runner owns one event loop in a thread of its own; at most
-  ``concurrency`` coroutines are in flight. A timed-out coroutine is cancelled.
+  ``concurrency`` coroutines are in flight. A timed-out coroutine is cancelled. When the
+  dispatcher stops, each async sink that has an ``async def aclose()`` is awaited on the loop
+  (a connection it made there is closed there), then the loop stops.
 
 A call that has not started when the dispatcher stops is taken back (:meth:`SinkRunner.
 take_unstarted`): its sink was never called, so the dispatcher can say so.
@@ -37,6 +39,7 @@ __all__ = ["Call", "SinkRunner"]
 log = logging.getLogger("oncewire.dispatch")
 
 _ids = itertools.count(1)
+SINK_CLOSE_SECONDS = 2.0  # each async sink's aclose(), when the dispatcher stops
 _thread_numbers = itertools.count(1)
 
 
@@ -116,6 +119,7 @@ class SinkRunner:
         self._loop_thread: threading.Thread | None = None
         self._async_waiting: deque[Call] = deque()  # guarded by _lock
         self._async_running = 0  # only touched on the loop
+        self._async_sinks: dict[int, Any] = {}  # the async sinks called, by id: closed at the end
 
     # -- what the dispatcher looks at -----------------------------------------------------------
     def has_room(self) -> bool:
@@ -255,6 +259,7 @@ class SinkRunner:
             if call is None:
                 return
             self._async_running += 1
+            self._async_sinks.setdefault(id(call.spec.sink), call.spec.sink)
             call.future = asyncio.ensure_future(self._run_async(call))
 
     async def _run_async(self, call: Call) -> None:  # on the loop
@@ -292,6 +297,12 @@ class SinkRunner:
         self._loop = self._loop_thread = None
         if loop is None or thread is None:
             return
+        # An async sink's own resources (a connection made on this loop) are closed on it.
+        closing = asyncio.run_coroutine_threadsafe(_aclose(self._async_sinks.values()), loop)
+        try:
+            closing.result(timeout=SINK_CLOSE_SECONDS + 1)
+        except Exception:  # closing is a courtesy; the loop is stopped either way
+            log.warning("async sinks did not close within %ss", SINK_CLOSE_SECONDS)
 
         def shut() -> None:
             for task in asyncio.all_tasks(loop):
@@ -302,3 +313,15 @@ class SinkRunner:
         thread.join(timeout=2)
         if not thread.is_alive():
             loop.close()
+
+
+async def _aclose(sinks: Any) -> None:
+    """Await each sink's ``aclose()`` (if it has one), each for at most SINK_CLOSE_SECONDS."""
+    for sink in list(sinks):
+        aclose = getattr(sink, "aclose", None)
+        if aclose is None:
+            continue
+        try:
+            await asyncio.wait_for(aclose(), SINK_CLOSE_SECONDS)
+        except Exception:
+            log.warning("closing the sink %r failed", sink, exc_info=True)

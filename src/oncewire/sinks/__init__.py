@@ -1,6 +1,7 @@
 """sinks: adapters that perform effects."""
 
+from oncewire.sinks.nats import NatsJetStreamSink
 from oncewire.sinks.receipts import ReceiptsSink
 from oncewire.sinks.subprocess import SubprocessSink
 
-__all__ = ["ReceiptsSink", "SubprocessSink"]
+__all__ = ["NatsJetStreamSink", "ReceiptsSink", "SubprocessSink"]
