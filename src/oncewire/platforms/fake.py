@@ -23,7 +23,8 @@ text, and fire a bounded number of times (counted in the journal, across restart
 An edit of a message deleted before answers :class:`Gone` too, as Telegram's "message to edit
 not found" does; a repeated delete is a no-op. With ``honour_keys`` the fake drops a send whose
 ``request.idempotency_key`` it accepted before (as a Discord nonce or an ``Idempotency-Key``
-header does) and answers the message that send made.
+header does) and answers the message that send made; ``key_window_seconds`` bounds how long a
+key is remembered (a Discord nonce: minutes), counted from the send that made the message.
 
 ``python -m oncewire.platforms.fake view JOURNAL...`` prints what each chat shows;
 ``python -m oncewire.platforms.fake serve ...`` runs a fake as its own process
@@ -115,10 +116,13 @@ class FakePlatform:
         name: str | None = None,
         faults: Sequence[Fault] = (),
         honour_keys: bool = False,
+        key_window_seconds: float = float("inf"),
     ) -> None:
         self.journal = Path(journal)
         self.honour_keys = honour_keys
-        self._keys: dict[str, str] = {}  # idempotency key -> the message its send made
+        self.key_window_seconds = key_window_seconds
+        # idempotency key -> (the message its send made, when it was made)
+        self._keys: dict[str, tuple[str, float]] = {}
         self._profile = profile
         self.name = name or profile.name
         self.faults = [f if f.name else _named(f, str(n)) for n, f in enumerate(faults)]
@@ -134,7 +138,7 @@ class FakePlatform:
                 self._next_id = max(self._next_id, int(entry["message_id"]) + 1)
                 self._alive[entry["message_id"]] = entry["chat"]
                 if entry.get("key"):
-                    self._keys[entry["key"]] = entry["message_id"]
+                    self._keys[entry["key"]] = (entry["message_id"], float(entry["ts"]))
             elif entry["event"] == "delete":
                 self._alive.pop(entry["message_id"], None)
                 self._deleted[entry["message_id"]] = entry["chat"]
@@ -254,14 +258,17 @@ class FakePlatform:
         self, op: str, request: SendRequest, message_id: str | None, text: str
     ) -> WireOutcome:
         key = request.idempotency_key if op == "send" else None
-        if self.honour_keys and key in self._keys:
-            return Delivered(self._keys[key])  # a repeat of a key: the platform drops it
+        now = time.time()
+        if self.honour_keys and key is not None and key in self._keys:
+            made, at = self._keys[key]
+            if now - at < self.key_window_seconds:
+                return Delivered(made)  # a repeat of a key: the platform drops it
         if op == "send":
             message_id = str(self._next_id)
             self._next_id += 1
             self._alive[message_id] = request.chat
             if key is not None:
-                self._keys[key] = message_id
+                self._keys[key] = (message_id, now)
         elif op == "delete" and message_id in self._deleted:
             if self._deleted[message_id] == request.chat:
                 return Delivered(message_id)  # already gone: a repeated delete is a no-op
@@ -283,7 +290,7 @@ class FakePlatform:
                 "message_id": message_id,
                 "text": text,
                 "key": key,
-                "ts": time.time(),
+                "ts": now,
             }
         )
         assert message_id is not None
