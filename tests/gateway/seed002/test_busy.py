@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import assert_exactly_once, copies_of, user_rows
 from tests.gateway.seed002.harness import PLATFORMS, STREAMING, Seed002, answer, header
 
@@ -74,3 +75,8 @@ def test_b2_slow_turn_interrupted_by_followup(rig: Seed002, platform: str) -> No
     assert runs[f"turn:{first['id']}"]["status"] == "interrupted", ctx
     assert copies_of(rig, platform, chat, f"A-{t1}") == [], ctx
     assert len(rig.view().visible(platform, chat)) == 1, ctx
+
+
+# A1 and A2 run last on this module's gateway.
+test_zz_whole_run_audit = audits.test_zz_whole_run_audit
+test_zzz_unclean_restart_reruns_nothing = audits.test_zzz_unclean_restart_reruns_nothing

@@ -35,7 +35,9 @@ from tests.gateway.seed002.harness import NE, TG, Seed002, answer, footer, heade
 pytestmark = pytest.mark.crash
 
 HOLD_SECONDS = 600.0  # a parked operation outlives the cell: only the kill ends it
-PACED: dict[str, Any] = {"chunk_chars": 8, "delay_per_chunk": 0.03}  # a prefix previews first
+# ~1.5 s of stream on Telegram: even on a busy host the first preview shows only a prefix, so
+# the whole answer first appears in an edit of a recorded message, as in the seed's cells.
+PACED: dict[str, Any] = {"chunk_chars": 8, "delay_per_chunk": 0.1}
 
 
 @dataclass(frozen=True)

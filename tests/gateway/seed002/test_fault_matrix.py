@@ -25,6 +25,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import Expect, assert_exactly_once
 from tests.gateway.seed002.harness import (
     HOOK_SECRET,
@@ -220,3 +221,7 @@ def test_every_main_request_offers_tools(rig: Seed002) -> None:
 
 
 __all__ = ["FAULTS", "NE", "STREAMING", "TG", "run_cell"]
+
+# A1 and A2 run last on this module's gateway (the negative controls' neg- chats left out).
+test_zz_whole_run_audit = audits.test_zz_whole_run_audit
+test_zzz_unclean_restart_reruns_nothing = audits.test_zzz_unclean_restart_reruns_nothing

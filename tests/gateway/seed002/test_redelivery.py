@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import assert_exactly_once, user_rows
 from tests.gateway.seed002.harness import NE, PLATFORMS, Seed002, answer
 
@@ -63,3 +64,8 @@ def test_redelivered_inbound_id_processed_once(rig: Seed002, platform: str, when
     assert_exactly_once(rig, platform, chat, token, aid, "exact")
     (row,) = user_rows(rig, platform, chat, token)
     assert row["status"] == "delivered" and row["attempts"] == 1, row
+
+
+# A1 and A2 run last on this module's gateway.
+test_zz_whole_run_audit = audits.test_zz_whole_run_audit
+test_zzz_unclean_restart_reruns_nothing = audits.test_zzz_unclean_restart_reruns_nothing
