@@ -17,7 +17,8 @@ An adapter that answers anything else (a coroutine from an ``async def``, the cl
 without a message id) has a programming error: :func:`vet_outcome` turns its answer into
 :class:`MaybeDelivered`, never an acknowledgement, and logs it at ERROR. :func:`check_platform`
 refuses, when an engine is built, an adapter whose operations cannot return an outcome at all
-(async or generators).
+(generators; ``async def`` ones unless the engine awaits them:
+:class:`oncewire.aio.AsyncReplyEngine`).
 """
 
 from __future__ import annotations
@@ -207,12 +208,14 @@ class Platform(Protocol):
 _OPERATIONS = ("send", "edit", "delete")
 
 
-def check_platform(name: str, platform: object) -> None:
+def check_platform(name: str, platform: object, *, awaited: bool = False) -> None:
     """ConfigurationError unless ``platform`` has a profile and synchronous operations.
 
     The reply engine calls an adapter and records what it returns: an ``async def`` operation
     returns a coroutine that nobody awaits (the message is never sent), a generator function a
-    generator. Both are refused here rather than found out one reply at a time.
+    generator. Both are refused here rather than found out one reply at a time. ``awaited``:
+    the caller awaits what an operation returns (:class:`oncewire.aio.AsyncReplyEngine`), so
+    ``async def`` operations are accepted; generators never are.
     """
     try:
         profile = getattr(platform, "profile", None)
@@ -227,13 +230,13 @@ def check_platform(name: str, platform: object) -> None:
         if not callable(method):
             raise ConfigurationError(f"platform {name!r}: {operation} must be a method")
         for fn in (method, type(method).__call__):  # a callable object: its __call__
-            if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            if not awaited and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
                 raise ConfigurationError(
-                    f"platform {name!r}: {operation} is async; the reply engine calls adapters "
-                    "synchronously and records what they return (run the coroutine inside a "
-                    "synchronous method)"
+                    f"platform {name!r}: {operation} is async; ReplyEngine calls adapters "
+                    "synchronously and records what they return: use "
+                    "oncewire.aio.AsyncReplyEngine, which awaits them"
                 )
-            if inspect.isgeneratorfunction(fn):
+            if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
                 raise ConfigurationError(
                     f"platform {name!r}: {operation} is a generator function; it must return "
                     "a WireOutcome"

@@ -199,6 +199,48 @@ class _TupleRows:
         return cursor.execute(sql, params)
 
 
+class _Answered:
+    """A statement's rows, already read: what a verb reads of a cursor."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self.rows, self.rowcount = rows, rowcount
+
+    def fetchone(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self.rows
+
+
+class _AwaitedRows:
+    """The caller's ``psycopg.AsyncConnection`` as oncewire's verbs read it from a thread of
+    their own: each statement is awaited on the connection's event loop through ``run`` (which
+    blocks the verb's thread until it is answered) and its rows are read there, as tuples."""
+
+    __slots__ = ("_conn", "_run")
+
+    def __init__(self, conn: Any, run: Callable[[Any], Any]) -> None:
+        self._conn, self._run = conn, run
+
+    @property
+    def info(self) -> Any:
+        return self._conn.info
+
+    def execute(self, sql: Any, params: Any = None) -> _Answered:
+        conn = self._conn
+
+        async def statement() -> _Answered:
+            cursor = conn.cursor(row_factory=psycopg.rows.tuple_row)
+            await cursor.execute(sql, params)
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            return _Answered(rows, cursor.rowcount)
+
+        answered: _Answered = self._run(statement())
+        return answered
+
+
 class PostgresTransaction(GuardedTransaction):
     """The caller's view of an open PostgreSQL transaction.
 
@@ -424,6 +466,27 @@ class PostgresDriver(Driver):
                 "nothing was written"
             )
         return PostgresTransaction(_TupleRows(conn), is_open=True)
+
+    def awaited_caller_transaction(
+        self, conn: Any, run: Callable[[Any], Any]
+    ) -> PostgresTransaction:
+        """The caller's ``psycopg.AsyncConnection``, inside its open transaction, as a
+        transaction oncewire's ``_in_tx`` verbs write through from a thread that is not the
+        connection's event loop: ``run(coroutine)`` awaits each statement on that loop and
+        returns its answer. The same checks as :meth:`caller_transaction`, and the same
+        statements; committing stays the caller's."""
+        if psycopg is None or not isinstance(conn, psycopg.AsyncConnection):
+            raise InvalidState(
+                f"this ledger's store is PostgreSQL: an awaited accept_in takes a "
+                f"psycopg.AsyncConnection, not {type(conn).__name__}; nothing was written"
+            )
+        if conn.closed or conn.info.transaction_status != _INTRANS:
+            raise InvalidState(
+                "accept_in needs a connection inside an open transaction (run a statement or "
+                "enter conn.transaction() first; a failed transaction cannot take the effect); "
+                "nothing was written"
+            )
+        return PostgresTransaction(_AwaitedRows(conn, run), is_open=True)
 
     # -- statements --------------------------------------------------------------------------
     def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
