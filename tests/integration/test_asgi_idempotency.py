@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -319,3 +320,29 @@ def test_two_servers_on_one_store_do_the_work_of_a_key_once(backend: Backend) ->
     assert sorted(a.headers.get("idempotent-replayed", "-") for a in answers) == ["-", "true"]
     assert backend.charges() == [("k-8", 300)]
     assert backend.receipts() == ["k-8"]
+
+
+def test_the_documented_recipe_runs_as_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "http.md").read_text("utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    recipe = next(b for b in blocks if "def create_charge" in b)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {"__name__": "recipe"}
+    exec(compile(recipe, "docs/http.md", "exec"), namespace)
+    try:
+        with serve(namespace["app"]) as base:
+            first = post(f"{base}/charges", {"cents": 1999}, "order-42")
+            again = post(f"{base}/charges", {"cents": 1999}, "order-42")
+            keyless = post(f"{base}/charges", {"cents": 1999})
+    finally:
+        namespace["receipts"].close()
+    assert (first.status_code, again.status_code, keyless.status_code) == (201, 201, 400)
+    assert first.json() == again.json()
+    assert again.headers["idempotent-replayed"] == "true"
+    with sqlite3.connect(tmp_path / "payments.db") as conn:
+        rows = conn.execute("SELECT id, cents FROM charges").fetchall()
+        receipts = conn.execute("SELECT key FROM oncewire_receipts").fetchall()
+    assert rows == [(first.json()["charge"], 1999)]
+    assert receipts == [("order-42",)]
