@@ -1,7 +1,7 @@
 """``oncewire gateway check`` as a real child process against the fakes as real child processes
-(the Bot API with a good and a bad token, the model server, the webhook platform), a closed port
-for what is unreachable, a SQLite file and a PostgreSQL store. No secret's value may appear in
-what it prints, whatever fails."""
+(the Bot API with a good and a bad token, the model server, the webhook platform, Discord), a
+closed port for what is unreachable, a SQLite file and a PostgreSQL store. No secret's value may
+appear in what it prints, whatever fails."""
 
 from __future__ import annotations
 
@@ -58,14 +58,29 @@ class FakeWebhookPlatform:
         stop_process(self.process)
 
 
+class FakeDiscord:
+    """A running ``python -m oncewire.fakes.discord_api`` accepting ``TOKEN``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.process, port = spawn_fake(
+            "oncewire.fakes.discord_api",
+            ["--port", "0", "--journal", str(directory), "--token", TOKEN],
+        )
+        self.api_base = f"http://127.0.0.1:{port}/api/v10"
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
 class Fakes:
     def __init__(self, directory: Path) -> None:
         self.telegram = FakeTelegram(directory / "telegram")
         self.model = FakeOpenAI(directory / "model", [])
         self.webhook = FakeWebhookPlatform(directory / "webhook")
+        self.discord = FakeDiscord(directory / "discord")
 
     def stop(self) -> None:
-        for fake in (self.telegram, self.model, self.webhook):
+        for fake in (self.telegram, self.model, self.webhook, self.discord):
             fake.stop()
 
 
@@ -120,11 +135,13 @@ secret_env = "HOOK_SECRET"
 """
 
 
-DISCORD = """
+def discord(name: str, api_base: str, token_env: str = "TG_TOKEN") -> str:
+    return f"""
 [[platforms]]
-name = "dc"
+name = "{name}"
 kind = "discord"
-token_env = "TG_TOKEN"
+token_env = "{token_env}"
+api_base = "{api_base}"
 """
 
 
@@ -169,7 +186,7 @@ def test_every_check_passes_against_the_fakes_and_a_sqlite_store(
         platforms=[
             telegram("tg", fakes.telegram.base),
             webhook("hook", fakes.webhook.send_url),
-            DISCORD,
+            discord("dc", fakes.discord.api_base),
         ],
     )
 
@@ -188,13 +205,12 @@ def test_every_check_passes_against_the_fakes_and_a_sqlite_store(
         "platform hook",
         "platform dc",
     ]
-    assert {c["status"] for n, c in checks.items() if n != "platform dc"} == {"ok"}
+    assert {c["status"] for c in checks.values()} == {"ok"}
     assert "platform tg token_env, platform dc token_env" in checks["env TG_TOKEN"]["detail"]
     assert checks["store"]["detail"].startswith(f"SQLite store at {tmp_path / 'gateway.db'}")
     assert "lists fake-model" in checks["model"]["detail"]
     assert checks["platform tg"]["detail"] == "telegram bot @oncewire_fake_bot (id 7000001)"
-    assert checks["platform dc"]["status"] == "not checked"
-    assert checks["platform dc"]["problem"] is None
+    assert checks["platform dc"]["detail"] == "discord bot oncewire-fake (id 900000000000000001)"
     # The model server was asked once, with the key from the environment.
     [asked] = [r for r in fakes.model.requests() if r["path"].startswith("/v1/models")]
     assert asked["authorization"] == f"Bearer {MODEL_KEY}"
@@ -329,6 +345,7 @@ def test_a_refused_token_is_unauthorized_and_never_printed(fakes: Fakes, tmp_pat
         platforms=[
             telegram("good", fakes.telegram.base),
             telegram("bad", fakes.telegram.base, token_env="TG_BAD_TOKEN"),
+            discord("dcbad", fakes.discord.api_base, token_env="TG_BAD_TOKEN"),
         ],
     )
 
@@ -340,6 +357,8 @@ def test_a_refused_token_is_unauthorized_and_never_printed(fakes: Fakes, tmp_pat
     bad = checks["platform bad"]
     assert (bad["status"], bad["problem"]) == ("failed", "unauthorized")
     assert "TG_BAD_TOKEN" in bad["detail"]
+    dc = checks["platform dcbad"]
+    assert (dc["status"], dc["problem"]) == ("failed", "unauthorized")
 
 
 def test_what_cannot_be_reached_is_unreachable(
@@ -350,14 +369,18 @@ def test_what_cannot_be_reached_is_unreachable(
         tmp_path,
         db=sqlite_store(tmp_path),
         model_url=f"{closed}/v1",
-        platforms=[telegram("tg", closed), webhook("hook", f"{closed}/messages")],
+        platforms=[
+            telegram("tg", closed),
+            webhook("hook", f"{closed}/messages"),
+            discord("dc", f"{closed}/api/v10"),
+        ],
     )
 
     code, report, _ = check(config, ALL_SET)
 
     assert code == 1
     checks = by_name(report)
-    for name in ("model", "platform tg", "platform hook"):
+    for name in ("model", "platform tg", "platform hook", "platform dc"):
         assert (checks[name]["status"], checks[name]["problem"]) == ("failed", "unreachable")
     assert checks["store"]["status"] == "ok"
 

@@ -69,8 +69,9 @@ def check(config_path: str, as_json: bool) -> None:
     says it would be); the model server answers GET /models and lists the model; each
     Telegram bot's token is accepted (getMe) or refused (unauthorized) or the Bot API is
     unreachable; something listens at each webhook platform's send_url (the URL itself is
-    not called); Discord is not checked yet. Network checks use [model] connect_timeout and
-    read_timeout (at most 10s).
+    not called); each Discord bot's token is accepted (GET /users/@me) or refused, or Discord
+    is unreachable. Network checks use [model] connect_timeout and read_timeout (at most
+    10s).
 
     Exit 0 when every check passes, 1 when one fails, 2 when the config does not load.
 

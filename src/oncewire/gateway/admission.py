@@ -6,14 +6,18 @@ on the inbox (``ledger.inbound.admit``), keyed by the platform, the bot, the cha
 topic and the message id. Only after it returns may the caller confirm the update to Telegram
 (the poller's offset, a webhook's 2xx): a crash in between serves the update again, and its
 second admission is a re-delivery (``new=False``), never a second turn.
-:meth:`Admitter.admit_webhook` is the same for a generic webhook platform's message (keyed by
-the platform, :data:`WEBHOOK_BOT`, the chat, the thread and the platform's message id), and
+:meth:`Admitter.admit_discord` is the same for a Discord message (keyed by the platform, the
+bot's user id, the channel, the thread and the message's snowflake); only once it returns may
+the Gateway client trust the dispatch's ``seq``. :meth:`Admitter.admit_webhook` is the same for
+a generic webhook platform's message (keyed by the platform, :data:`WEBHOOK_BOT`, the chat, the
+thread and the platform's message id), and
 :meth:`Admitter.admit_pushed` is the webhook server's callback for both kinds: it raises when
 the message was not committed, so the server answers 500 and the platform delivers it again.
 
 What is not admitted, and why (each is still confirmed: serving it again changes nothing):
 
-* a message from a bot (the gateway's own echoes in a group, other bots);
+* a message from a bot (the gateway's own echoes in a group, other bots; on Discord the bot's
+  own messages come back as dispatches);
 * a sender outside the platform's ``allowed_users`` (when that list is not empty);
 * an edit of a message (``edited_message``): the message was admitted when it was sent and its
   turn answers what it said then.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from oncewire.core import crash
 from oncewire.gateway.config import PlatformConfig
@@ -38,7 +43,16 @@ from oncewire.gateway.sessions import interrupt_running_turn
 from oncewire.inbound import Admission
 from oncewire.ledger import Ledger
 
-__all__ = ["WEBHOOK_BOT", "Admitted", "Admitter", "telegram_bot_id"]
+if TYPE_CHECKING:  # that module needs websockets, which a gateway without Discord lacks
+    from oncewire.gateway.platforms.discord_gateway import DiscordInbound
+
+__all__ = [
+    "WEBHOOK_BOT",
+    "Admitted",
+    "Admitter",
+    "last_admitted",
+    "telegram_bot_id",
+]
 
 log = logging.getLogger("oncewire.gateway.admission")
 
@@ -149,6 +163,39 @@ class Admitter:
         )
         return self._admitted(platform, message.chat_id, message.message_id, admission)
 
+    def admit_discord(self, platform: PlatformConfig, message: DiscordInbound) -> Admitted:
+        """Admit one Discord message (one transaction); the Gateway client trusts the
+        dispatch's seq afterwards."""
+        if message.author_is_bot:
+            return Admitted(None, "from_bot")
+        if platform.allowed_users and (
+            message.author_id not in {str(user) for user in platform.allowed_users}
+        ):
+            log.info(
+                "message %s in channel %s on %s not admitted: author %s is not in allowed_users",
+                message.message_id,
+                message.thread or message.chat,
+                platform.name,
+                message.author_id,
+            )
+            return Admitted(None, "not_allowed")
+        payload = {
+            "text": message.text,
+            "sender_id": message.author_id,
+            "sender_username": message.author_username,
+            "guild_id": message.guild_id,
+            "timestamp": message.timestamp,
+        }
+        admission = self.ledger.inbound.admit(
+            platform.name,
+            message.bot_id,
+            message.chat,
+            message.message_id,
+            payload,
+            thread=message.thread,
+        )
+        return self._admitted(platform, message.chat, message.message_id, admission)
+
     def _admitted(
         self, platform: PlatformConfig, chat: str, message_id: str, admission: Admission
     ) -> Admitted:
@@ -166,3 +213,24 @@ class Admitter:
             if self.on_new is not None:
                 self.on_new(admission.inbound.id)
         return Admitted(admission, "new" if admission.new else "redelivered")
+
+
+def last_admitted(ledger: Ledger, platform: str, *, max_age_seconds: float) -> dict[str, str]:
+    """Per channel (a thread's own, else the chat's), the newest message id of ``platform``
+    admitted within ``max_age_seconds``: where a Discord backfill starts. Ids are snowflakes,
+    compared as numbers. Reads the inbox once, oldest first (at a fresh identify)."""
+    since = ledger.clock.now() - max_age_seconds
+    newest: dict[str, int] = {}
+    after = 0
+    while True:
+        page = ledger.inbound.list(None, limit=500, after_id=after)
+        for inbound in page:
+            if inbound.platform != platform or inbound.created_at < since:
+                continue
+            if not inbound.platform_message_id.isdigit():
+                continue
+            channel = inbound.thread or inbound.chat
+            newest[channel] = max(newest.get(channel, 0), int(inbound.platform_message_id))
+        if len(page) < 500:
+            return {channel: str(message_id) for channel, message_id in newest.items()}
+        after = page[-1].id

@@ -13,7 +13,8 @@ without changing it:
 ``platform NAME``      Telegram: ``getMe`` names the bot; a refused token (unauthorized) and
                        an unreachable Bot API are told apart. A webhook platform: something
                        accepts a TCP connection at ``send_url``'s host and port (the URL itself
-                       is not called: a POST would be a message). Discord: not checked
+                       is not called: a POST would be a message). Discord: ``GET
+                       /users/@me`` names the bot, told apart the same way
 =====================  ======================================================================
 
 Every network check is bounded by the ``[model]`` table's ``connect_timeout`` and
@@ -252,9 +253,50 @@ def _platform(
         return _telegram(config, platform, env, name)
     if platform.kind == "webhook":
         return _webhook(config, platform, name)
+    if platform.kind == "discord":
+        return _discord(config, platform, env, name)
     return CheckResult(
         name, CheckStatus.NOT_CHECKED, f"{platform.kind}: oncewire has no adapter for it yet"
     )
+
+
+def _discord(
+    config: GatewayConfig, platform: PlatformConfig, env: Mapping[str, str], name: str
+) -> CheckResult:
+    from oncewire.gateway.platforms.discord import DiscordBot, DiscordError, DiscordUnauthorized
+
+    assert platform.token_env is not None and platform.api_base is not None
+    token = env.get(platform.token_env)
+    if not token:
+        return CheckResult(
+            name, CheckStatus.FAILED, f"not asked: {platform.token_env} is not set", "not_set"
+        )
+    try:
+        bot = DiscordBot(token, api_base=platform.api_base, timeouts=_timeouts(config))
+    except ValueError:
+        # Never repeat the value: it is the token, however mistyped.
+        return CheckResult(
+            name, CheckStatus.FAILED, f"{platform.token_env} does not hold a bot token", "invalid"
+        )
+    try:
+        me = bot.get_me()
+    except DiscordUnauthorized as exc:
+        return CheckResult(
+            name,
+            CheckStatus.FAILED,
+            f"unauthorized: Discord refused the token in {platform.token_env} ({exc})",
+            "unauthorized",
+        )
+    except DiscordError as exc:
+        return CheckResult(
+            name,
+            CheckStatus.FAILED,
+            f"unreachable: {platform.api_base}: {exc} [{exc.code}]",
+            "unreachable",
+        )
+    finally:
+        bot.close()
+    return CheckResult(name, CheckStatus.OK, f"discord bot {me.username} (id {me.id})")
 
 
 def _telegram(

@@ -460,13 +460,19 @@ class _Table:
         return self.path.parent / value
 
     def user_ids(self, key: str) -> tuple[int, ...]:
+        """User ids as integers, or as strings of digits (Discord's snowflakes are written as
+        strings, being too large for JSON's numbers)."""
         value = self._get(
             key,
             [],
             lambda v: (
                 isinstance(v, list)
-                and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+                and all(
+                    (isinstance(i, int) and not isinstance(i, bool))
+                    or (isinstance(i, str) and i.isascii() and i.isdigit())
+                    for i in v
+                )
             ),
-            "a list of numeric user ids",
+            "a list of numeric user ids (integers, or strings of digits)",
         )
-        return tuple(value)
+        return tuple(int(i) for i in value)

@@ -16,7 +16,12 @@ Boot, in order, driven only by rows (nothing is read from a transcript, nothing 
    (:mod:`oncewire.gateway.tools`; a resumed turn's unfinished calls included: an effect a dead
    process left claimed is redelivered, flagged);
 6. a poller thread per Telegram platform with ``inbound = "polling"``: each update is admitted
-   (T1, :mod:`oncewire.gateway.admission`) and only then confirmed to Telegram;
+   (T1, :mod:`oncewire.gateway.admission`) and only then confirmed to Telegram; a Gateway
+   thread per Discord platform
+   (:class:`~oncewire.gateway.platforms.discord_gateway.GatewayClient`): each message is
+   admitted before its dispatch's ``seq`` is trusted, and a fresh session backfills over REST
+   what the channels active in the last :data:`DISCORD_BACKFILL_MAX_AGE_SECONDS` got since
+   their last admitted message;
 7. when a platform takes its messages by webhook (a Telegram platform with ``inbound =
    "webhook"``, a ``kind = "webhook"`` platform), the webhook server
    (:mod:`oncewire.gateway.webhooks`) on ``[webhooks] bind``: each POST is admitted by the
@@ -24,9 +29,9 @@ Boot, in order, driven only by rows (nothing is read from a transcript, nothing 
    stdout (``ready port=N`` with the webhook server, N the port it listens on, so ``bind``
    may ask for port 0).
 
-Replies go out through each platform's adapter: the Telegram Bot API (editable, previews when
-``streaming``), or the generic webhook platform's ``send_url`` (non-editable: one message per
-chunk, no preview).
+Replies go out through each platform's adapter: the Telegram Bot API or Discord's REST API
+(editable, previews when ``streaming``; on Discord every create carries a nonce), or the
+generic webhook platform's ``send_url`` (non-editable: one message per chunk, no preview).
 
 A scheduler thread starts turns (:mod:`oncewire.gateway.turn`) on a pool of ``[turns]
 max_concurrent`` worker threads, one turn per session at a time (the run ledger's
@@ -44,7 +49,7 @@ interrupted where it stands and left to the next process, which resumes it. The 
 stops last (its tool calls in flight get its own grace period; one still running then stays
 claimed for the next process). The process then exits 0.
 
-Not yet: the busy modes steer and reject, Discord, a bot lease that refuses a second gateway
+Not yet: the busy modes steer and reject, a bot lease that refuses a second gateway
 on the same store, renewal of long turns' leases.
 """
 
@@ -63,11 +68,12 @@ from typing import TYPE_CHECKING, TextIO
 from oncewire.core.errors import ConfigurationError, OncewireError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.dispatch import Dispatcher
-from oncewire.gateway.admission import Admitter, telegram_bot_id
+from oncewire.gateway.admission import Admitter, last_admitted, telegram_bot_id
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
 from oncewire.gateway.http import Timeouts
 from oncewire.gateway.model import OpenAIChatClient
 from oncewire.gateway.model_results import Interrupt, ModelClient
+from oncewire.gateway.platforms.discord import DiscordApi, DiscordBot
 from oncewire.gateway.platforms.telegram import (
     BotUnauthorized,
     PollConflict,
@@ -99,6 +105,7 @@ SessionKey = tuple[str, str, str, str]  # platform, bot, chat, thread
 TURN_STATUSES = ("running", "interrupting")  # a turn run that is still active
 IDLE_POLL_SECONDS = 1.0  # the scheduler looks at the store at least this often
 POLL_BACKOFF_SECONDS = (1.0, 30.0)  # a failing poller's first and longest wait
+DISCORD_BACKFILL_MAX_AGE_SECONDS = 24 * 3600.0  # a channel quiet longer is not backfilled
 
 
 @dataclass
@@ -135,6 +142,7 @@ class Runner:
         self._resumes: dict[int, int] = {}  # inbound id -> the fence its dead owner held
         self._threads: list[threading.Thread] = []
         self._pollers: list[UpdatePoller] = []
+        self._stoppers: list[Callable[[], None]] = []  # Discord Gateway clients' stop()
         self._server: WebhookServer | None = None
         self._ledger: Ledger | None = None
 
@@ -148,10 +156,8 @@ class Runner:
         config = self.config
         telegram = [p for p in config.platforms if p.kind == "telegram"]
         hooks = [p for p in config.platforms if p.kind == "webhook"]
-        for platform in config.platforms:
-            if platform.kind not in ("telegram", "webhook"):
-                log.warning("platform %s (%s) is not served yet", platform.name, platform.kind)
-        tokens = {p.name: config.secret(p.token_env or "") for p in telegram}
+        discord = [p for p in config.platforms if p.kind == "discord"]
+        tokens = {p.name: config.secret(p.token_env or "") for p in (*telegram, *discord)}
         hook_secrets = {p.name: config.secret(p.secret_env) for p in hooks if p.secret_env}
         try:
             bots = {name: telegram_bot_id(token) for name, token in tokens.items()}
@@ -178,7 +184,7 @@ class Runner:
         # Made before the store opens: a secret it needs that is not set stops the start here.
         server = self._webhook_server(admit_pushed)
         model = self._model or OpenAIChatClient.from_config(config.model)
-        adapters: dict[str, TelegramBot | WebhookPlatform] = {}
+        adapters: dict[str, TelegramBot | WebhookPlatform | DiscordBot] = {}
         ledger = Ledger(config.store.db)
         dispatcher: Dispatcher | None = None
         dispatching: threading.Thread | None = None
@@ -189,6 +195,13 @@ class Runner:
                     tokens[p.name],
                     api_base=p.api_base,
                     limiter=RateLimiter(RateLimits.of(p)),
+                    timeouts=Timeouts(read_seconds=p.read_timeout_seconds),
+                )
+            for p in discord:
+                assert p.api_base is not None
+                adapters[p.name] = DiscordBot(
+                    tokens[p.name],
+                    api_base=p.api_base,
                     timeouts=Timeouts(read_seconds=p.read_timeout_seconds),
                 )
             for p in hooks:
@@ -213,7 +226,7 @@ class Runner:
                 ledger,
                 engine,
                 model,
-                {p.name: p for p in (*telegram, *hooks)},
+                {p.name: p for p in (*telegram, *hooks, *discord)},
                 TurnSettings(
                     max_retries=config.model.max_retries,
                     max_starts=config.turns.max_starts,
@@ -247,6 +260,8 @@ class Runner:
             for p in telegram:
                 if p.inbound == "polling":
                     self._start_poller(p, tokens[p.name], bots[p.name], admitter)
+            for p in discord:
+                self._start_discord(p, tokens[p.name], admitter, ledger)
             ready = "ready"
             if server is not None:
                 self._server = server
@@ -270,6 +285,8 @@ class Runner:
                 dispatching.join()
             for poller in self._pollers:
                 poller.close()
+            for stop in self._stoppers:
+                stop()
             for adapter in adapters.values():
                 adapter.close()
             if self._model is None and isinstance(model, OpenAIChatClient):
@@ -415,6 +432,34 @@ class Runner:
 
         self._spawn(f"poller-{platform.name}", loop)
 
+    def _start_discord(
+        self, platform: PlatformConfig, token: str, admitter: Admitter, ledger: Ledger
+    ) -> None:
+        # Imported here: it needs websockets, which a gateway without Discord does without.
+        from oncewire.gateway.platforms.discord_gateway import GatewayClient, GatewayRefused
+
+        assert platform.api_base is not None
+        api = DiscordApi(token, api_base=platform.api_base)
+        client = GatewayClient(
+            token,
+            api,
+            lambda message: admitter.admit_discord(platform, message),
+            since=lambda: last_admitted(
+                ledger, platform.name, max_age_seconds=DISCORD_BACKFILL_MAX_AGE_SECONDS
+            ),
+        )
+        self._stoppers += [client.stop, api.close]
+
+        def loop() -> None:
+            try:
+                client.run()
+            except GatewayRefused as exc:
+                log.error("platform %s: the Discord Gateway refused: %s", platform.name, exc)
+            except Exception:
+                log.exception("platform %s: the Discord Gateway client failed", platform.name)
+
+        self._spawn(f"discord-{platform.name}", loop)
+
     def _schedule(self, ledger: Ledger, worker: TurnWorker, pool: ThreadPoolExecutor) -> None:
         limit = self.config.turns.max_concurrent
         while not self._stop.is_set():
@@ -525,6 +570,8 @@ class Runner:
             self._server.stop()
         for poller in self._pollers:
             poller.stop()
+        for stop in self._stoppers:
+            stop()
         deadline = time.monotonic() + self.grace_seconds
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
