@@ -184,6 +184,7 @@ def site(backend: Backend) -> Iterator[tuple[str, Handlers, Backend]]:
 def post(url: str, body: dict[str, Any], key: str | None = None, **headers: str) -> httpx2.Response:
     if key is not None:
         headers["Idempotency-Key"] = key
+    headers.setdefault("Content-Type", "application/json")
     return httpx2.post(url, content=json.dumps(body).encode(), headers=headers, timeout=60)
 
 
@@ -346,3 +347,42 @@ def test_the_documented_recipe_runs_as_shown(
         receipts = conn.execute("SELECT key FROM oncewire_receipts").fetchall()
     assert rows == [(first.json()["charge"], 1999)]
     assert receipts == [("order-42",)]
+
+
+def test_a_fastapi_app_runs_a_key_once(backend: Backend) -> None:
+    """The same middleware in front of FastAPI (a pydantic body, add_middleware); skipped where
+    FastAPI is not installed (it is not one of oncewire's dependencies)."""
+    fastapi = pytest.importorskip("fastapi")
+    pydantic = pytest.importorskip("pydantic")
+
+    class Charge(pydantic.BaseModel):  # type: ignore[name-defined,misc]
+        cents: int
+
+    runs: list[int] = []
+    app = fastapi.FastAPI()
+    receipts = Receipts(backend.url)
+    app.add_middleware(IdempotencyKeyMiddleware, receipts=receipts, required=True)
+
+    async def charge(charge: Charge, request: fastapi.Request) -> dict[str, int]:
+        runs.append(charge.cents)
+        sql = f"INSERT INTO charges (idem_key, cents) VALUES ({backend.mark}, {backend.mark})"
+        key = request.state.idempotency.key
+        request.state.idempotency.write(lambda tx: tx.execute(sql, (key, charge.cents)))
+        return {"charge": len(runs)}
+
+    # This module's annotations are strings, and Charge is local: FastAPI gets the objects.
+    charge.__annotations__.update(charge=Charge, request=fastapi.Request)
+    app.post("/charges", status_code=201)(charge)
+    try:
+        with serve(app) as base:
+            first = post(f"{base}/charges", {"cents": 250}, "fa-1")
+            again = post(f"{base}/charges", {"cents": 250}, "fa-1")
+            other = post(f"{base}/charges", {"cents": 9}, "fa-1")
+            keyless = post(f"{base}/charges", {"cents": 250})
+    finally:
+        receipts.close()
+    assert [a.status_code for a in (first, again, other, keyless)] == [201, 201, 422, 400]
+    assert first.json() == again.json() == {"charge": 1}
+    assert again.headers["idempotent-replayed"] == "true"
+    assert runs == [250]
+    assert backend.charges() == [("fa-1", 250)]
