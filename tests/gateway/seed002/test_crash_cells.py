@@ -115,9 +115,12 @@ def run_crash_cell(rig: Seed002, cell_id: str) -> tuple[str, str, str]:
                 lambda: bool(persisted_answers(rig, aid)), f"{token}: the answer persisted"
             )
     if cell.stalls:
-        # The instant of C6: the chat shows the whole answer, nothing is persisted.
-        shown = [norm(m.text) for m in rig.view().visible(cell.platform, chat)]
-        assert shown == [norm(text)], rig.dump([(cell.platform, chat)])
+        # The instant of C6: the chat shows the whole answer (a hold_after is journaled as fired
+        # just before the platform applies the operation), nothing is persisted.
+        rig.wait_until(
+            lambda: [norm(m.text) for m in rig.view().visible(cell.platform, chat)] == [norm(text)],
+            f"{token}: the whole answer shown\n{rig.dump([(cell.platform, chat)])}",
+        )
         assert persisted_answers(rig, aid) == []
     rig.kill9()
     rig.start()

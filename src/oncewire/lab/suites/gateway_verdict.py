@@ -26,6 +26,7 @@ __all__ = [
     "died_at",
     "killed",
     "parked",
+    "shows",
     "text_answer",
 ]
 
@@ -107,6 +108,12 @@ def killed(result: ScenarioResult, code: int) -> None:
 
 def parked(rig: GatewayRig) -> bool:
     return "park" in rig.faults_fired()
+
+
+def shows(rig: GatewayRig, text: str) -> bool:
+    """The chat shows ``text`` alone, unmarked. A ``hold_after`` fault is journaled as fired
+    just before the platform applies the operation, so a scenario waits for this too."""
+    return [(m.text, m.marked) for m in rig.visible()] == [(text, False)]
 
 
 def died_at(result: ScenarioResult, rig: GatewayRig, point: str, token: Path) -> None:
