@@ -55,7 +55,8 @@ Control routes (``POST /control/<action>``, JSON), as on the other fakes:
   403 50013 Missing Permissions, ``gone`` deletes the target as a user would and answers 404
   10008; ``release`` lets parked operations go;
 * ``reconnect`` (``how``: ``op7`` (default), ``invalid_session``, ``invalid_session_resumable``,
-  ``close`` with ``code`` (default 4000), ``zombie``) and ``expire_sessions``: see
+  ``close`` with ``code`` (default 4000), ``zombie``; ``rewind``: the next Resume replays that
+  many message dispatches already handled, a re-delivery) and ``expire_sessions``: see
   :mod:`oncewire.fakes.discord_gateway`;
 * ``state``: the Gateway's sessions (``session_id``, ``seq``, ``connected``, ``resumable``,
   ``resumes``), its identify and heartbeat counts and the faults fired.
@@ -322,7 +323,11 @@ class DiscordFake(PlatformFake):
         code = params.get("code", 4000)
         if type(code) is not int:
             raise ValueError("code must be an integer")
-        return {"connections": self.hub.reconnect(str(params.get("how", "op7")), code=code)}
+        rewind = params.get("rewind", 0)
+        if type(rewind) is not int:
+            raise ValueError("rewind must be an integer")
+        how = str(params.get("how", "op7"))
+        return {"connections": self.hub.reconnect(how, code=code, rewind=rewind)}
 
     def expire_sessions(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {"expired": self.hub.expire_sessions()}

@@ -21,7 +21,8 @@ arrives with empty ``content``, as on Discord.
 
 The :meth:`GatewayHub.reconnect` control makes the live connections misbehave the ways Discord
 does: Reconnect (op 7), Invalid Session (op 9, resumable or not), a close with a code (4000 by
-default), or ``zombie``: heartbeats are no longer acknowledged on those connections.
+default), or ``zombie``: heartbeats are no longer acknowledged on those connections; with
+``rewind``, the next Resume replays dispatches the client had already handled as well.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class _Session:
     expired: bool = False
     identified_at: float = field(default_factory=time.time)
     resumes: int = 0
+    rewind: int = 0  # the next Resume replays this many dispatches before the client's seq
 
 
 class GatewayHub:
@@ -109,10 +111,13 @@ class GatewayHub:
                 if session.connection is not None:
                     self._send(session.connection, frame)
 
-    def reconnect(self, how: str, *, code: int = 4000) -> int:
+    def reconnect(self, how: str, *, code: int = 4000, rewind: int = 0) -> int:
         """Make every live connection misbehave ``how``: ``op7``, ``invalid_session``,
-        ``invalid_session_resumable``, ``close`` (with ``code``) or ``zombie``. Returns how
-        many connections it reached."""
+        ``invalid_session_resumable``, ``close`` (with ``code``) or ``zombie``. With
+        ``rewind``, the session's next Resume also replays that many message dispatches the
+        client had handled (a re-delivery). Returns how many connections it reached."""
+        if type(rewind) is not int or rewind < 0:
+            raise ValueError("rewind is a number of dispatches >= 0")
         if how not in ("op7", "invalid_session", "invalid_session_resumable", "close", "zombie"):
             raise ValueError(f"unknown reconnect {how!r}")
         if how == "close" and not (1000 <= code < 5000):
@@ -122,6 +127,7 @@ class GatewayHub:
             for session in reached:
                 connection = session.connection
                 assert connection is not None
+                session.rewind = rewind
                 if how == "op7":
                     self._send(connection, {"op": RECONNECT, "d": None})
                 elif how.startswith("invalid_session"):
@@ -258,8 +264,13 @@ class GatewayHub:
             session.connection = connection
             session.ended_at = None
             session.resumes += 1
-            for frame in session.events:
-                if frame["s"] > seq:
+            replayed = [f for f in session.events if f["t"] not in ("READY", "RESUMED")]
+            handled = [f for f in replayed if f["s"] <= seq]
+            back = min(session.rewind, len(handled))
+            start = handled[-back]["s"] - 1 if back else seq
+            session.rewind = 0
+            for frame in replayed:
+                if frame["s"] > min(seq, start):
                     self._send(connection, frame)
             session.seq += 1
             resumed = {"op": DISPATCH, "t": "RESUMED", "s": session.seq, "d": {}}

@@ -160,7 +160,7 @@ class Runner:
         tokens = {p.name: config.secret(p.token_env or "") for p in (*telegram, *discord)}
         hook_secrets = {p.name: config.secret(p.secret_env) for p in hooks if p.secret_env}
         try:
-            bots = {name: telegram_bot_id(token) for name, token in tokens.items()}
+            bots = {p.name: telegram_bot_id(tokens[p.name]) for p in telegram}
         except ValueError as exc:
             raise ConfigurationError(f"{config.path}: a token_env variable: {exc}") from exc
         system_prompt = None
