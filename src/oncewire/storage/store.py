@@ -3,9 +3,10 @@
 One seam per ledger: the verbs of each ledger are one class in :mod:`oncewire.storage.verbs`,
 written once over the backend's driver, whose docstrings are the contract (``EffectVerbs`` for
 the outbox, ``ReceiptVerbs`` for the receiver, ``InboundReplyVerbs`` for the inbox and the
-replies, ``RunLedgerVerbs`` for the run ledger). :class:`Store` inherits them and holds the
-lifecycle once (opening with retries, transactions, savepoints, notifications, health); a backend
-is a :class:`~oncewire.storage.driver.Driver` and a constructor (``SQLiteStore``,
+replies, ``RunLedgerVerbs`` for the run ledger, ``LeaseVerbs`` for named leases such as a
+gateway's bot leases). :class:`Store` inherits them and holds the lifecycle once (opening
+with retries, transactions, savepoints, notifications, health); a backend is a
+:class:`~oncewire.storage.driver.Driver` and a constructor (``SQLiteStore``,
 ``PostgresStore``).
 
 A store speaks in domain verbs (accept an effect, claim what is due, settle an attempt, reserve a
@@ -32,6 +33,7 @@ from oncewire.storage.opening import (
 )
 from oncewire.storage.records import Effect, EffectState
 from oncewire.storage.verbs.effects import EffectVerbs
+from oncewire.storage.verbs.leases import LeaseVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import InboundReplyVerbs
 from oncewire.storage.verbs.runs import RunLedgerVerbs
@@ -39,7 +41,7 @@ from oncewire.storage.verbs.runs import RunLedgerVerbs
 __all__ = ["Store", "Transaction"]
 
 
-class Store(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs):
+class Store(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs, LeaseVerbs):
     """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
 
     Opening checks and migrates the database; a transient failure while opening is retried for
