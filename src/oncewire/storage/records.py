@@ -205,11 +205,12 @@ class Claim:
     deadline: float | None
     lease_expires_at: float
     not_sent: int = 0  # not-sent attempts in a row before this one
+    traceparent: str | None = None  # the W3C trace context the effect was accepted under
 
     @classmethod
     def from_row(cls, row: Sequence[Any], lease_expires_at: float) -> Claim:
         """A row returned by a claim as ``id, key, kind, payload, attempts, max_attempts, fence,
-        maybe_sent, deadline, not_sent``, on any backend."""
+        maybe_sent, deadline, not_sent, traceparent``, on any backend."""
         return cls(
             id=row[0],
             key=row[1],
@@ -222,6 +223,7 @@ class Claim:
             deadline=row[8],
             lease_expires_at=lease_expires_at,
             not_sent=row[9],
+            traceparent=row[10],
         )
 
 

@@ -23,6 +23,7 @@ CREATE TABLE oncewire_effects (
     created_at       DOUBLE PRECISION NOT NULL,
     updated_at       DOUBLE PRECISION NOT NULL,
     not_sent         INTEGER          NOT NULL DEFAULT 0 CHECK (not_sent >= 0), -- in a row; 0004
+    traceparent      TEXT, -- the accepting span's W3C traceparent; 0008
     CONSTRAINT oncewire_effects_lease_iff_claimed
         CHECK ((state = 'claimed') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
     CONSTRAINT oncewire_effects_result_only_done CHECK (result IS NULL OR state = 'done')

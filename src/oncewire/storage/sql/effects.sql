@@ -5,8 +5,9 @@
 -- Accept an effect unless its key exists; every other column is its default (the verb builds
 -- the record instead of reading it back).
 INSERT INTO oncewire_effects (key, kind, payload, digest, max_attempts, not_before, deadline,
-                              created_at, updated_at)
-VALUES (:key, :kind, :payload, :digest, :max_attempts, :not_before, :deadline, :now, :now)
+                              created_at, updated_at, traceparent)
+VALUES (:key, :kind, :payload, :digest, :max_attempts, :not_before, :deadline, :now, :now,
+        :traceparent)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -88,7 +89,8 @@ UPDATE oncewire_effects
                  AND (:any_kind OR kind {in :kinds})
                ORDER BY not_before, id
                LIMIT :limit)
-RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, deadline, not_sent
+RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, deadline, not_sent,
+          traceparent
 
 -- name: renew_leases
 -- Extend the leases (id, fence) still held by :owner.

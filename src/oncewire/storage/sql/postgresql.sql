@@ -20,7 +20,7 @@ UPDATE oncewire_effects AS e
   FROM due
  WHERE e.id = due.id
 RETURNING e.id, e.key, e.kind, e.payload, e.attempts, e.max_attempts, e.fence, e.maybe_sent,
-          e.deadline, e.not_sent
+          e.deadline, e.not_sent, e.traceparent
 
 -- name: backlog [postgresql]
 -- One scan with FILTER instead of four subqueries.

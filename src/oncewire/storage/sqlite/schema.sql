@@ -21,6 +21,7 @@ CREATE TABLE oncewire_effects (
     created_at       REAL    NOT NULL,
     updated_at       REAL    NOT NULL,
     not_sent         INTEGER NOT NULL DEFAULT 0 CHECK (not_sent >= 0), -- in a row; 0004
+    traceparent      TEXT, -- the accepting span's W3C traceparent; 0008
     -- A lease exists exactly while the effect is claimed.
     CHECK ((state = 'claimed') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
     -- Only a done effect carries a result.

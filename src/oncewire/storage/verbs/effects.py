@@ -55,8 +55,11 @@ class EffectVerbs:
         not_before: float,
         deadline: float | None,
         now: float,
+        traceparent: str | None = None,
     ) -> tuple[Effect, bool]:
         """Insert the effect unless its key exists; return the row and whether it is new.
+        ``traceparent`` (the accepting span's W3C trace context) is stored with a new effect
+        and handed back with each of its claims.
 
         Does not compare digests: the ledger does, and raises before the transaction commits."""
         db, q = self.db, self.db.queries
@@ -73,6 +76,7 @@ class EffectVerbs:
                 not_before=not_before,
                 deadline=deadline,
                 now=now,
+                traceparent=traceparent,
             )
             if inserted is not None:
                 # Every other column is its default: build the record instead of reading it.
