@@ -13,7 +13,9 @@ once nothing else is about to finish (``SETTLE_LINGER_SECONDS``), so a hung sink
 neighbours' outcomes and a batch of fast sinks still costs one commit.
 
 How it stops (grace period, signals) is in :mod:`oncewire.dispatch.stopping`; what it counts
-and says (stats, a log line per attempt) in :mod:`oncewire.dispatch.reporting`.
+and says (stats, a log line per attempt) in :mod:`oncewire.dispatch.reporting`. Each batch
+claimed, each claim released and each attempt's outcome is observed
+(:mod:`oncewire.core.observe`) on the dispatcher's thread, when it learns of it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from oncewire.core.canonical import loads
 from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, OncewireError, StorageError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.core.observe import ATTEMPT, CLAIMED, LISTENERS, RELEASED, emit
 from oncewire.dispatch import settling
 from oncewire.dispatch.reporting import (
     DispatchStats,
@@ -343,6 +346,16 @@ class Dispatcher:
         if claims:
             self.stats.batches += 1
             self.stats.claimed += len(claims)
+            if LISTENERS:
+                emit(
+                    CLAIMED,
+                    {
+                        "owner": self.owner,
+                        "count": len(claims),
+                        "redeliveries": sum(claim.redelivery for claim in claims),
+                        "kinds": sorted({claim.kind for claim in claims}),
+                    },
+                )
             AFTER_CLAIM.hit()
             self._start(claims)
         return claims
@@ -471,6 +484,7 @@ class Dispatcher:
         if call is not None and call.finished_at is not None:
             finished_at = call.finished_at
         info = log.isEnabledFor(logging.INFO)
+        observed = bool(LISTENERS)
         stats = self.stats
         for claim, verdict in zip(claims, verdicts, strict=True):
             item = settling.settlement(
@@ -483,6 +497,8 @@ class Dispatcher:
                 finished_at=finished_at,
             )
             self._finished.append(item)
+            if observed:
+                emit(ATTEMPT, settling.observed(claim, verdict, item, self.owner))
             label = verdict.label
             if label is Label.DONE:
                 if not info and verdict.result_error is None:
@@ -530,6 +546,8 @@ class Dispatcher:
         if released:
             log.info("released %d claim(s) (dead owners: %s)", released, dead or "none")
             self.stats.released += released
+            if LISTENERS:
+                emit(RELEASED, {"owner": self.owner, "count": released})
         return released
 
     def _warn_waiting_kinds(self) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "Label",
     "Verdict",
     "bounded",
+    "observed",
     "read_batch",
     "read_value",
     "settlement",
@@ -278,3 +279,23 @@ def settlement(
 def batch_reasons(verdicts: Sequence[Verdict]) -> list[str]:
     """The programming errors among ``verdicts`` (for one ERROR line per batch)."""
     return sorted({v.reason for v in verdicts if v.misuse})
+
+
+def observed(claim: Claim, verdict: Verdict, item: Settlement, owner: str) -> dict[str, Any]:
+    """An attempt's observation (``oncewire.core.observe.ATTEMPT``): what the sink did and
+    the settlement the dispatcher is about to record for it."""
+    return {
+        "key": claim.key,
+        "kind": claim.kind,
+        "outcome": str(verdict.label),
+        "state": str(item.state),
+        "redelivery": claim.redelivery,
+        "attempt": claim.fence,
+        "fence": claim.fence,
+        "started": verdict.started,
+        "started_at": item.started_at,
+        "finished_at": item.finished_at,
+        "reason": verdict.reason,
+        "owner": owner,
+        "traceparent": claim.traceparent,
+    }

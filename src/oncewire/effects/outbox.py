@@ -2,13 +2,16 @@
 
 :meth:`Effects.accept_in_tx` is the one accept path: a :class:`~oncewire.ledger.LedgerTransaction`
 and a run's action ledger both go through it, so an effect is validated (``core.limits``),
-bounded (``max_payload_bytes``) and stored the same way whoever accepts it.
+bounded (``max_payload_bytes``) and stored the same way whoever accepts it. It is also where an
+accept is observed (:mod:`oncewire.core.observe`) and where the accepting span's trace context is
+stored with a new effect, so that its attempts continue that trace.
 """
 
 from __future__ import annotations
 
 import builtins
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +34,7 @@ from oncewire.core.limits import (
     check_name,
     check_seconds,
 )
+from oncewire.core.observe import ACCEPTED, LISTENERS, current_traceparent, emit
 from oncewire.core.states import coerce_states
 from oncewire.storage import Store, Transaction
 from oncewire.storage.records import AttemptRecord, Effect, EffectState
@@ -103,6 +107,8 @@ class Effects:
         written everything it commits with the effect.
         """
         key, kind = _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
+        observed = bool(LISTENERS)
+        started = time.perf_counter() if observed else 0.0
         # Refuse here, before any SQL, what a reader could not load back (too deep, too large
         # an integer, a lone surrogate) or more than the ledger's max_payload_bytes.
         payload_json = canonical_json(payload, max_bytes=self.max_payload_bytes)
@@ -118,11 +124,22 @@ class Effects:
             not_before=now + max(0.0, delay_seconds),
             deadline=None if deadline_seconds is None else now + deadline_seconds,
             now=now,
+            traceparent=current_traceparent() if observed else None,
         )
         if not created and effect.kind != kind:
             raise KindConflict(key, effect.kind, kind, effect.digest, payload_digest)
         if not created and effect.digest != payload_digest:
             raise PayloadConflict(key, effect.digest, payload_digest)
+        if observed:
+            emit(
+                ACCEPTED,
+                {
+                    "key": key,
+                    "kind": kind,
+                    "created": created,
+                    "duration_seconds": time.perf_counter() - started,
+                },
+            )
         return effect, created
 
     def get(self, key: str) -> Effect:

@@ -10,13 +10,15 @@ leftover. Taking a reply over from a dead owner turns its leftover ``in_flight``
 
 :class:`~oncewire.replies.engine.ReplyEngine` inherits these as the half of it that touches the
 wire and the record; the decisions (what to send next, when to wait, when to give up) are the
-engine's and :mod:`oncewire.replies.plan`'s.
+engine's and :mod:`oncewire.replies.plan`'s. Each operation whose outcome is recorded is observed
+(:mod:`oncewire.core.observe`): its kind, its outcome and how long the platform took.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import replace
 from typing import Protocol
 
@@ -24,6 +26,7 @@ from oncewire.core import crash
 from oncewire.core.clock import Clock
 from oncewire.core.errors import InvalidState, StaleFence
 from oncewire.core.ids import owner_is_dead_locally
+from oncewire.core.observe import LISTENERS, REPLY_OPERATION, emit
 from oncewire.inbound import Inbox
 from oncewire.replies.plan import Step
 from oncewire.replies.wire import (
@@ -32,6 +35,7 @@ from oncewire.replies.wire import (
     MaybeDelivered,
     NotDelivered,
     Platform,
+    RejectedForGood,
     WireOutcome,
     idempotency_key,
     vet_outcome,
@@ -70,6 +74,16 @@ PREVIEW_NOT_COMMITTED = crash.register(
     "replies.preview_visible_not_committed",
     "a stream preview shows the whole answer; the final text is not committed",
 )
+
+
+# How an observation names each wire outcome (docs/observability.md).
+_OUTCOME_NAMES: dict[type, str] = {
+    Delivered: "delivered",
+    NotDelivered: "not_delivered",
+    MaybeDelivered: "maybe_delivered",
+    RejectedForGood: "rejected",
+    Gone: "gone",
+}
 
 
 class _LedgerParts(Protocol):
@@ -160,6 +174,7 @@ class ReplyOperations:
             settle=self._pending.pop(reply.id, None),
             expect_seq=max((op.seq for op in seen), default=0),
         )
+        called = time.perf_counter() if LISTENERS else 0.0
         # vet_outcome: whatever an adapter returns, only a well-formed Delivered is an ack.
         if step.kind is OpKind.SEND:
             SEND_IN_FLIGHT.hit()
@@ -178,10 +193,23 @@ class ReplyOperations:
             assert step.message_id is not None
             answer = platform.delete(reply.request, step.message_id)
             outcome = vet_outcome(answer, "delete", reply.id)
+        took = time.perf_counter() - called
         try:
             self._record(op, outcome, deliver=deliver, count=count)
         except InvalidState as exc:  # another engine took the reply over mid-call
             raise StaleFence(f"reply {reply.id} was taken over during a call") from exc
+        if LISTENERS:
+            emit(
+                REPLY_OPERATION,
+                {
+                    "kind": str(step.kind),
+                    "outcome": _OUTCOME_NAMES.get(type(outcome), type(outcome).__name__),
+                    "reply_id": reply.id,
+                    "slot": step.slot,
+                    "marked": step.marked,
+                    "duration_seconds": took,
+                },
+            )
         return outcome
 
     def _keyed(self, reply: Reply, slot: int, generation: int) -> SendRequest:

@@ -5,7 +5,8 @@ outbox its action ledger accepts through); the commands in ``service``, reconcil
 ``recovery``, reverts in ``branches`` and key adoption in ``keys`` all go through the functions
 here, so there is one way to verify a run's head, append an event, release a run, audit a
 history and replay a command. Nothing here commits: every ``*_in_tx`` function writes in the
-caller's transaction.
+caller's transaction. A command written, refused by its workflow or replayed is observed here
+(:mod:`oncewire.core.observe`); "written" means written in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from oncewire.core.errors import (
     RunConflict,
     TransitionRefused,
 )
+from oncewire.core.observe import LISTENERS, RUN_COMMAND, emit
 from oncewire.effects.outbox import ACCEPT_BEFORE_COMMIT, Effects
 from oncewire.runs.chain import event_hash
 from oncewire.runs.keys import chain_key as _chain_key
@@ -227,7 +229,23 @@ def replay(ctx: RunContext, row: RunRow, prior: EventRow, request_digest: str) -
         )
     refuse_released(row)
     result = require_audit(ctx, row, snapshots=(prior.seq,))
+    if LISTENERS:
+        command = json.loads(prior.payload_json).get("command")
+        _observe(row, str(command), "replayed", prior.type)
     return CommandResult(run_view(row, result.states[prior.seq]), event_view(prior), True)
+
+
+def _observe(row: RunRow, command: str, result: str, event: str | None) -> None:
+    emit(
+        RUN_COMMAND,
+        {
+            "workflow": row.workflow,
+            "command": command,
+            "result": result,
+            "run_id": row.run_id,
+            "event": event,
+        },
+    )
 
 
 def refuse_used_ids(ctx: RunContext, tx: Transaction, run_id: str, seq: int, rows: Rows) -> None:
@@ -276,6 +294,8 @@ def append_in_tx(
             flow, state, command, request, Step(row.run_id, seq, now, owner)
         )
     except Refusal as exc:
+        if LISTENERS:
+            _observe(row, command, "refused", None)
         raise TransitionRefused(
             f"run {row.run_id!r}: {exc.reason}",
             run_id=row.run_id,
@@ -342,6 +362,8 @@ def append_in_tx(
     stored = ctx.store.append_run_event_in_tx(
         tx, RunAppend(event, new_row, rows.phases, rows.findings, rows.actions)
     )
+    if LISTENERS:
+        _observe(row, command, "written", transition.event)
     return stored, new_row, state
 
 
