@@ -25,6 +25,7 @@ from oncewire.gateway.ratelimit import TELEGRAM_DEFAULTS
 
 __all__ = [
     "GatewayConfig",
+    "LeasesConfig",
     "ModelConfig",
     "PlatformConfig",
     "StoreConfig",
@@ -81,6 +82,15 @@ class TurnsConfig:
 
 
 @dataclass(frozen=True)
+class LeasesConfig:
+    """How long a gateway process holds what it serves without renewing it. Each lease is
+    renewed every third of its length; another process takes it over once it ran out."""
+
+    bot_seconds: float = 30.0  # a bot's lease (polling and serving it)
+    turn_seconds: float = 60.0  # a running turn's lease
+
+
+@dataclass(frozen=True)
 class PlatformConfig:
     name: str
     kind: str  # one of PLATFORM_KINDS
@@ -129,6 +139,7 @@ class GatewayConfig:
     platforms: tuple[PlatformConfig, ...]
     tools: tuple[ToolConfig, ...]
     webhooks: WebhooksConfig
+    leases: LeasesConfig = LeasesConfig()
 
     def secret(self, env_name: str, environ: Mapping[str, str] | None = None) -> str:
         """The value of the environment variable ``env_name`` (named by a ``*_env`` key)."""
@@ -158,11 +169,12 @@ def parse_config(text: str, path: str | Path) -> GatewayConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{path}: not valid TOML: {exc}", file=str(path)) from exc
     top = _Table(raw, path, "")
-    top.only("store", "model", "turns", "platforms", "tools", "webhooks")
+    top.only("store", "model", "turns", "platforms", "tools", "webhooks", "leases")
     store = top.table("store")
     model = top.table("model")
     turns = top.table("turns")
     webhooks = top.table("webhooks")
+    leases = top.table("leases")
     platforms = tuple(_platform(t) for t in top.tables("platforms"))
     tools = tuple(_tool(t) for t in top.tables("tools"))
     if not platforms:
@@ -183,6 +195,7 @@ def parse_config(text: str, path: str | Path) -> GatewayConfig:
     )
     turns.only("busy_mode", "max_concurrent", "max_steps", "max_starts", "resume_note")
     webhooks.only("bind")
+    leases.only("bot_lease_seconds", "turn_lease_seconds")
     host, port = _bind(webhooks)
     return GatewayConfig(
         path=path,
@@ -206,6 +219,10 @@ def parse_config(text: str, path: str | Path) -> GatewayConfig:
         platforms=platforms,
         tools=tools,
         webhooks=WebhooksConfig(host, port),
+        leases=LeasesConfig(
+            bot_seconds=leases.seconds("bot_lease_seconds", 30.0),
+            turn_seconds=leases.seconds("turn_lease_seconds", 60.0),
+        ),
     )
 
 

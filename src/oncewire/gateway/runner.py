@@ -3,31 +3,28 @@
 Boot, in order, driven only by rows (nothing is read from a transcript, nothing is guessed):
 
 1. open the store (``[store] db``; migrations run);
-2. ``engine.recover()``: operations a dead process left in flight become ``ambiguous`` and
-   every committed reply is delivered (or scheduled, as its record says);
-3. turns whose owner is gone (a process on this host that died, or a lease that ran out) are
-   taken over: ended ``answered`` when their reply is committed (a guard: T5 commits both at
-   once), ended ``interrupted`` when an interrupt was recorded (their message ``superseded``
-   and their reply withdrawn in the same transaction, then delivered: the previews deleted)
-   or their message was superseded, resumed otherwise (the model is asked again, with
-   ``[turns] resume_note``);
-4. ``received`` messages are scheduled, per session in id order;
-5. with ``[[tools]]``, a :class:`~oncewire.Dispatcher` thread that runs the tools' effects
+2. with ``[[tools]]``, a :class:`~oncewire.Dispatcher` thread that runs the tools' effects
    (:mod:`oncewire.gateway.tools`; a resumed turn's unfinished calls included: an effect a dead
    process left claimed is redelivered, flagged);
-6. a poller thread per Telegram platform with ``inbound = "polling"``: each update is admitted
-   (T1, :mod:`oncewire.gateway.admission`) and only then confirmed to Telegram; a Gateway
-   thread per Discord platform
-   (:class:`~oncewire.gateway.platforms.discord_gateway.GatewayClient`): each message is
-   admitted before its dispatch's ``seq`` is trusted, and a fresh session backfills over REST
-   what the channels active in the last :data:`DISCORD_BACKFILL_MAX_AGE_SECONDS` got since
-   their last admitted message;
-7. when a platform takes its messages by webhook (a Telegram platform with ``inbound =
+3. the bot leases (:mod:`oncewire.gateway.leases`): for each platform whose lease this process
+   takes, the platform's recovery (:mod:`oncewire.gateway.takeover`: committed replies
+   delivered, operations a dead process left in flight ``ambiguous``, turns whose owner is gone
+   ended or resumed), then its listener (:mod:`oncewire.gateway.listeners`: a poller thread
+   per Telegram platform with ``inbound = "polling"``, each update admitted (T1,
+   :mod:`oncewire.gateway.admission`) and only then confirmed; a Gateway thread per Discord
+   platform). A platform whose lease another process holds is **stood by**: nothing of it is
+   polled, scheduled or delivered here until a lease thread takes it over (its owner's lease
+   ran out, or its owner is a dead process on this host), which runs the same recovery first;
+4. ``received`` messages of the platforms served are scheduled, per session in id order;
+5. when a platform takes its messages by webhook (a Telegram platform with ``inbound =
    "webhook"``, a ``kind = "webhook"`` platform), the webhook server
    (:mod:`oncewire.gateway.webhooks`) on ``[webhooks] bind``: each POST is admitted by the
-   same T1 and answered 2xx only once that committed; then the line ``ready`` is printed on
-   stdout (``ready port=N`` with the webhook server, N the port it listens on, so ``bind``
-   may ask for port 0).
+   same T1 and answered 2xx only once that committed (in a standby too: admission is
+   idempotent, and the process serving the platform answers); then the line ``ready`` is
+   printed on stdout (``ready port=N`` with the webhook server, N the port it listens on, so
+   ``bind`` may ask for port 0), followed by `` standby=a,b`` naming the platforms stood by.
+   Later, ``serving NAME`` and ``standby NAME`` lines say when a platform is taken over or
+   lost.
 
 Replies go out through each platform's adapter: the Telegram Bot API or Discord's REST API
 (editable, previews when ``streaming``; on Discord every create carries a nonce), or the
@@ -47,10 +44,15 @@ Telegram; a POST not answered 2xx is delivered again by its platform), no new tu
 running turns get ``grace_seconds`` to finish and deliver; a turn still running then is
 interrupted where it stands and left to the next process, which resumes it. The dispatcher
 stops last (its tool calls in flight get its own grace period; one still running then stays
-claimed for the next process). The process then exits 0.
+claimed for the next process). The bot leases are then given back, so a standby takes the bots
+over at once, and the process exits 0.
 
-Not yet: the busy modes steer and reject, a bot lease that refuses a second gateway
-on the same store, renewal of long turns' leases.
+A bot lease lost while running (another process took it, or it could not be renewed before it
+ran out) stops that platform's listener at once and its scheduling and deliveries; its turns
+already running go on under their own turn leases (renewed, fenced), or stop where they stand
+if those are lost too.
+
+Not yet: the busy modes steer and reject.
 """
 
 from __future__ import annotations
@@ -66,33 +68,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from oncewire.core.errors import ConfigurationError, OncewireError
-from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.core.ids import this_process_owner
 from oncewire.dispatch import Dispatcher
-from oncewire.gateway.admission import Admitter, last_admitted, telegram_bot_id
+from oncewire.gateway.admission import WEBHOOK_BOT, Admitter, telegram_bot_id
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
 from oncewire.gateway.http import Timeouts
+from oncewire.gateway.leases import BotLeases, bot_lease_name, token_digest
+from oncewire.gateway.listeners import DiscordListener, Listener, TelegramListener
 from oncewire.gateway.model import OpenAIChatClient
 from oncewire.gateway.model_results import Interrupt, ModelClient
-from oncewire.gateway.platforms.discord import DiscordApi, DiscordBot
-from oncewire.gateway.platforms.telegram import (
-    BotUnauthorized,
-    PollConflict,
-    TelegramBot,
-    TelegramUnavailable,
-)
-from oncewire.gateway.platforms.telegram_updates import TelegramInbound, UpdatePoller
+from oncewire.gateway.platforms.discord import DiscordBot
+from oncewire.gateway.platforms.telegram import TelegramBot
+from oncewire.gateway.platforms.telegram_updates import TelegramInbound
 from oncewire.gateway.platforms.webhook import WebhookInbound, WebhookPlatform
 from oncewire.gateway.ratelimit import RateLimiter, RateLimits
+from oncewire.gateway.takeover import deliver_committed, sweep_turns
 from oncewire.gateway.tools import ToolRegistry
-from oncewire.gateway.turn import (
-    TurnResult,
-    TurnSettings,
-    TurnWorker,
-    end_interrupted_in_tx,
-)
+from oncewire.gateway.turn import TurnResult, TurnSettings, TurnWorker
 from oncewire.inbound import InboundState
 from oncewire.ledger import Ledger
-from oncewire.replies import Platform, ReplyEngine, ReplyState
+from oncewire.replies import Platform, ReplyEngine
 
 if TYPE_CHECKING:  # the server needs the gateway extra's starlette and uvicorn
     from oncewire.gateway.webhooks import WebhookServer
@@ -102,10 +97,7 @@ __all__ = ["Runner", "SessionKey"]
 log = logging.getLogger("oncewire.gateway.runner")
 
 SessionKey = tuple[str, str, str, str]  # platform, bot, chat, thread
-TURN_STATUSES = ("running", "interrupting")  # a turn run that is still active
 IDLE_POLL_SECONDS = 1.0  # the scheduler looks at the store at least this often
-POLL_BACKOFF_SECONDS = (1.0, 30.0)  # a failing poller's first and longest wait
-DISCORD_BACKFILL_MAX_AGE_SECONDS = 24 * 3600.0  # a channel quiet longer is not backfilled
 
 
 @dataclass
@@ -141,10 +133,11 @@ class Runner:
         self._running: dict[SessionKey, _Running] = {}
         self._resumes: dict[int, int] = {}  # inbound id -> the fence its dead owner held
         self._threads: list[threading.Thread] = []
-        self._pollers: list[UpdatePoller] = []
-        self._stoppers: list[Callable[[], None]] = []  # Discord Gateway clients' stop()
+        self._listeners: dict[str, Listener] = {}  # platform -> its inbound, while served
+        self._serving: set[str] = set()  # platforms whose lease is held and recovery done
         self._server: WebhookServer | None = None
         self._ledger: Ledger | None = None
+        self._announce = False  # after "ready": say on stdout when a platform changes hands
 
     def stop(self) -> None:
         """Begin the drain (safe from a signal handler: it only sets a flag)."""
@@ -188,6 +181,7 @@ class Runner:
         ledger = Ledger(config.store.db)
         dispatcher: Dispatcher | None = None
         dispatching: threading.Thread | None = None
+        leases: BotLeases | None = None
         try:
             for p in telegram:
                 assert p.api_base is not None
@@ -233,12 +227,12 @@ class Runner:
                     resume_note=config.turns.resume_note,
                     system_prompt=system_prompt,
                     max_steps=config.turns.max_steps,
+                    lease_seconds=config.leases.turn_seconds,
                 ),
                 owner=self.owner,
                 tools=tools,
                 wake_tools=None if dispatcher is None else dispatcher.wake,
             )
-            self._boot(ledger, engine)
             if dispatcher is not None:
                 # Its own thread, outside self._threads: it stops after the turns have.
                 dispatching = threading.Thread(
@@ -255,23 +249,50 @@ class Runner:
             )
             pool = ThreadPoolExecutor(config.turns.max_concurrent, thread_name_prefix="turn")
             self._ledger = ledger
+            listen = functools.partial(self._listener, tokens=tokens, bots=bots, admitter=admitter)
+            names = {
+                p.name: bot_lease_name(
+                    p.name,
+                    bots[p.name]
+                    if p.kind == "telegram"
+                    else WEBHOOK_BOT
+                    if p.kind == "webhook"
+                    else token_digest(tokens[p.name]),
+                )
+                for p in config.platforms
+            }
+            leases = BotLeases(
+                ledger.store,
+                ledger.clock,
+                self.owner,
+                names,
+                lease_seconds=config.leases.bot_seconds,
+                gain=lambda name: self._gain(name, ledger, engine, listen),
+                lose=self._lose,
+            )
+            leases.acquire()
+            standby = sorted(set(names) - leases.held())
+            for name in standby:
+                log.warning(
+                    "standing by for %s: its bot lease %s is held by another process",
+                    name,
+                    names[name],
+                )
             self._spawn("scheduler", lambda: self._schedule(ledger, worker, pool))
-            self._spawn("replies", lambda: self._deliver_due(engine))
-            for p in telegram:
-                if p.inbound == "polling":
-                    self._start_poller(p, tokens[p.name], bots[p.name], admitter)
-            for p in discord:
-                self._start_discord(p, tokens[p.name], admitter, ledger)
+            self._spawn("replies", lambda: self._deliver_due(ledger, engine))
+            self._spawn("leases", functools.partial(self._keep, leases, ledger, engine))
             ready = "ready"
             if server is not None:
                 self._server = server
                 ready = f"ready port={server.start()}"
-            if self.out is not None:
-                self.out.write(ready + "\n")
-                self.out.flush()
+            if standby:
+                ready += f" standby={','.join(standby)}"
+            self._say(ready)
+            self._announce = True
             log.info(
-                "gateway ready: %s poller(s), webhook server %s, owner %s",
-                len(self._pollers),
+                "gateway ready: serving %s, standing by for %s, webhook server %s, owner %s",
+                ", ".join(sorted(self._serving)) or "nothing",
+                ", ".join(standby) or "nothing",
                 "off" if server is None else server.url,
                 self.owner,
             )
@@ -283,10 +304,10 @@ class Runner:
             if dispatcher is not None and dispatching is not None:
                 dispatcher.stop()
                 dispatching.join()
-            for poller in self._pollers:
-                poller.close()
-            for stop in self._stoppers:
-                stop()
+            for listener in list(self._listeners.values()):
+                listener.stop()
+            if leases is not None:
+                leases.release_all()  # the turns have ended or stopped: a standby may start
             for adapter in adapters.values():
                 adapter.close()
             if self._model is None and isinstance(model, OpenAIChatClient):
@@ -295,80 +316,91 @@ class Runner:
         log.info("gateway stopped")
         return 0
 
-    # -- boot ------------------------------------------------------------------------------
-    def _boot(self, ledger: Ledger, engine: ReplyEngine) -> None:
-        report = engine.recover()
-        log.info(
-            "recovery: %s delivered, %s scheduled, %s dead, %s withdrawn, %s unanswered",
-            len(report.delivered),
-            len(report.scheduled),
-            len(report.dead),
-            len(report.withdrawn),
-            len(report.unanswered),
-        )
-        now = ledger.clock.now()
-        after = ""
-        while True:
-            rows = ledger.runs.list(status=TURN_STATUSES, limit=500, after_run_id=after)
-            for row in rows:
-                if row.workflow != "turn" or row.turn is None or not row.turn.isdigit():
-                    continue
-                inbound_id = int(row.turn)
-                gone = row.owner is None or owner_is_dead_locally(row.owner)
-                expired = row.lease_expires_at is not None and row.lease_expires_at <= now
-                if not (gone or expired):
-                    log.warning(
-                        "turn %s is held by %s, which may be alive; left to it",
-                        row.run_id,
-                        row.owner,
-                    )
-                    continue
-                self._take_over(ledger, engine, inbound_id, row.fence)
-            if len(rows) < 500:
-                break
-            after = rows[-1].run_id
+    # -- bot leases: taking platforms over and losing them -------------------------------------
+    def _gain(
+        self,
+        name: str,
+        ledger: Ledger,
+        engine: ReplyEngine,
+        listen: Callable[[PlatformConfig], Listener | None],
+    ) -> None:
+        """The lease of platform ``name`` is ours: its recovery, then its listener, then the
+        scheduler and the reply thread serve it (the boot's order, for this platform)."""
+        deliver_committed(ledger, engine, {name})
+        with self._lock:
+            skip = set(self._resumes) | {item.inbound_id for item in self._running.values()}
+        resumes = sweep_turns(ledger, engine, self.owner, {name}, skip=skip)
+        platform = next(p for p in self.config.platforms if p.name == name)
+        listener = listen(platform)
+        with self._lock:
+            self._resumes.update(resumes)
+            self._serving.add(name)
+            if listener is not None:
+                self._listeners[name] = listener
+        if listener is not None:
+            listener.start("discord" if platform.kind == "discord" else "poller")
+        if self._announce:
+            self._say(f"serving {name}")
+        self._wake.set()
 
-    def _take_over(self, ledger: Ledger, engine: ReplyEngine, inbound_id: int, fence: int) -> None:
-        inbound = ledger.inbound.get(inbound_id)
-        reply = ledger.replies.for_inbound(inbound_id)
-        turn = ledger.runs.turn
-        ending: tuple[str, str, str | None] | None = None
-        run = ledger.runs.get(f"turn:{inbound_id}")
-        if reply is not None and reply.state is not ReplyState.OPEN and not reply.withdrawal:
-            ending = ("answered", "final_answer", reply.final_text)
-        elif run.status == "interrupting" and inbound.platform in engine.platforms:
-            # Its interrupt was recorded: never resumed; ended as its worker would have.
-            with ledger.transaction() as tx:
-                taken = turn.resume_in_tx(
-                    tx, inbound_id, owner=self.owner, from_fence=fence, lease_seconds=60.0
-                )
-                profile = engine.platform(inbound.platform).profile
-                end_interrupted_in_tx(ledger, tx, taken.run, profile)
-            withdrawn = ledger.replies.for_inbound(inbound_id)
-            if withdrawn is not None:
-                engine.deliver(withdrawn.id)
-            log.info("turn:%s taken over and ended interrupted", inbound_id)
-            return
-        elif inbound.status is InboundState.SUPERSEDED:
-            ending = ("interrupted", "superseded", None)
-        if ending is None:
-            if inbound.platform not in engine.platforms:
-                log.warning(
-                    "turn:%s is on platform %s, not served here", inbound_id, inbound.platform
-                )
+    def _lose(self, name: str) -> None:
+        """The lease of platform ``name`` is gone: its inbound stops now, nothing new of it is
+        scheduled or delivered here; its running turns go on under their own turn leases."""
+        with self._lock:
+            self._serving.discard(name)
+            listener = self._listeners.pop(name, None)
+        if listener is not None:
+            listener.stop()
+        if self._announce and not self._stop.is_set():
+            self._say(f"standby {name}")
+
+    def _keep(self, leases: BotLeases, ledger: Ledger, engine: ReplyEngine) -> None:
+        """The lease thread: renew and ask for the bot leases; take over the turns of the
+        platforms served whose turn lease ran out (their owner lost it without dying here)."""
+        while not self._stop.wait(leases.interval_seconds):
+            leases.renew()
+            if self._stop.is_set():
                 return
-            log.info("turn:%s will be resumed (its owner is gone)", inbound_id)
-            self._resumes[inbound_id] = fence
-            return
-        status, reason, text = ending
-        with ledger.transaction() as tx:
-            taken = turn.resume_in_tx(
-                tx, inbound_id, owner=self.owner, from_fence=fence, lease_seconds=60.0
+            leases.acquire()
+            with self._lock:
+                serving = set(self._serving)
+                skip = set(self._resumes) | {item.inbound_id for item in self._running.values()}
+            try:
+                found = sweep_turns(ledger, engine, self.owner, serving, skip=skip, quiet=True)
+            except Exception:
+                log.exception("looking for turns to take over failed; trying again")
+                continue
+            if found:
+                with self._lock:
+                    self._resumes.update(found)
+                self._wake.set()
+
+    def _listener(
+        self,
+        platform: PlatformConfig,
+        *,
+        tokens: dict[str, str],
+        bots: dict[str, str],
+        admitter: Admitter,
+    ) -> Listener | None:
+        """A new listener for ``platform``, or None when its messages are pushed to us."""
+        assert self._ledger is not None
+        if platform.kind == "telegram" and platform.inbound == "polling":
+            return TelegramListener(
+                platform,
+                tokens[platform.name],
+                bots[platform.name],
+                admitter,
+                poll_timeout_seconds=self.poll_timeout_seconds,
             )
-            turn.terminate_in_tx(
-                tx, inbound_id, status, reason=reason, reply_text=text, fence=taken.run.fence
-            )
-        log.info("turn:%s taken over and ended %s", inbound_id, status)
+        if platform.kind == "discord":
+            return DiscordListener(platform, tokens[platform.name], admitter, self._ledger)
+        return None
+
+    def _say(self, line: str) -> None:
+        if self.out is not None:
+            self.out.write(line + "\n")
+            self.out.flush()
 
     def _webhook_server(
         self, admit: Callable[[PlatformConfig, TelegramInbound | WebhookInbound], None]
@@ -391,74 +423,6 @@ class Runner:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
-
-    def _start_poller(
-        self, platform: PlatformConfig, token: str, bot: str, admitter: Admitter
-    ) -> None:
-        assert platform.api_base is not None
-        poller = UpdatePoller(
-            token, api_base=platform.api_base, poll_timeout_seconds=self.poll_timeout_seconds
-        )
-        self._pollers.append(poller)
-
-        def loop() -> None:
-            backoff = POLL_BACKOFF_SECONDS[0]
-            while not self._stop.is_set():
-                try:
-                    for message in poller.poll():
-                        admitter.admit_telegram(platform, bot, message)
-                        poller.confirm(message.update_id)  # only after the admission committed
-                    backoff = POLL_BACKOFF_SECONDS[0]
-                    continue
-                except BotUnauthorized as exc:
-                    log.error("platform %s: the Bot API refused the token: %s", platform.name, exc)
-                    return
-                except TelegramUnavailable as exc:
-                    wait = exc.retry_after if exc.retry_after is not None else backoff
-                    log.warning(
-                        "platform %s: polling failed (%s); again in %.1fs", platform.name, exc, wait
-                    )
-                except PollConflict as exc:
-                    wait = backoff
-                    log.warning("platform %s: %s; again in %.1fs", platform.name, exc, wait)
-                except Exception:
-                    # An admission that failed is not confirmed: the next poll serves it again.
-                    wait = backoff
-                    log.exception(
-                        "platform %s: admission failed; again in %.1fs", platform.name, wait
-                    )
-                backoff = min(POLL_BACKOFF_SECONDS[1], backoff * 2)
-                self._stop.wait(wait)
-
-        self._spawn(f"poller-{platform.name}", loop)
-
-    def _start_discord(
-        self, platform: PlatformConfig, token: str, admitter: Admitter, ledger: Ledger
-    ) -> None:
-        # Imported here: it needs websockets, which a gateway without Discord does without.
-        from oncewire.gateway.platforms.discord_gateway import GatewayClient, GatewayRefused
-
-        assert platform.api_base is not None
-        api = DiscordApi(token, api_base=platform.api_base)
-        client = GatewayClient(
-            token,
-            api,
-            lambda message: admitter.admit_discord(platform, message),
-            since=lambda: last_admitted(
-                ledger, platform.name, max_age_seconds=DISCORD_BACKFILL_MAX_AGE_SECONDS
-            ),
-        )
-        self._stoppers += [client.stop, api.close]
-
-        def loop() -> None:
-            try:
-                client.run()
-            except GatewayRefused as exc:
-                log.error("platform %s: the Discord Gateway refused: %s", platform.name, exc)
-            except Exception:
-                log.exception("platform %s: the Discord Gateway client failed", platform.name)
-
-        self._spawn(f"discord-{platform.name}", loop)
 
     def _schedule(self, ledger: Ledger, worker: TurnWorker, pool: ThreadPoolExecutor) -> None:
         limit = self.config.turns.max_concurrent
@@ -505,8 +469,11 @@ class Runner:
         found: list[tuple[int, SessionKey, int | None]] = []
         with self._lock:
             resumes = sorted(self._resumes.items())
+            serving = set(self._serving)
         for inbound_id, fence in resumes:
             inbound = ledger.inbound.get(inbound_id)
+            if inbound.platform not in serving:
+                continue  # its lease was lost: the process holding it now resumes it
             key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
             seen.add(key)
             found.append((inbound_id, key, fence))
@@ -515,7 +482,7 @@ class Runner:
             page = ledger.inbound.list(InboundState.RECEIVED, limit=500, after_id=after)
             for inbound in page:
                 key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
-                if key in seen or inbound.platform not in worker.platforms:
+                if key in seen or inbound.platform not in serving:
                     continue
                 seen.add(key)
                 found.append((inbound.id, key, None))
@@ -554,10 +521,15 @@ class Runner:
             with self._lock:
                 self._resumes[inbound_id] = run.fence
 
-    def _deliver_due(self, engine: ReplyEngine) -> None:
+    def _deliver_due(self, ledger: Ledger, engine: ReplyEngine) -> None:
+        """Deliver the replies of the platforms served whose retry time has come."""
         while not self._stop.is_set():
             try:
-                engine.run_due()
+                with self._lock:
+                    serving = set(self._serving)
+                for reply in ledger.replies.due(limit=100):
+                    if reply.request.platform in serving:
+                        engine.deliver(reply.id)
             except Exception:
                 log.exception("delivering due replies failed; trying again")
             self._stop.wait(IDLE_POLL_SECONDS)
@@ -568,10 +540,12 @@ class Runner:
         if self._server is not None:
             # No new POST is taken; the ones being admitted are answered (2xx once committed).
             self._server.stop()
-        for poller in self._pollers:
-            poller.stop()
-        for stop in self._stoppers:
-            stop()
+        with self._lock:
+            self._serving.clear()
+            listeners = list(self._listeners.values())
+            self._listeners.clear()
+        for listener in listeners:
+            listener.stop()
         deadline = time.monotonic() + self.grace_seconds
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -34,6 +34,12 @@ the transition table): the previewer is stopped, then one transaction
 deletes its previews. A ``/stop`` message has no turn of its own: it is started, its reply
 opened and committed with a one-line confirmation in one transaction, then delivered.
 
+**Its lease is renewed** every third of ``lease_seconds`` (``[leases] turn_lease_seconds``) while
+it runs, from T2 until T5 committed. A renewal refused (another process took the turn over: its
+fence moved) interrupts the turn, which then stops without writing anything more: its model
+stream is closed, its previewer stopped, and no terminal, step or reply is written under the
+lost fence (a write that raced with the takeover is refused by its fence).
+
 Nothing of a model call is recorded until it completed, so a process killed mid-stream leaves
 the run ``running`` with no new step: the next process takes it over, rebuilds the
 conversation from the recorded steps
@@ -52,7 +58,7 @@ from typing import Any
 
 from oncewire.core import crash
 from oncewire.core.canonical import digest
-from oncewire.core.errors import BranchBusy, TransitionRefused
+from oncewire.core.errors import BranchBusy, RunNotFound, StaleFence, TransitionRefused
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.model_results import (
     Delta,
@@ -141,9 +147,10 @@ class TurnSettings:
 class TurnResult:
     """How a turn ended here: ``answered``, ``failed`` (an honest failure note was committed),
     ``outcome_unknown`` (answered, but a world-changing tool call's outcome is unknown),
-    ``quarantined``, ``busy`` (another turn holds the session; nothing was written) or
+    ``quarantined``, ``busy`` (another turn holds the session; nothing was written),
     ``interrupted`` (its recorded interrupt ended it, its reply withdrawn; or stopped
-    mid-stream by a drain, without a terminal: the next process takes it over)."""
+    mid-stream by a drain, without a terminal: the next process takes it over) or ``lost``
+    (its lease was taken over by another process: stopped, nothing more written)."""
 
     inbound_id: int
     status: str
@@ -181,7 +188,6 @@ class TurnWorker:
         """Answer ``inbound_id``: a new turn, or (``resume_fence``) the takeover of a turn a
         dead process held under that fence."""
         inbound = self.ledger.inbound.get(inbound_id)
-        platform = self.platforms[inbound.platform]
         profile = self.engine.platform(inbound.platform).profile
         session = TurnSession(inbound.platform, inbound.bot, inbound.chat, inbound.thread)
         turn = self.ledger.runs.turn
@@ -223,9 +229,30 @@ class TurnWorker:
         if result.run.status == "interrupting":
             # Taken over after its interrupt was recorded (a turn that raised): never resumed.
             return self._end_interrupted(inbound_id, result.run, profile)
-        TURN_STARTED.hit()
         fence = result.run.fence
-        steps = int(result.run.state.get("steps", 0))
+        lease = _LeaseRenewal(self, run_id(inbound_id), fence, interrupt)
+        try:
+            attempts = started.attempts if started is not None else None
+            return self._answer(inbound, interrupt, result.run, lease, resume_fence, attempts)
+        finally:
+            lease.stop()
+
+    def _answer(
+        self,
+        inbound: Inbound,
+        interrupt: Interrupt,
+        run: Run,
+        lease: _LeaseRenewal,
+        resume_fence: int | None,
+        attempts: int | None,
+    ) -> TurnResult:
+        """After T2: the model, the tool calls, T5 and the delivery, under ``lease``."""
+        inbound_id = inbound.id
+        platform = self.platforms[inbound.platform]
+        profile = self.engine.platform(inbound.platform).profile
+        TURN_STARTED.hit()
+        fence = run.fence
+        steps = int(run.state.get("steps", 0))
         log.info(
             "turn start inbound=%s session=%s/%s/%s%s attempt=%s fence=%s",
             inbound_id,
@@ -233,7 +260,7 @@ class TurnWorker:
             inbound.chat,
             inbound.thread or "-",
             " (resumed)" if resume_fence is not None else "",
-            started.attempts if started is not None else "?",
+            attempts if attempts is not None else "?",
             fence,
         )
         reply = self.engine.open(inbound_id)
@@ -255,11 +282,16 @@ class TurnWorker:
                     messages.append({"role": "user", "content": self.settings.resume_note})
                 response = self._converse(loop, interrupt, previewer)
                 status = self._commit(inbound_id, profile, loop, response)
+                lease.stop()  # the run is ended: nothing left to renew
                 if previewer is not None and previewer.in_flight:
                     PREVIEW_AT_COMMIT.hit()
-            except (ModelInterrupted, ToolWaitInterrupted, TransitionRefused) as exc:
+            except (ModelInterrupted, ToolWaitInterrupted, TransitionRefused, StaleFence) as exc:
                 if previewer is not None:
                     previewer.stop(self.settings.preview_join_seconds)
+                if lease.lost or isinstance(exc, StaleFence):
+                    # Another process holds the turn now: nothing more is written here.
+                    log.warning("turn lost inbound=%s fence=%s: taken over", inbound_id, fence)
+                    return TurnResult(inbound_id, "lost")
                 run = self.ledger.runs.get(run_id(inbound_id))
                 if run.status == "interrupting":
                     return self._end_interrupted(inbound_id, run, profile)
@@ -457,3 +489,41 @@ def _sleep(interrupt: Interrupt, seconds: float) -> bool:
     woken = threading.Event()
     interrupt.on_interrupt(woken.set)
     return woken.wait(seconds)
+
+
+class _LeaseRenewal:
+    """Renews one running turn's lease on a thread of its own until :meth:`stop`; a renewal
+    refused (the fence moved, the run is gone) sets :attr:`lost` and interrupts the turn."""
+
+    def __init__(self, worker: TurnWorker, name: str, fence: int, interrupt: Interrupt) -> None:
+        self.worker = worker
+        self.name = name
+        self.fence = fence
+        self.interrupt = interrupt
+        self.lost = False
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        seconds = self.worker.settings.lease_seconds
+        while not self._stopped.wait(seconds / 3):
+            try:
+                self.worker.ledger.runs.renew(
+                    self.name, owner=self.worker.owner, fence=self.fence, lease_seconds=seconds
+                )
+            except (StaleFence, RunNotFound) as exc:
+                if self._stopped.is_set():
+                    return  # T5 ended the run meanwhile: nothing was lost
+                self.lost = True
+                log.warning(
+                    "turn %s: its lease renewal was refused (%s); stopping it", self.name, exc
+                )
+                self.interrupt.interrupt()
+                return
+            except Exception as exc:
+                # The store may be back before the lease runs out; T5 is refused if it is not.
+                log.warning("turn %s: its lease renewal failed (%s); trying again", self.name, exc)
