@@ -6,7 +6,8 @@ parameters; method names in any case) and prints ``ready port=N`` once it listen
 
 * ``getMe``; ``getUpdates`` (``offset`` confirms every update below it, unconfirmed updates are
   served again, ``timeout`` long-polls, ``limit``, ``allowed_updates``; a newer poll ends the
-  one still waiting with 409 ``Conflict: terminated by other getUpdates request...``);
+  one still waiting with 409 ``Conflict: terminated by other getUpdates request...``; a poll
+  whose client closed its connection ends unanswered, journaled with status 499);
 * ``setWebhook`` (``url``, ``secret_token``, ``allowed_updates``, ``drop_pending_updates``),
   ``deleteWebhook`` (``drop_pending_updates``), ``getWebhookInfo``. With a webhook set, the fake
   POSTs each pending update, oldest first, to the URL (with ``X-Telegram-Bot-Api-Secret-Token``
@@ -48,6 +49,8 @@ from __future__ import annotations
 
 import json
 import math
+import select
+import socket
 import sys
 import threading
 import time
@@ -67,17 +70,18 @@ from oncewire.fakes.control import (
     startup_faults,
 )
 from oncewire.fakes.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
-from oncewire.fakes.telegram_updates import CONFLICT as CONFLICT
-from oncewire.fakes.telegram_updates import DELIVERY_TIMEOUT_SECONDS as DELIVERY_TIMEOUT_SECONDS
-from oncewire.fakes.telegram_updates import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
-from oncewire.fakes.telegram_updates import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
-from oncewire.fakes.telegram_updates import SECRET_HEADER as SECRET_HEADER
 from oncewire.fakes.telegram_updates import (
+    CLIENT,
     WEBHOOK_ACTIVE,
     UpdateMethods,
     Updates,
     Webhook,
 )
+from oncewire.fakes.telegram_updates import CONFLICT as CONFLICT
+from oncewire.fakes.telegram_updates import DELIVERY_TIMEOUT_SECONDS as DELIVERY_TIMEOUT_SECONDS
+from oncewire.fakes.telegram_updates import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
+from oncewire.fakes.telegram_updates import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
+from oncewire.fakes.telegram_updates import SECRET_HEADER as SECRET_HEADER
 from oncewire.platforms.base import (
     TELEGRAM_LIKE,
     Delivered,
@@ -393,6 +397,7 @@ class _Handler(ControlHandler):
             handler = TelegramFake.METHODS.get(method.lower())
             if handler is None:
                 raise ApiError(404, "Not Found")
+            CLIENT.gone = self._client_gone
             status, body = handler(fake, params)
         except ApiError as exc:
             status, body = exc.status, exc.body()
@@ -400,6 +405,14 @@ class _Handler(ControlHandler):
         if body is None:
             return self.stay_silent()
         self.send_json(status, body)
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end (a long poll's client sends nothing meanwhile)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
 
 def serve(host: str, port: int, fake: TelegramFake) -> FakeServer[TelegramFake]:

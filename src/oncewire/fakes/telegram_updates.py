@@ -28,6 +28,8 @@ from oncewire.fakes.control import CallLog, fsynced_append
 from oncewire.fakes.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
 
 __all__ = [
+    "CLIENT",
+    "CLIENT_GONE",
     "CONFLICT",
     "DELIVERY_TIMEOUT_SECONDS",
     "RETRY_FIRST_SECONDS",
@@ -41,6 +43,13 @@ __all__ = [
     "post_update",
     "write_atomically",
 ]
+
+# The request this thread serves: ``CLIENT.gone()``, when set, says whether its client closed
+# the connection. A long poll whose client hung up (a process killed, a poller stopped) ends
+# there, journaled as CLIENT_GONE and answered to nobody, so it never draws the 409 of a newer
+# poll: a 409 in the journal always went to a poller that was still there to read it.
+CLIENT = threading.local()
+CLIENT_GONE = 499
 
 CONFLICT = (
     "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
@@ -150,6 +159,9 @@ class UpdateMethods:
             if offset is not None and offset > 0:
                 updates.confirm(offset)
             while True:
+                gone = getattr(CLIENT, "gone", None)
+                if gone is not None and gone():
+                    return CLIENT_GONE, None
                 if self._webhook is not None:
                     raise ApiError(409, WEBHOOK_ACTIVE)
                 if updates.generation != mine:
