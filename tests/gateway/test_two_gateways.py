@@ -103,7 +103,7 @@ class Gateway:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, db: str, script: Any) -> None:
+    def __init__(self, tmp_path: Path, db: str, script: Any, max_concurrent: int = 4) -> None:
         self.tmp_path, self.db = tmp_path, db
         self.bots = {name: Bot(tmp_path / name, name) for name in BOTS}
         self.model = FakeOpenAI(tmp_path / "openai", script)
@@ -133,7 +133,7 @@ max_retries = 1
 read_timeout = 120
 
 [turns]
-max_concurrent = 4
+max_concurrent = {max_concurrent}
 
 [leases]
 bot_lease_seconds = 3
@@ -193,11 +193,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Callable[[str, Any], Rig]]:
+def rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     made: list[Rig] = []
 
-    def make(db: str, script: Any) -> Rig:
-        made.append(Rig(tmp_path, db, script))
+    def make(db: str, script: Any, max_concurrent: int = 4) -> Rig:
+        made.append(Rig(tmp_path, db, script, max_concurrent))
         return made[-1]
 
     yield make
@@ -234,7 +234,7 @@ def assert_never_polled_twice_at_once(r: Rig) -> None:
 
 @pytest.mark.crash
 def test_the_standby_takes_both_bots_over_after_a_sigkill_mid_turn(
-    rig: Callable[[str, Any], Rig], store_url: str
+    rig: Callable[..., Rig], store_url: str
 ) -> None:
     full = {
         "tg_a": "Alpha: the whole answer, resumed by the standby.",
@@ -306,7 +306,7 @@ def test_the_standby_takes_both_bots_over_after_a_sigkill_mid_turn(
 
 
 def test_a_drained_gateway_hands_its_bots_to_the_standby_and_no_bot_is_polled_twice(
-    rig: Callable[[str, Any], Rig], tmp_path: Path
+    rig: Callable[..., Rig], tmp_path: Path
 ) -> None:
     pytest.importorskip("psycopg")
     with fresh_schema(server_url(), "two_gw_drain") as url:
@@ -353,3 +353,56 @@ def test_a_drained_gateway_hands_its_bots_to_the_standby_and_no_bot_is_polled_tw
         assert_never_polled_twice_at_once(r)
         assert b.terminate() == 0
         r.stop()
+
+
+def test_a_turn_whose_lease_is_taken_stops_without_writing_anything_more(
+    rig: Callable[..., Rig], tmp_path: Path
+) -> None:
+    """The turn's lease is renewed while its model stream is stalled; another owner takes the
+    turn over (fence 2): the renewal is refused, the turn stops at once and writes nothing.
+    With one worker, the next message (another session) can only start once it stopped."""
+    r = rig(
+        str(tmp_path / "gateway.db"),
+        {
+            "by_token": {
+                "slow-token": [
+                    {
+                        "kind": "stall_mid_stream",
+                        "text": "A preview, then a stall.",
+                        "after_chars": 9,
+                        "chunk_chars": 3,
+                        "seconds": 600,
+                    }
+                ],
+                "next-token": [{"kind": "text", "text": "The next answer."}],
+            }
+        },
+        max_concurrent=1,
+    )
+    a = r.start("a")
+    r.bots["tg_a"].inject("question slow-token")
+    wait_for(lambda: len(r.bots["tg_a"].shown()) == 1, timeout=60, what="the stalled preview")
+    with r.ledger() as ledger:
+        run = ledger.runs.get("turn:1")
+        assert run.owner is not None and pid_of(run.owner) == a.process.pid and run.fence == 1
+        ledger.runs.turn.resume(
+            1, owner="intruder", from_fence=1, lease_seconds=600, dead_owners=[run.owner]
+        )
+    r.bots["tg_b"].inject("question next-token")
+    wait_for(
+        lambda: [i.status for i in r.inbounds()["tg_b"]] == [InboundState.DELIVERED],
+        timeout=60,
+        what="the next message answered, after the lost turn freed the only worker",
+    )
+    with r.ledger() as ledger:
+        run = ledger.runs.get("turn:1")
+        assert (run.owner, run.fence, run.status) == ("intruder", 2, "running")
+        assert [e.type for e in ledger.runs.events("turn:1")] == ["run_started", "run_resumed"]
+        reply = ledger.replies.for_inbound(1)
+        assert reply is not None and reply.state is ReplyState.OPEN
+        assert ledger.inbound.get(1).status is InboundState.ANSWERING
+    slow = [q for q in r.model.requests() if "slow-token" in json.dumps(q["body"])]
+    assert len(slow) == 1  # stopped, never asked again
+    assert r.bots["tg_b"].shown() == [("The next answer.", False)]
+    assert a.process.poll() is None  # the gateway itself goes on
+    assert a.terminate() == 0
