@@ -63,8 +63,9 @@ def sweep_turns(
     quiet: bool = False,
 ) -> dict[int, int]:
     """Step 2: take over the active turns of ``platforms`` whose owner is gone; the turns to
-    resume, as ``{inbound id: the fence their owner held}``. Turns of ``owner`` itself and the
-    inbound ids in ``skip`` (already resumed or running here) are left alone."""
+    resume, as ``{inbound id: the fence their owner held}``. The inbound ids in ``skip``
+    (resumed or running here) are left alone; a turn of ``owner`` itself that is not running
+    here (its commit failed while the store was away) is taken over once its lease ran out."""
     resumes: dict[int, int] = {}
     now = ledger.clock.now()
     after = ""
@@ -74,7 +75,7 @@ def sweep_turns(
             if row.workflow != "turn" or row.turn is None or not row.turn.isdigit():
                 continue
             inbound_id = int(row.turn)
-            if row.owner == owner or inbound_id in skip:
+            if inbound_id in skip:
                 continue
             gone = row.owner is None or owner_is_dead_locally(row.owner)
             expired = row.lease_expires_at is not None and row.lease_expires_at <= now
