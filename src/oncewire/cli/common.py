@@ -109,12 +109,16 @@ class _IsoFormatter(logging.Formatter):
 
 
 def configure_logging(level: int, fmt: str = "%(asctime)s %(name)s %(message)s") -> None:
-    """Log to stderr with :func:`when` times, unless logging was configured already."""
+    """Log to stderr with :func:`when` times, unless logging was configured already: ``fmt``
+    lines, or one JSON object per line under ``--log-format json``."""
+    from oncewire.cli import logformat
+
     root = logging.getLogger()
     if root.handlers:
         return
     handler = logging.StreamHandler()
-    handler.setFormatter(_IsoFormatter(fmt))
+    json_lines = logformat.current() == "json"
+    handler.setFormatter(logformat.JsonFormatter(when) if json_lines else _IsoFormatter(fmt))
     root.addHandler(handler)
     root.setLevel(level)
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+from oncewire.cli import logformat
 from oncewire.cli.common import configure_logging, db_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.dispatch.sinkspec import inspect_sinks
@@ -104,9 +105,17 @@ def _run_one(
             attempt_timeout=attempt_timeout,
             grace_seconds=grace,
         )
-        click.echo(
-            f"dispatching {', '.join(sorted(sinks))} from {app} as {dispatcher.owner}", err=True
-        )
+        kinds = ", ".join(sorted(sinks))
+        if logformat.current() == "json":  # stderr holds JSON lines only
+            log.info(
+                "dispatching %s from %s as %s",
+                kinds,
+                app,
+                dispatcher.owner,
+                extra={"kinds": sorted(sinks), "app": app, "owner": dispatcher.owner},
+            )
+        else:
+            click.echo(f"dispatching {kinds} from {app} as {dispatcher.owner}", err=True)
         _follow_supervisor(dispatcher)
         stats = dispatcher.run(until_idle=until_idle)
     click.echo(json.dumps({"pid": os.getpid(), "stats": stats.as_dict()}))
@@ -149,10 +158,11 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
     started = dict.fromkeys(children, time.monotonic())
     failures = dict.fromkeys(children, 0)  # failures in a row, per slot
     restart_at: dict[int, float] = {}  # slot -> when its next worker starts
-    click.echo(
-        f"supervising {workers} workers: {' '.join(str(c.pid) for c in children.values())}",
-        err=True,
-    )
+    pids = [child.pid for child in children.values()]
+    if logformat.current() == "json":  # stderr holds JSON lines only
+        log.info("supervising %d workers: %s", workers, pids, extra={"pids": pids})
+    else:
+        click.echo(f"supervising {workers} workers: {' '.join(map(str, pids))}", err=True)
     while not signals:
         time.sleep(0.1)
         now = time.monotonic()
@@ -284,6 +294,7 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
     "then are left claimed for recovery. A second signal exits at once.",
 )
 @click.option("--until-idle", is_flag=True, help="Drain what is due, then exit.")
+@logformat.log_format_option
 def command(
     db: str,
     app: str,
@@ -331,7 +342,7 @@ def command(
         "--poll-seconds",
         str(poll_seconds),
     ]
-    argv += ["--grace", str(grace)]
+    argv += ["--grace", str(grace), "--log-format", logformat.current()]
     if attempt_timeout is not None:
         argv += ["--attempt-timeout", str(attempt_timeout)]
     if until_idle:

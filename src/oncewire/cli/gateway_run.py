@@ -9,6 +9,7 @@ from types import FrameType
 
 import click
 
+from oncewire.cli import logformat
 from oncewire.cli.common import configure_logging, db_option, emit, json_option, table
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.config import load_config
@@ -38,6 +39,7 @@ EXIT_BAD_CONFIG = 2
     show_default=True,
     help="On SIGTERM or SIGINT, how long running turns may take to finish and deliver.",
 )
+@logformat.log_format_option
 def run(config_path: str, grace_seconds: float) -> None:
     """Run the gateway: receive messages, answer them with the model, deliver the replies.
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from oncewire.cli import logformat
+
 __all__ = ["command"]
 
 
@@ -52,6 +54,7 @@ __all__ = ["command"]
     "dropped afterwards unless --directory is given).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence JSON on stdout.")
+@logformat.log_format_option
 def command(
     suite_names: tuple[str, ...],
     list_suites: bool,
@@ -75,6 +78,13 @@ def command(
     from oncewire.lab.runner import format_report, run_lab
     from oncewire.lab.suites import SUITES
 
+    if logformat.current() == "json":
+        import logging
+
+        from oncewire.cli.common import configure_logging
+
+        # Warnings and errors, as Python prints them unconfigured, one JSON object each.
+        configure_logging(logging.WARNING)
     if list_suites:
         for found in SUITES:
             click.echo(f"{found.name:12} {found.description}")

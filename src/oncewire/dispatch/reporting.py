@@ -84,6 +84,16 @@ def say_attempt(
         ms,
         item.state,
         f": {item.last_error}" if item.last_error and level > logging.INFO else "",
+        # The same facts as attributes, for structured logs (--log-format json).
+        extra={
+            "key": claim.key,
+            "kind": claim.kind,
+            "attempt": item.attempt,
+            "redelivery": claim.redelivery,
+            "outcome": str(label),
+            "duration_ms": round(ms, 1),
+            "state": str(item.state),
+        },
     )
 
 
