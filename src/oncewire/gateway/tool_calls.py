@@ -42,6 +42,7 @@ from oncewire.ledger import Ledger
 from oncewire.runs.records import WORLD_CHANGING
 from oncewire.runs.turn import action_id, effect_key, run_id
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
+from oncewire.toolcalls import UNKNOWN_OUTCOME
 
 __all__ = ["Conversation", "ToolCalls", "ToolWaitInterrupted", "response_digest", "usage"]
 
@@ -201,10 +202,7 @@ class ToolCalls:
                 key,
                 effect.last_error,
             )
-            return (
-                "outcome unknown: the tool may or may not have run; do not assume either "
-                f"({effect.last_error or effect.state})"
-            )
+            return f"{UNKNOWN_OUTCOME} ({effect.last_error or effect.state})"
         else:
             result = {"error": f"the tool did not run: {effect.last_error or effect.state}"}
             status = "not_run"

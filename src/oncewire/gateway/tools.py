@@ -9,6 +9,9 @@ arguments) and answering ``Done``/``NotSent``/``MaybeSent``/``Rejected`` or a pl
 (``Done``). A sink that raises may have done its work, so its effect is retried as a flagged
 redelivery up to ``max_attempts``, then ``dead``: the model is told the outcome is unknown.
 
+How a call's arguments are read and its result told to the model is :mod:`oncewire.toolcalls`'s,
+shared with callers that run tool calls outside the gateway.
+
 Tools come from ``[[tools]]`` (:meth:`ToolRegistry.from_config`: the sink is imported from
 ``module:callable`` and the schema read from ``schema_file``) or from Python
 (:meth:`ToolRegistry.register`).
@@ -27,6 +30,7 @@ from typing import Any
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.config import SIDE_EFFECTS, ToolConfig
 from oncewire.gateway.model_results import ToolCall
+from oncewire.toolcalls import parse_arguments, tool_content
 
 __all__ = [
     "TOOL_KIND_PREFIX",
@@ -260,24 +264,3 @@ def assistant_message(text: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
             for call in calls
         ],
     }
-
-
-def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments as an object, or why they are not one."""
-    if not raw.strip():
-        return {}, None  # some models send nothing for a call without parameters
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        return {}, f"the arguments are not valid JSON: {exc}"
-    if not isinstance(value, dict):
-        return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
-    return value, None
-
-
-def tool_content(status: str, result: Any) -> str:
-    """A resolved call's result as the tool message's content."""
-    if status == "succeeded":
-        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-    error = result.get("error") if isinstance(result, dict) else None
-    return f"error: {error if error is not None else json.dumps(result)}"

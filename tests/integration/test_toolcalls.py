@@ -1,0 +1,168 @@
+"""oncewire.toolcalls on a real SQLite file and a real PostgreSQL server, with a real Dispatcher:
+one effect per tool_call.id keyed per turn, accepted with the caller's rows, and what the model
+is told read from the store. Effects and rows are read around oncewire."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from oncewire import Attempt, Dispatcher, Ledger, Rejected, toolcalls
+from tests.support.pg import fresh_schema, server_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "app.db")
+        return
+    with fresh_schema(server_url(), "tools") as schema_url:
+        yield schema_url
+
+
+def raw(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params).fetchall()]
+    conn = sqlite3.connect(url, timeout=10)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
+
+def sdk_call(call_id: str, name: str, arguments: str) -> Any:
+    """A tool call shaped like the OpenAI SDK's objects."""
+    return SimpleNamespace(
+        id=call_id, type="function", function=SimpleNamespace(name=name, arguments=arguments)
+    )
+
+
+class Tools:
+    """The sinks, counting each call by key (what the world saw)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.lock = threading.Lock()
+
+    def weather(self, attempt: Attempt) -> Any:
+        with self.lock:
+            self.calls.append(attempt.key)
+        return {"city": attempt.payload["city"], "sky": "clear"}
+
+    def refund(self, attempt: Attempt) -> Any:
+        with self.lock:
+            self.calls.append(attempt.key)
+        return Rejected(f"refunds over 100 need a human (asked {attempt.payload['amount']})")
+
+    def charge(self, attempt: Attempt) -> Any:
+        with self.lock:
+            self.calls.append(attempt.key)
+        raise ConnectionResetError("the connection dropped after the request was sent")
+
+    def sinks(self) -> dict[str, Any]:
+        return {
+            "tool.weather": self.weather,
+            "tool.refund": self.refund,
+            "tool.charge": self.charge,
+        }
+
+
+@pytest.fixture
+def dispatching(url: str) -> Iterator[tuple[Ledger, Tools]]:
+    tools = Tools()
+    with Ledger(url) as ledger:
+        with ledger.transaction() as tx:
+            tx.execute("CREATE TABLE turns (id TEXT PRIMARY KEY, response TEXT NOT NULL)")
+        dispatcher = Dispatcher(ledger, tools.sinks(), poll_seconds=0.05)
+        thread = threading.Thread(target=dispatcher.run, kwargs={"handle_signals": False})
+        thread.start()
+        try:
+            yield ledger, tools
+        finally:
+            dispatcher.stop()
+            thread.join(timeout=60)
+    assert not thread.is_alive()
+
+
+def test_each_call_is_one_effect_accepted_with_the_turn_and_answered_from_the_store(
+    url: str, dispatching: tuple[Ledger, Tools]
+) -> None:
+    ledger, tools = dispatching
+    response = [
+        sdk_call("call_a", "weather", '{"city": "Oslo"}'),
+        {
+            "id": "call_b",
+            "type": "function",
+            "function": {"name": "refund", "arguments": '{"amount": 500}'},
+        },
+        sdk_call("call_c", "charge", '{"amount": 5}'),
+        sdk_call("call_d", "weather", "Oslo"),  # not JSON: no effect
+    ]
+    with ledger.transaction() as tx:
+        tx.execute(
+            "INSERT INTO turns (id, response) VALUES (?, ?)"
+            if not url.startswith("postgresql")
+            else "INSERT INTO turns (id, response) VALUES (%s, %s)",
+            ("turn-1", "asked for 4 tools"),
+        )
+        accepted = toolcalls.accept_in_tx(tx, "turn-1", response, max_attempts=1)
+    assert [a.key for a in accepted] == [
+        "turn-1/call_a",
+        "turn-1/call_b",
+        "turn-1/call_c",
+        "turn-1/call_d",
+    ]
+    messages = toolcalls.results(ledger, accepted, wait_seconds=60)
+
+    stored = raw(url, "SELECT key, kind, payload, state FROM oncewire_effects ORDER BY key")
+    assert [(k, kind, json.loads(p), s) for k, kind, p, s in stored] == [
+        ("turn-1/call_a", "tool.weather", {"city": "Oslo"}, "done"),
+        ("turn-1/call_b", "tool.refund", {"amount": 500}, "rejected"),
+        ("turn-1/call_c", "tool.charge", {"amount": 5}, "dead"),
+    ]
+    assert raw(url, "SELECT id FROM turns") == [("turn-1",)]
+    assert sorted(tools.calls) == ["turn-1/call_a", "turn-1/call_b", "turn-1/call_c"]
+    assert [m["tool_call_id"] for m in messages] == ["call_a", "call_b", "call_c", "call_d"]
+    assert {m["role"] for m in messages} == {"tool"}
+    assert json.loads(messages[0]["content"]) == {"city": "Oslo", "sky": "clear"}
+    assert messages[1]["content"].startswith("error: the tool refused the call: refunds over 100")
+    assert messages[2]["content"].startswith(toolcalls.UNKNOWN_OUTCOME)
+    assert "the connection dropped" in messages[2]["content"]
+    assert messages[3]["content"].startswith("error: the arguments are not valid JSON")
+
+    # The turn retried (a crash after the commit, a replayed request): the same effects are
+    # found, nothing runs again, and the model is told the same.
+    again = toolcalls.call(ledger, "turn-1", response[:3], max_attempts=1, wait_seconds=60)
+    assert again == messages[:3]
+    assert raw(url, "SELECT COUNT(*) FROM oncewire_effects") == [(3,)]
+    assert sorted(tools.calls) == ["turn-1/call_a", "turn-1/call_b", "turn-1/call_c"]
+
+
+def test_a_rolled_back_turn_leaves_no_effect(url: str) -> None:
+    with Ledger(url) as ledger, pytest.raises(RuntimeError), ledger.transaction() as tx:
+        toolcalls.accept_in_tx(tx, "turn-2", [sdk_call("call_x", "weather", "{}")])
+        raise RuntimeError("the model response could not be recorded")
+    assert raw(url, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
+
+
+def test_a_call_cancelled_before_it_ran_did_not_run_and_a_wait_can_end(url: str) -> None:
+    with Ledger(url) as ledger:
+        with ledger.transaction() as tx:
+            accepted = toolcalls.accept_in_tx(tx, "turn-3", [sdk_call("call_y", "weather", "{}")])
+        with pytest.raises(toolcalls.ToolCallPending) as waited:
+            toolcalls.results(ledger, accepted, wait_seconds=0.2, poll_seconds=0.05)
+        assert waited.value.key == "turn-3/call_y"
+        ledger.effects.cancel("turn-3/call_y", reason="the user withdrew the request")
+        (message,) = toolcalls.results(ledger, accepted, wait_seconds=10)
+    assert raw(url, "SELECT state FROM oncewire_effects") == [("cancelled",)]
+    assert message["content"] == ("error: the tool did not run: the user withdrew the request")
