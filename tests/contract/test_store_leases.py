@@ -96,6 +96,9 @@ def test_a_live_lease_is_refused_to_another_owner_and_extended_for_its_holder(
     again = store.acquire_lease(NAME, owner="a", lease_seconds=30, now=T0 + 20)
     assert again is not None and again.fence == 1
     assert _row(raw) == ("a", 1, T0 + 50)
+    read = store.get_lease(NAME)
+    assert read is not None and (read.owner, read.fence, read.expires_at) == ("a", 1, T0 + 50)
+    assert store.get_lease("bot:nobody") is None
 
 
 def test_an_expired_lease_is_taken_under_a_higher_fence_and_the_old_holder_is_refused(
