@@ -76,17 +76,20 @@ def run_workers(ctx: LabContext) -> list[ScenarioResult]:
     events: list[dict[str, Any]] = []
     began = time.monotonic()
 
-    # One worker is stopped while it holds claims, and kept stopped past its lease.
+    # One worker is stopped while it holds claims, and kept stopped past its lease: the first
+    # one seen holding claims (on a loaded machine a given worker may claim little or late).
     stopped = live[0]
     stopped_with = 0
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and stopped.poll() is None:
-        if claims_held_by(stores, stopped.pid):
-            stopped.send_signal(signal.SIGSTOP)
-            stopped_with = claims_held_by(stores, stopped.pid)
-            if stopped_with:
-                break
-            stopped.send_signal(signal.SIGCONT)
+    while time.monotonic() < deadline and not stopped_with:
+        for candidate in live:
+            if candidate.poll() is None and claims_held_by(stores, candidate.pid):
+                candidate.send_signal(signal.SIGSTOP)
+                stopped_with = claims_held_by(stores, candidate.pid)
+                if stopped_with:
+                    stopped = candidate
+                    break
+                candidate.send_signal(signal.SIGCONT)
         time.sleep(0.005)
     stop_at = time.monotonic()
     events.append(
