@@ -26,13 +26,13 @@ from oncewire.replies import (
 from oncewire.testing import ManualClock
 
 
-def _profile(window: float) -> PlatformProfile:
+def _profile(window: float, *, editable: bool = False) -> PlatformProfile:
     return PlatformProfile(
         "fk_key",
         cap=4096,
         unit="codepoints",
-        can_edit=False,
-        can_delete=False,
+        can_edit=editable,
+        can_delete=editable,
         threads=False,
         idempotent_send_window_seconds=window,
     )
@@ -52,13 +52,18 @@ class Recording(FakePlatform):
 
 @contextmanager
 def _engine(
-    tmp_path: Path, window: float, *, honour_keys: bool, faults: list[Fault]
+    tmp_path: Path,
+    window: float,
+    *,
+    honour_keys: bool,
+    faults: list[Fault],
+    editable: bool = False,
 ) -> Iterator[tuple[Ledger, ReplyEngine, Recording, ManualClock]]:
     clock = ManualClock()
     ledger = Ledger(str(tmp_path / "app.db"), clock=clock)
     fake = Recording(
         tmp_path / "fk_key.jsonl",
-        _profile(window),
+        _profile(window, editable=editable),
         name="fk_key",
         faults=faults,
         honour_keys=honour_keys,
@@ -92,6 +97,34 @@ def test_inside_the_window_a_lost_ack_is_repeated_unmarked_and_shows_once(tmp_pa
         ]
         assert len(fake.keys) == 2 and fake.keys[0] == fake.keys[1] is not None
         assert _shown(tmp_path) == ["the answer"]  # the platform dropped the repeat
+
+
+def test_a_repeated_preview_send_is_then_edited_to_the_answer(tmp_path: Path) -> None:
+    """Seed 002's F14 on a platform that drops a repeated key (Discord): the first preview's
+    send times out unapplied; the final delivery repeats that send with its own body and key
+    (the platform may hold it), and must then edit the message to the committed answer: the
+    repeat is not the last step, even when it is the only one planned."""
+    faults = [Fault("timeout", op="send")]  # read, never applied, no answer
+    with _engine(tmp_path, math.inf, honour_keys=True, faults=faults, editable=True) as (
+        ledger,
+        engine,
+        fake,
+        _,
+    ):
+        inbound = ledger.inbound.admit("fk_key", "bot", "c1", "in-1", {}).inbound
+        reply = engine.open(inbound.id)
+        assert not engine.preview(reply, "the start").previewing
+        engine.commit(inbound.id, "the start of the whole answer")
+        done = engine.deliver(reply.id)
+        assert done.status == "delivered", done
+        assert _shown(tmp_path) == ["the start of the whole answer"]
+        ops = [(op.kind, op.state, op.body) for op in ledger.replies.ops(reply.id)]
+        assert ops == [
+            (OpKind.SEND, OpState.AMBIGUOUS, "the start"),
+            (OpKind.SEND, OpState.ACKED, "the start"),
+            (OpKind.EDIT, OpState.ACKED, "the start of the whole answer"),
+        ]
+        assert len(fake.keys) == 2 and fake.keys[0] == fake.keys[1] is not None
 
 
 @pytest.mark.parametrize("window", [0.0, 60.0])

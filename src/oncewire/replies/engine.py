@@ -354,7 +354,9 @@ class ReplyEngine(ReplyOperations):
                 return self._schedule(reply, clock.now() + hold, "rate limited by the platform")
             if hold > 0:
                 clock.sleep(hold)
-            last = len(steps) == 1 and end is ReplyState.DELIVERED
+            # The reply is delivered with its last operation, unless that operation repeats an
+            # earlier send's body: the edit to the answer is still to come.
+            last = len(steps) == 1 and not steps[0].interim and end is ReplyState.DELIVERED
             outcome = self._perform(reply, platform, steps[0], ops, deliver=last, count=True)
             if isinstance(outcome, Delivered):
                 if last:

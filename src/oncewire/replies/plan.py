@@ -9,7 +9,9 @@ For each chunk slot of the plan:
   idempotent and replayed freely) and never sent again;
 * a slot with no message is sent; unmarked if no earlier send of it may have landed, with the
   duplicate marker if one may have (an ``ambiguous`` send, or one still ``in_flight`` when its
-  process died), unless the platform still drops a repeat of that send's key;
+  process died), unless the platform still drops a repeat of that send's key: then that send
+  is repeated as it was, and the step is ``interim`` when its body is not the wanted text (an
+  edit must follow it, so it never finishes a delivery);
 * a slot whose message someone else deleted (an edit or delete answered ``gone``) has no
   message again, and is sent again like one never sent;
 * on the final delivery, slots beyond the plan are deleted (a withdrawal, a plan with no
@@ -49,7 +51,8 @@ class Slot:
 @dataclass(frozen=True, slots=True)
 class Step:
     """One wire operation still missing: send, edit or delete ``slot`` (a send of generation
-    ``generation``, under that generation's idempotency key)."""
+    ``generation``, under that generation's idempotency key). ``interim``: the slot will not
+    show the wanted text after it (a repeat of an earlier send's body)."""
 
     slot: int
     kind: OpKind
@@ -57,6 +60,7 @@ class Step:
     marked: bool
     message_id: str | None
     generation: int = 0
+    interim: bool = False
 
 
 def read_slots(ops: Iterable[ReplyOp]) -> dict[int, Slot]:
@@ -123,7 +127,9 @@ def plan_steps(
                 # The platform still drops a repeat of that send's key: the same body, with
                 # the same rendering, shows once (an edit then brings it to the wanted text).
                 body, marked = first.body, first.marked
-            steps.append(Step(index, OpKind.SEND, body, marked, None, slot.generation))
+            steps.append(
+                Step(index, OpKind.SEND, body, marked, None, slot.generation, body != want)
+            )
     if final and profile.can_delete:
         for index in sorted(slots):
             slot = slots[index]
