@@ -70,6 +70,8 @@ def test_outbox_suite_reproduces_the_seed_figures(tmp_path: Path) -> None:
         assert [e[1] for e in _effects(root / folder / "caller.sqlite")] == ["done"]
 
 
+# One child process per registered point: about a minute on a quiet machine, more under load.
+@pytest.mark.timeout(400)
 def test_crashpoint_matrix_covers_every_registered_point(tmp_path: Path) -> None:
     evidence = run_lab(["crashpoints"], directory=tmp_path / "lab")
     scenarios = evidence["suites"]["crashpoints"]["scenarios"]
