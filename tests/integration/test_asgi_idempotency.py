@@ -351,7 +351,7 @@ def test_the_documented_recipe_runs_as_shown(
 
 def test_a_fastapi_app_runs_a_key_once(backend: Backend) -> None:
     """The same middleware in front of FastAPI (a pydantic body, add_middleware); skipped where
-    FastAPI is not installed (it is not one of oncewire's dependencies)."""
+    FastAPI is not installed (a dev dependency, not one of oncewire's own)."""
     fastapi = pytest.importorskip("fastapi")
     pydantic = pytest.importorskip("pydantic")
 
