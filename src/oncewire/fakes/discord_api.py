@@ -56,8 +56,12 @@ Control routes (``POST /control/<action>``, JSON), as on the other fakes:
   10008; ``release`` lets parked operations go;
 * ``reconnect`` (``how``: ``op7`` (default), ``invalid_session``, ``invalid_session_resumable``,
   ``close`` with ``code`` (default 4000), ``zombie``; ``rewind``: the next Resume replays that
-  many message dispatches already handled, a re-delivery) and ``expire_sessions``: see
+  many message dispatches already handled, a re-delivery; ``rewind_to``: a message id, the next
+  Resume replays from its dispatch on) and ``expire_sessions``: see
   :mod:`oncewire.fakes.discord_gateway`;
+* ``redeliver`` (``message_id``): a user's message already injected is dispatched again as a
+  new ``MESSAGE_CREATE`` to every live session (a duplicate delivery, into whichever session is
+  there now: a fresh process's included);
 * ``state``: the Gateway's sessions (``session_id``, ``seq``, ``connected``, ``resumable``,
   ``resumes``), its identify and heartbeat counts and the faults fired.
 """
@@ -326,8 +330,30 @@ class DiscordFake(PlatformFake):
         rewind = params.get("rewind", 0)
         if type(rewind) is not int:
             raise ValueError("rewind must be an integer")
+        rewind_to = params.get("rewind_to")
+        if rewind_to is not None and not str(rewind_to).isdigit():
+            raise ValueError("rewind_to must be a message id (a snowflake)")
         how = str(params.get("how", "op7"))
-        return {"connections": self.hub.reconnect(how, code=code, rewind=rewind)}
+        return {
+            "connections": self.hub.reconnect(
+                how,
+                code=code,
+                rewind=rewind,
+                rewind_to=None if rewind_to is None else str(rewind_to),
+            )
+        }
+
+    def redeliver(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A user's message dispatched again (``message_id``), as it was first dispatched."""
+        wanted = str(params.get("message_id"))
+        with self._lock:
+            found = [m for m in self._users if m["id"] == wanted]
+        if not found:
+            raise ValueError(f"no user message {wanted}")
+        message = found[-1]
+        guild = message.get("guild_id")
+        self.hub.dispatch("MESSAGE_CREATE", _listed(message), content_intent=guild is not None)
+        return {"message_id": wanted, "channel_id": message["channel_id"]}
 
     def expire_sessions(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {"expired": self.hub.expire_sessions()}
@@ -435,7 +461,11 @@ class _Handler(ControlHandler):
             return self.control(
                 url.path.removeprefix("/control/"),
                 params,
-                {"reconnect": fake.reconnect, "expire_sessions": fake.expire_sessions},
+                {
+                    "reconnect": fake.reconnect,
+                    "expire_sessions": fake.expire_sessions,
+                    "redeliver": fake.redeliver,
+                },
             )
         parts = url.path.removeprefix(API).strip("/").split("/")
         bucket = None

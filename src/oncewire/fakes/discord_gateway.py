@@ -22,7 +22,10 @@ arrives with empty ``content``, as on Discord.
 The :meth:`GatewayHub.reconnect` control makes the live connections misbehave the ways Discord
 does: Reconnect (op 7), Invalid Session (op 9, resumable or not), a close with a code (4000 by
 default), or ``zombie``: heartbeats are no longer acknowledged on those connections; with
-``rewind``, the next Resume replays dispatches the client had already handled as well.
+``rewind`` (a number of dispatches) or ``rewind_to`` (a message id: from that message's dispatch
+on), the next Resume replays dispatches the client had already handled as well.
+:meth:`GatewayHub.dispatch` also serves the ``redeliver`` control: a user's message dispatched
+again, as a second ``MESSAGE_CREATE`` with the next ``s``.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class _Session:
     identified_at: float = field(default_factory=time.time)
     resumes: int = 0
     rewind: int = 0  # the next Resume replays this many dispatches before the client's seq
+    rewind_to: str | None = None  # ...or every one from this message's dispatch on
 
 
 class GatewayHub:
@@ -111,11 +115,15 @@ class GatewayHub:
                 if session.connection is not None:
                     self._send(session.connection, frame)
 
-    def reconnect(self, how: str, *, code: int = 4000, rewind: int = 0) -> int:
+    def reconnect(
+        self, how: str, *, code: int = 4000, rewind: int = 0, rewind_to: str | None = None
+    ) -> int:
         """Make every live connection misbehave ``how``: ``op7``, ``invalid_session``,
         ``invalid_session_resumable``, ``close`` (with ``code``) or ``zombie``. With
         ``rewind``, the session's next Resume also replays that many message dispatches the
-        client had handled (a re-delivery). Returns how many connections it reached."""
+        client had handled (a re-delivery); with ``rewind_to``, every one from the dispatch of
+        that message on (none if the session never had it). Returns how many connections it
+        reached."""
         if type(rewind) is not int or rewind < 0:
             raise ValueError("rewind is a number of dispatches >= 0")
         if how not in ("op7", "invalid_session", "invalid_session_resumable", "close", "zombie"):
@@ -128,6 +136,7 @@ class GatewayHub:
                 connection = session.connection
                 assert connection is not None
                 session.rewind = rewind
+                session.rewind_to = rewind_to
                 if how == "op7":
                     self._send(connection, {"op": RECONNECT, "d": None})
                 elif how.startswith("invalid_session"):
@@ -268,7 +277,10 @@ class GatewayHub:
             handled = [f for f in replayed if f["s"] <= seq]
             back = min(session.rewind, len(handled))
             start = handled[-back]["s"] - 1 if back else seq
-            session.rewind = 0
+            if session.rewind_to is not None:
+                marks = [f["s"] for f in handled if f["d"].get("id") == session.rewind_to]
+                start = min([start, *(s - 1 for s in marks[:1])])
+            session.rewind, session.rewind_to = 0, None
             for frame in replayed:
                 if frame["s"] > min(seq, start):
                     self._send(connection, frame)
