@@ -1,23 +1,29 @@
-"""Seed 002's rig: one real ``oncewire gateway run`` between three fakes, each its own process.
+"""Seed 002's rig: one real ``oncewire gateway run`` between four fakes, each its own process.
 
 :class:`Seed002` owns one folder. It starts the fake Telegram Bot API (platform ``fk_tg``,
-editable, streaming on), the fake generic webhook platform (``fk_ne``, not editable, streaming
-off) and the fake OpenAI-compatible model, writes one ``gateway.toml`` serving both platforms
-on one store, and starts, SIGKILLs (:meth:`Seed002.kill9`: the whole process group) and
-restarts the gateway on that store. Its API, for the cells:
+editable, streaming on), the fake Discord (``fk_dc``: REST and Gateway, editable, cap 2000,
+threads, streaming on), the fake generic webhook platform (``fk_ne``, not editable, streaming
+off) and the fake OpenAI-compatible model, writes one ``gateway.toml`` serving the three
+platforms on one store, and starts, SIGKILLs (:meth:`Seed002.kill9`: the whole process group)
+and restarts the gateway on that store; a start waits for ``ready`` and for the gateway's fresh
+Discord session (Identify answered), so a message injected next is dispatched to it. Its API,
+for the cells:
 
 * :meth:`~Seed002.chat` a chat id for a cell's name (each cell its own chat);
 * :meth:`~Seed002.script` what the model answers to a token (``[in:TOKEN]`` in the user's
   message), and to that token's resumed turn; :func:`answer` builds the seed's
   ``<<AID>> body <</AID>>`` answer;
-* :meth:`~Seed002.inject` a user message (optional message id) on either platform;
+* :meth:`~Seed002.inject` a user message (optional message id; on ``fk_dc`` optional thread) on
+  any platform: over the fake Discord's Gateway as a ``MESSAGE_CREATE`` dispatch;
 * :meth:`~Seed002.fault` arms a fault on a platform fake (the vocabulary of
   :class:`~oncewire.platforms.fake.Fault`), :meth:`~Seed002.faults_fired` reads its journal
   (H11), :meth:`~Seed002.release` lets parked operations go;
 * :meth:`~Seed002.wait_idle` (H4) and :meth:`~Seed002.wait_settled`, read from the store;
 * :meth:`~Seed002.view` the chats as users see them (:class:`~oncewire.platforms.fake.ChatView`
-  over both journals), :meth:`~Seed002.model_turns` the model's requests per token (read at the
-  fake model), :meth:`~Seed002.rows` the store read directly with the plain driver.
+  over the three journals; a Discord thread's messages are in its parent channel's chat, their
+  ``thread`` naming the thread), :meth:`~Seed002.model_turns` the model's requests per token
+  (read at the fake model), :meth:`~Seed002.rows` the store read directly with the plain
+  driver.
 
 Nothing here reads the gateway's own report: the journals, the model's request log and the
 store are the evidence. The invariants are :mod:`tests.gateway.seed002.checks`.
@@ -25,7 +31,9 @@ store are the evidence. The invariants are :mod:`tests.gateway.seed002.checks`.
 H3 timings, as the seed sets them: previews every 0.05 s (``edit_interval_seconds``); the
 local Telegram rate limiter opened wide (the seed's fakes have no limiter, so the cadence is the
 gateway's own); the model's retries capped at 1 (H2). The platform adapters' read timeout is the
-gateway's fixed 10 s, so a ``timeout`` fault costs a cell 10 s.
+gateway's fixed 10 s (Discord's ``read_timeout_seconds`` left at its default, the same 10 s),
+so a ``timeout`` fault costs a cell 10 s. The fake Discord's route buckets are its default 50
+calls a second per channel: a preview every 0.05 s stays under it.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from typing import Any
 
 import httpx2
 
+from oncewire.gateway.platforms.discord import DISCORD
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.platforms.base import NON_EDITABLE, TELEGRAM_LIKE, PlatformProfile
 from oncewire.platforms.fake import ChatView
@@ -52,6 +61,7 @@ from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import spawn_fake, stop_process
 
 __all__ = [
+    "DC",
     "NE",
     "PLATFORMS",
     "RESUME_PHRASE",
@@ -68,10 +78,13 @@ __all__ = [
 
 TG = "fk_tg"  # the fake Telegram Bot API: editable, streaming on
 NE = "fk_ne"  # the fake generic webhook platform: not editable, streaming off
-PLATFORMS = (TG, NE)
-STREAMING = {TG: True, NE: False}
-PROFILES: dict[str, PlatformProfile] = {TG: TELEGRAM_LIKE, NE: NON_EDITABLE}
+DC = "fk_dc"  # the fake Discord (REST + Gateway): editable, cap 2000, threads, streaming on
+PLATFORMS = (TG, NE, DC)
+STREAMING = {TG: True, NE: False, DC: True}
+PROFILES: dict[str, PlatformProfile] = {TG: TELEGRAM_LIKE, NE: NON_EDITABLE, DC: DISCORD}
 BOT_TOKEN = "123456:fake-SEED002-token"
+DISCORD_TOKEN = "fake-SEED002-discord.token"
+DISCORD_HEARTBEAT_MS = 5000
 HOOK_SECRET_ENV = "FK_NE_SECRET"
 HOOK_SECRET = "seed002-webhook-secret"
 RESUME_PHRASE = "previous turn was interrupted"  # H8: what marks a resumed request
@@ -214,7 +227,9 @@ class Seed002:
         self._next_message_id = 1
         env = _child_env(**{HOOK_SECRET_ENV: HOOK_SECRET})
         self.webhook_port = _free_port()
-        self.tg_dir, self.ne_dir, self.model_dir = (folder / n for n in ("tg", "ne", "model"))
+        self.tg_dir, self.ne_dir, self.dc_dir, self.model_dir = (
+            folder / n for n in ("tg", "ne", "dc", "model")
+        )
         self.model_dir.mkdir(exist_ok=True)
         (self.model_dir / "script.json").write_text("{}", encoding="utf-8")
         self._processes: list[subprocess.Popen[str]] = []
@@ -239,6 +254,22 @@ class Seed002:
                 env=env,
             )
             self._processes.append(self._ne)
+            self._dc, dc_port = spawn_fake(
+                "oncewire.fakes.discord_api",
+                [
+                    "--port",
+                    "0",
+                    "--journal",
+                    str(self.dc_dir),
+                    "--token",
+                    DISCORD_TOKEN,
+                    "--name",
+                    DC,
+                    "--heartbeat-ms",
+                    str(DISCORD_HEARTBEAT_MS),
+                ],
+            )
+            self._processes.append(self._dc)
             self._model, model_port = spawn_fake(
                 "oncewire.fakes.openai_api",
                 [
@@ -252,13 +283,18 @@ class Seed002:
         except BaseException:
             self.close()
             raise
-        self.bases = {TG: f"http://127.0.0.1:{tg_port}", NE: f"http://127.0.0.1:{ne_port}"}
+        self.bases = {
+            TG: f"http://127.0.0.1:{tg_port}",
+            NE: f"http://127.0.0.1:{ne_port}",
+            DC: f"http://127.0.0.1:{dc_port}",
+        }
         self.model_base = f"http://127.0.0.1:{model_port}"
         self._client = httpx2.Client(timeout=30.0)
         self.config = folder / "gateway.toml"
         self.config.write_text(self._toml(busy_mode), encoding="utf-8")
         self._env = _child_env(
             TELEGRAM_BOT_TOKEN=BOT_TOKEN,
+            DISCORD_BOT_TOKEN=DISCORD_TOKEN,
             # The tool's sink is imported from the tests.
             PYTHONPATH=os.pathsep.join(
                 p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
@@ -308,6 +344,14 @@ chat_rate_per_second = 1000
 chat_burst = 1000
 
 [[platforms]]
+name = "{DC}"
+kind = "discord"
+token_env = "DISCORD_BOT_TOKEN"
+api_base = {json.dumps(self.bases[DC] + "/api/v10")}
+streaming = true
+edit_interval_seconds = 0.05
+
+[[platforms]]
 name = "{NE}"
 kind = "webhook"
 send_url = {json.dumps(self.bases[NE] + "/messages")}
@@ -334,8 +378,23 @@ bind = "127.0.0.1:{self.webhook_port}"
             raise AssertionError("a gateway is already running")
         self.starts += 1
         env = dict(self._env, ONCEWIRE_CRASH=arm) if arm else self._env
+        identifies = int(self.control(DC, "state")["identifies"])
         self.gateway = GatewayProcess(self.config, self.folder / f"gateway-{self.starts}.log", env)
+        self.wait_until(
+            lambda: self._discord_session_after(identifies),
+            "the gateway's Discord session (Identify answered)",
+            timeout=START_SECONDS,
+        )
         return self.gateway
+
+    def _discord_session_after(self, identifies: int) -> bool:
+        """The gateway identified afresh (more than ``identifies`` so far) and its session, the
+        newest, is connected: a dispatch from now on reaches it."""
+        state = self.control(DC, "state")
+        sessions = state["sessions"]
+        return int(state["identifies"]) > identifies and bool(
+            sessions and sessions[-1]["connected"]
+        )
 
     def kill9(self) -> None:
         """SIGKILL the running gateway's process group."""
@@ -363,10 +422,18 @@ bind = "127.0.0.1:{self.webhook_port}"
 
     # -- chats and messages ------------------------------------------------------------------
     def chat(self, platform: str, name: str) -> str:
-        """The chat id a cell named ``name`` uses on ``platform``: Telegram's are integers."""
+        """The chat id a cell named ``name`` uses on ``platform``: Telegram's are integers,
+        Discord's channel ids snowflakes (digits)."""
         if platform == TG:
             return str(100_000 + zlib.crc32(name.encode()) % 900_000_000)
+        if platform == DC:
+            return str(510_000_000_000_000_000 + zlib.crc32(name.encode()))
         return name
+
+    def thread(self, chat: str, name: str) -> str:
+        """A Discord thread id of ``chat`` for ``name`` (a channel of its own, made on first
+        use by the fake)."""
+        return str(int(chat) + 1_000_000_000_000 + zlib.crc32(name.encode()))
 
     def control(self, platform: str, action: str, **params: Any) -> dict[str, Any]:
         """``POST /control/<action>`` on a platform fake; the answer must be a 200. A refused
@@ -386,11 +453,26 @@ bind = "127.0.0.1:{self.webhook_port}"
         return result
 
     def inject(
-        self, platform: str, chat: str, text: str, *, message_id: str | int | None = None
+        self,
+        platform: str,
+        chat: str,
+        text: str,
+        *,
+        message_id: str | int | None = None,
+        thread: str | None = None,
     ) -> str:
         """A user's message (``message_id``: the platform's id, new unless given: the same id
-        again is a re-delivery); the platform message id, as the store's inbound row keeps it."""
-        if platform == TG:
+        again is a re-delivery; ``thread``: a Discord thread of ``chat``); the platform message
+        id, as the store's inbound row keeps it."""
+        if platform == DC:
+            assert message_id is None, "a Discord message is re-delivered with redeliver()"
+            where = (
+                {"channel_id": chat}
+                if thread is None
+                else {"channel_id": chat, "thread_id": thread}
+            )
+            found = str(self.control(DC, "inject", text=text, **where)["message_id"])
+        elif platform == TG:
             params: dict[str, Any] = {"chat_id": int(chat), "text": text}
             if message_id is not None:
                 params["message_id"] = int(message_id)
@@ -407,10 +489,19 @@ bind = "127.0.0.1:{self.webhook_port}"
         self._injected.setdefault((platform, chat), []).append(found)
         return found
 
-    def redeliver(self, platform: str, chat: str, message_id: str) -> None:
+    def redeliver(self, platform: str, chat: str, message_id: str, *, how: str = "replay") -> None:
         """The platform delivers a message again (fk_ne: its webhook retry; fk_tg: the same
-        message id injected again as a new update)."""
-        if platform == NE:
+        message id injected again as a new update; fk_dc, ``how="replay"``: Reconnect (op 7),
+        and the Resume replays the session's dispatches from that message's on, as Discord
+        replays what a session missed; ``how="dispatch"``: the message dispatched again to
+        whichever session is live, a fresh process's included)."""
+        if platform == DC:
+            if how == "replay":
+                reached = self.control(DC, "reconnect", how="op7", rewind_to=message_id)
+                assert reached["connections"] == 1, reached
+            else:
+                self.control(DC, "redeliver", message_id=message_id)
+        elif platform == NE:
             self.control(NE, "redeliver", message_id=message_id)
         else:
             self.control(TG, "inject", chat_id=int(chat), text="", message_id=int(message_id))
@@ -438,6 +529,14 @@ bind = "127.0.0.1:{self.webhook_port}"
         lines = path.read_text(encoding="utf-8").splitlines()
         return [json.loads(line) for line in lines if line.strip()]
 
+    def discord_calls(self) -> list[dict[str, Any]]:
+        """Every REST call the fake Discord answered (or stayed silent to), in order."""
+        path = self.dc_dir / "calls.jsonl"
+        if not path.exists():
+            return []
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
     def model_turns(self) -> ModelTurns:
         return ModelTurns(self.model_requests())
 
@@ -460,7 +559,7 @@ bind = "127.0.0.1:{self.webhook_port}"
 
     # -- what users see ----------------------------------------------------------------------
     def journals(self) -> list[Path]:
-        return [self.tg_dir / "chat.jsonl", self.ne_dir / "chat.jsonl"]
+        return [self.tg_dir / "chat.jsonl", self.ne_dir / "chat.jsonl", self.dc_dir / "chat.jsonl"]
 
     def view(self) -> ChatView:
         return ChatView(self.journals())
@@ -550,7 +649,8 @@ bind = "127.0.0.1:{self.webhook_port}"
         for platform, chat in chats:
             lines.append(f"--- visible in {platform}:{chat}")
             for m in view.visible(platform, chat):
-                lines.append(f"  [{m.message_id} edits={m.edits}] {m.text[:160]!r}")
+                where = f" thread={m.thread}" if m.thread else ""
+                lines.append(f"  [{m.message_id}{where} edits={m.edits}] {m.text[:160]!r}")
             for r in self.inbound_rows(platform, chat):
                 lines.append(f"  inbound {r['id']} {r['status']} attempts={r['attempts']}")
             for r in self.reply_rows(platform, chat):

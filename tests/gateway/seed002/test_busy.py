@@ -1,6 +1,7 @@
 """Seed 002's busy cells (GATEWAY.md §1.4): B1 a ``/queue`` follow-up behind a slow turn, B2 a
-plain follow-up that interrupts it (the default busy mode), on ``fk_tg`` and ``fk_ne``, through
-the module's real ``oncewire gateway run`` on SQLite and on PostgreSQL, judged by I1-I6.
+plain follow-up that interrupts it (the default busy mode), on ``fk_tg``, ``fk_ne`` and
+``fk_dc``, and B3 two Discord threads of one channel answered side by side, through the
+module's real ``oncewire gateway run`` on SQLite and on PostgreSQL, judged by I1-I6.
 
 ``tests/gateway/test_busy.py`` proves the busy modes' mechanics on Telegram (the interrupt's
 rows, the deleted preview, ``/stop``, queue mode); these cells are the seed's acceptance view of
@@ -14,7 +15,7 @@ import pytest
 
 from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import assert_exactly_once, copies_of, user_rows
-from tests.gateway.seed002.harness import PLATFORMS, STREAMING, Seed002, answer, header
+from tests.gateway.seed002.harness import DC, PLATFORMS, STREAMING, Seed002, answer, header
 
 VERY_SLOW = {"chunk_chars": 6, "delay_per_chunk": 0.08}
 
@@ -75,6 +76,40 @@ def test_b2_slow_turn_interrupted_by_followup(rig: Seed002, platform: str) -> No
     assert runs[f"turn:{first['id']}"]["status"] == "interrupted", ctx
     assert copies_of(rig, platform, chat, f"A-{t1}") == [], ctx
     assert len(rig.view().visible(platform, chat)) == 1, ctx
+
+
+def test_parallel_threads_are_independent(rig: Seed002) -> None:
+    """B3: a slow turn in each of two Discord threads of one channel. Each thread is a session
+    of its own, so neither waits for (or interrupts) the other: the two turns overlap in time
+    (their runs, read from the store: each started before the other finished), and each reply
+    lands exactly once, in its own thread (the fake's journal names the thread of every
+    message)."""
+    chat = rig.chat(DC, "par-dc")
+    threads = {f"{DC}.thr{n}": rig.thread(chat, f"thr{n}") for n in (0, 1)}
+    for token in threads:
+        rig.script(token, answer(f"A-{token}", f"answer in {token} " * 8, **VERY_SLOW))
+    for token, thread in threads.items():
+        rig.inject(DC, chat, f"[in:{token}] question in a thread", thread=thread)
+    rig.wait_idle([(DC, chat)], "both threads' turns")
+    ctx = rig.dump([(DC, chat)])
+    for token, thread in threads.items():
+        shown = assert_exactly_once(rig, DC, chat, token, f"A-{token}", "exact")
+        where = {m.message_id: m.thread for m in rig.view().visible(DC, chat)}
+        assert {where[i] for i in shown.message_ids} == {thread}, ctx
+        (row,) = user_rows(rig, DC, chat, token)
+        assert row["status"] == "delivered", ctx
+    assert {m.thread for m in rig.view().visible(DC, chat)} == set(threads.values()), ctx
+    rows = {r["id"]: r for r in rig.inbound_rows(DC, chat)}
+    assert len(rows) == 2, ctx
+    runs = rig.rows(
+        "SELECT run_id, status, created_at, finished_at FROM oncewire_runs ORDER BY run_id"
+    )
+    turns = [r for r in runs if r["run_id"] in {f"turn:{i}" for i in rows}]
+    assert [r["status"] for r in turns] == ["answered", "answered"], turns
+    first, second = turns
+    # Overlapping: each turn started before the other one finished (a turn streams ~1 s).
+    assert first["created_at"] < second["finished_at"], turns
+    assert second["created_at"] < first["finished_at"], turns
 
 
 # A1 and A2 run last on this module's gateway.

@@ -1,6 +1,8 @@
 """Seed 002's crash matrix (GATEWAY.md §1.5): C1-C6, each through a fresh real ``oncewire
 gateway run`` on SQLite and on PostgreSQL, SIGKILLed between the model's completion and the
-platform's acknowledgement and restarted on the same store.
+platform's acknowledgement and restarted on the same store. The cells §1.5 sets on the
+streaming ``fk_tg`` (C3, C5, C6) run on the streaming ``fk_dc`` too: the parked operation is
+an edit of the preview (PATCH), replayed or overwritten after the restart the same way.
 
 Each cell scripts the answer ``<<A-TOKEN>> ... <</A-TOKEN>>`` for ``[in:TOKEN]`` (and, for a
 turn that never finished, the resumed answer ``<<R-TOKEN-1>> ... <</R-TOKEN-1>>``), reaches its
@@ -30,7 +32,17 @@ import pytest
 
 from tests.gateway.seed002.checks import copies_of, persisted_answers, user_rows
 from tests.gateway.seed002.conftest import BACKENDS
-from tests.gateway.seed002.harness import NE, TG, Seed002, answer, footer, header, norm
+from tests.gateway.seed002.harness import (
+    DC,
+    NE,
+    STREAMING,
+    TG,
+    Seed002,
+    answer,
+    footer,
+    header,
+    norm,
+)
 
 pytestmark = pytest.mark.crash
 
@@ -42,6 +54,7 @@ PACED: dict[str, Any] = {"chunk_chars": 8, "delay_per_chunk": 0.1}
 
 @dataclass(frozen=True)
 class CrashCell:
+    seed_id: str  # C1..C6
     point: str  # the seed's crash point id
     platform: str
     fault: str | None  # hold (never applied) or hold_after (applied, the ack parked)
@@ -51,12 +64,17 @@ class CrashCell:
 
 
 CELLS = {
-    "C1": CrashCell("completed_not_ledgered", NE, None, crash_point="replies.committed_not_sent"),
-    "C2": CrashCell("send_in_flight", NE, "hold"),
-    "C3": CrashCell("send_in_flight", TG, "hold"),
-    "C4": CrashCell("sent_ack_lost", NE, "hold_after"),
-    "C5": CrashCell("sent_ack_lost", TG, "hold_after", persisted_before_kill=True),
-    "C6": CrashCell("stream_accepted_unpersisted", TG, "hold_after", stalls=True),
+    "C1": CrashCell(
+        "C1", "completed_not_ledgered", NE, None, crash_point="replies.committed_not_sent"
+    ),
+    "C2": CrashCell("C2", "send_in_flight", NE, "hold"),
+    "C3": CrashCell("C3", "send_in_flight", TG, "hold"),
+    "C4": CrashCell("C4", "sent_ack_lost", NE, "hold_after"),
+    "C5": CrashCell("C5", "sent_ack_lost", TG, "hold_after", persisted_before_kill=True),
+    "C6": CrashCell("C6", "stream_accepted_unpersisted", TG, "hold_after", stalls=True),
+    "C3-dc": CrashCell("C3", "send_in_flight", DC, "hold"),
+    "C5-dc": CrashCell("C5", "sent_ack_lost", DC, "hold_after", persisted_before_kill=True),
+    "C6-dc": CrashCell("C6", "stream_accepted_unpersisted", DC, "hold_after", stalls=True),
 }
 
 
@@ -72,7 +90,7 @@ def run_crash_cell(rig: Seed002, cell_id: str) -> tuple[str, str, str]:
     chat = rig.chat(cell.platform, f"k-{cell.platform}-{cell.point}")
     aid = f"A-{token}"
     text = f"{header(aid)} answer computed before the crash. {footer(aid)}"
-    pace = PACED if cell.platform == TG else {}
+    pace = PACED if STREAMING[cell.platform] else {}
     first: dict[str, Any] = {"kind": "text", "text": text, **pace}
     if cell.stalls:
         first = {
@@ -192,6 +210,7 @@ def expectations(cell_id: str, rig: Seed002, token: str, chat: str, aid: str) ->
     originals = copies_of(rig, cell.platform, chat, aid)
     resumes = copies_of(rig, cell.platform, chat, resumed_aid(token))
     ctx = rig.dump([(cell.platform, chat)])
+    cell_id = cell.seed_id
     if cell_id == "C1":  # recover() sends the committed answer, unmarked
         assert [(c.complete, c.marked) for c in originals] == [(True, False)], ctx
         assert not resumes, ctx
@@ -217,7 +236,9 @@ def expectations(cell_id: str, rig: Seed002, token: str, chat: str, aid: str) ->
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
-    "cell_id", list(CELLS), ids=[f"{c}-{CELLS[c].point}-{CELLS[c].platform}" for c in CELLS]
+    "cell_id",
+    list(CELLS),
+    ids=[f"{CELLS[c].seed_id}-{CELLS[c].point}-{CELLS[c].platform}" for c in CELLS],
 )
 def test_crash_between_completion_and_send(
     fresh_rig: Callable[..., Seed002], cell_id: str, backend: str

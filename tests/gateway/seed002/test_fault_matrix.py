@@ -1,5 +1,6 @@
-"""Seed 002's fault matrix (GATEWAY.md §1.3): F1-F14 x {fk_tg, fk_ne} x {SQLite, PostgreSQL},
-each cell one message in a chat of its own through the module's real ``oncewire gateway run``.
+"""Seed 002's fault matrix (GATEWAY.md §1.3): F1-F14 x {fk_tg, fk_ne, fk_dc} x {SQLite,
+PostgreSQL}, each cell one message in a chat of its own through the module's real ``oncewire
+gateway run``.
 
 A cell scripts the model's answer ``<<A-TOKEN>> ... <</A-TOKEN>>`` for ``[in:TOKEN]``, arms its
 fault on the platform fake (``footer``: the operation whose text carries the footer, i.e. the
@@ -8,9 +9,13 @@ waits for the chat to be idle in the store (H4), asserts the fault fired (H11) a
 I1-I6 (:func:`~tests.gateway.seed002.checks.assert_exactly_once`) with the cell's expectation.
 
 On ``fk_ne`` (not editable, streaming off) every streaming cell is a fault on the one final
-send. Scaled from the seed, keeping the path each cell exercises: ``long_streamed`` streams
-its 8.1k characters in 2.5k chunks 0.3 s apart (the seed: 1 s), still one chunk per preview
-tick (0.05 s); ``burst_overflow`` its two 4.5k bursts 1 s apart (the seed: 3 s).
+send. On ``fk_dc`` every create carries the reply slot's nonce with ``enforce_nonce``: F10
+(``ack_lost``, LIVE GAP cell 1) expects one unmarked copy (``exact``, stricter than the seed's
+``marked_dupes``), since the resend carries the same nonce and Discord answers it with the
+message the first create made; the cell also reads the fake's call log for the two creates and
+their one nonce. Scaled from the seed, keeping the path each cell exercises: ``long_streamed``
+streams its 8.1k characters in 2.5k chunks 0.3 s apart (the seed: 1 s), still one chunk per
+preview tick (0.05 s); ``burst_overflow`` its two 4.5k bursts 1 s apart (the seed: 3 s).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import pytest
 from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import Expect, assert_exactly_once
 from tests.gateway.seed002.harness import (
+    DC,
     HOOK_SECRET,
     NE,
     PLATFORMS,
@@ -117,6 +123,8 @@ FAULTS: dict[str, Cell] = {
 }
 # The seed's cell ids, F1..F14 in its order.
 CELL_IDS = {name: f"F{n}" for n, name in enumerate(FAULTS, start=1)}
+# Where a platform guarantees more than the seed's expectation: Discord's nonce.
+STRICTER: dict[tuple[str, str], Expect] = {(DC, "ack_lost"): "exact"}
 
 
 def run_cell(rig: Seed002, platform: str, name: str) -> None:
@@ -147,7 +155,10 @@ def run_cell(rig: Seed002, platform: str, name: str) -> None:
         # The refused connections never reach the fake: the store shows an operation refused.
         ops = rig.reply_ops(platform, chat)
         assert any(op["state"] == "refused" for op in ops), ops
-    shown = assert_exactly_once(rig, platform, chat, token, aid, cell.expect)
+    expect = STRICTER.get((platform, name), cell.expect)
+    shown = assert_exactly_once(rig, platform, chat, token, aid, expect)
+    if (platform, name) == (DC, "ack_lost"):
+        assert_one_nonce(rig, chat)
     if name in ("long_split", "long_streamed", "burst_overflow"):
         # Over the cap: the answer the user reads is split over several messages.
         assert len(shown.message_ids) >= 2, rig.dump([(platform, chat)])
@@ -155,6 +166,20 @@ def run_cell(rig: Seed002, platform: str, name: str) -> None:
         assert {f["op"] for f in rig.faults_fired(platform, chat)} == {cell.op}
     if name == "tool_then_answer":
         assert_tool_turn(rig, token)
+
+
+def assert_one_nonce(rig: Seed002, chat: str) -> None:
+    """The fake Discord's call log: the create whose acknowledgement was lost was sent again
+    with the same nonce (``enforce_nonce``), and every create of the chat carried that one
+    nonce, so the platform kept one message."""
+    creates = [
+        c
+        for c in rig.discord_calls()
+        if c["method"] == "POST" and c["path"].endswith(f"/channels/{chat}/messages")
+    ]
+    assert len(creates) >= 2, creates
+    assert {c["body"]["nonce"] for c in creates} == {creates[0]["body"]["nonce"]}, creates
+    assert all(c["body"]["enforce_nonce"] is True for c in creates), creates
 
 
 def assert_tool_turn(rig: Seed002, token: str) -> None:
@@ -220,7 +245,7 @@ def test_every_main_request_offers_tools(rig: Seed002) -> None:
     assert turns.without_tools == 0 and turns.unattributed == 0
 
 
-__all__ = ["FAULTS", "NE", "STREAMING", "TG", "run_cell"]
+__all__ = ["DC", "FAULTS", "NE", "STREAMING", "TG", "run_cell"]
 
 # A1 and A2 run last on this module's gateway (the negative controls' neg- chats left out).
 test_zz_whole_run_audit = audits.test_zz_whole_run_audit

@@ -1,9 +1,15 @@
 """Seed 002's re-delivery cells (GATEWAY.md §1.4): R1 ``during_turn``, R2 ``after_turn``, R3
-``after_reconnect``, on ``fk_tg`` and ``fk_ne``, through the module's real ``oncewire gateway
-run`` on SQLite and on PostgreSQL.
+``after_reconnect``, on ``fk_tg``, ``fk_ne`` and ``fk_dc``, through the module's real
+``oncewire gateway run`` on SQLite and on PostgreSQL.
 
 The platform delivers the same message id again: on ``fk_ne`` the webhook platform's own retry
-of the message (``/control/redeliver``), on ``fk_tg`` a new update carrying the same message.
+of the message (``/control/redeliver``), on ``fk_tg`` a new update carrying the same message,
+on ``fk_dc`` (R1, R2) Discord's own re-delivery: a Reconnect (op 7), and the Resume replays the
+session's dispatches from that message's on (the fake's ``rewind_to``). On ``fk_dc`` R3 goes
+through what a fresh process does instead of resuming: it identifies afresh and backfills each
+active channel over REST after its last admitted message, which is the cell's own, so the
+backfill reads nothing again (the cell checks that the fresh process made that call); the
+re-delivery into the fresh process is then the message dispatched again to its new session.
 R1 re-delivers while the message's turn streams, R2 after it is answered and delivered, R3 into
 a fresh process (the gateway SIGKILLed and started again on the same store), so no in-memory
 dedup could have helped. Every cell first sees the re-delivery reach the gateway (the inbound
@@ -17,17 +23,20 @@ import pytest
 
 from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import assert_exactly_once, user_rows
-from tests.gateway.seed002.harness import NE, PLATFORMS, Seed002, answer
+from tests.gateway.seed002.harness import DC, NE, PLATFORMS, Seed002, answer
 
 SLOW = {"chunk_chars": 6, "delay_per_chunk": 0.03}  # ~1.5 s of stream: time to re-deliver in
 WHEN = ("during_turn", "after_turn", "after_reconnect")
+R3 = "after_reconnect"
 CELL_IDS = {"during_turn": "R1", "after_turn": "R2", "after_reconnect": "R3"}
 
 
-def redeliver(rig: Seed002, platform: str, chat: str, text: str, message_id: str) -> None:
+def redeliver(
+    rig: Seed002, platform: str, chat: str, text: str, message_id: str, when: str
+) -> None:
     """The platform delivers ``message_id`` again, the same message as the first time."""
-    if platform == NE:
-        rig.redeliver(NE, chat, message_id)
+    if platform in (NE, DC):
+        rig.redeliver(platform, chat, message_id, how="dispatch" if when == R3 else "replay")
     else:
         rig.inject(platform, chat, text, message_id=message_id)
 
@@ -35,6 +44,20 @@ def redeliver(rig: Seed002, platform: str, chat: str, text: str, message_id: str
 def deliveries(rig: Seed002, platform: str, chat: str, token: str) -> int:
     rows = user_rows(rig, platform, chat, token)
     return int(rows[0]["deliveries"]) if len(rows) == 1 else 0
+
+
+def backfills(rig: Seed002, chat: str, message_id: str) -> int:
+    """How many backfills of ``chat`` after ``message_id`` the fake Discord answered."""
+    return len(
+        [
+            c
+            for c in rig.discord_calls()
+            if c["method"] == "GET"
+            and c["path"].endswith(f"/channels/{chat}/messages")
+            and f"after={message_id}" in c["query"]
+            and c["status"] == 200
+        ]
+    )
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -50,12 +73,18 @@ def test_redelivered_inbound_id_processed_once(rig: Seed002, platform: str, when
         rig.wait_until(
             lambda: rig.model_turns().turns.get(token) == 1, f"{token}: the turn to start"
         )
-        redeliver(rig, platform, chat, text, message_id)
+        redeliver(rig, platform, chat, text, message_id, when)
     rig.wait_idle([(platform, chat)], f"{token}: the turn")
-    if when == "after_reconnect":
+    if when == R3:
+        before = backfills(rig, chat, message_id)
         rig.restart()  # a fresh process: nothing of the first adapter survives
+        if platform == DC:
+            rig.wait_until(
+                lambda: backfills(rig, chat, message_id) > before,
+                f"{token}: the fresh process's backfill of the channel",
+            )
     if when != "during_turn":
-        redeliver(rig, platform, chat, text, message_id)
+        redeliver(rig, platform, chat, text, message_id, when)
     rig.wait_until(
         lambda: deliveries(rig, platform, chat, token) == 2,
         f"{token}: the re-delivery to reach the gateway\n{rig.dump([(platform, chat)])}",
