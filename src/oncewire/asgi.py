@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any
 
 from oncewire.core.canonical import canonical_json, digest_json
-from oncewire.core.errors import PayloadConflict
+from oncewire.core.errors import ConfigurationError, PayloadConflict
 from oncewire.receipts.service import ReceiptResult, Receipts
 from oncewire.storage import Transaction
 
@@ -172,6 +172,15 @@ class IdempotencyKeyMiddleware:
         required: bool | Callable[[Scope], bool] = False,
         key_scope: Callable[[Scope], str] | None = None,
     ) -> None:
+        # Refused here, where the mistake is made, not at the first keyed request.
+        if not isinstance(receipts, Receipts):
+            raise ConfigurationError(
+                f"receipts must be an oncewire.Receipts, not {type(receipts).__name__}"
+            )
+        if isinstance(methods, str) or not all(isinstance(m, str) and m for m in methods):
+            raise ConfigurationError("methods must be a collection of HTTP methods, like ('POST',)")
+        if not isinstance(required, bool) and not callable(required):
+            raise ConfigurationError("required must be True, False or a function of the scope")
         self.app = app
         self.receipts = receipts
         self.methods = frozenset(m.upper() for m in methods)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from oncewire.core.errors import ConfigurationError
 from oncewire.receipts import Receipts
 from oncewire.storage import Transaction
 from tests.conftest import wait_for
@@ -386,3 +387,24 @@ def test_a_fastapi_app_runs_a_key_once(backend: Backend) -> None:
     assert again.headers["idempotent-replayed"] == "true"
     assert runs == [250]
     assert backend.charges() == [("fa-1", 250)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"receipts": None}, "receipts must be an oncewire.Receipts"),
+        ({"receipts": "payments.db"}, "receipts must be an oncewire.Receipts"),
+        ({"methods": "POST"}, "methods must be a collection"),
+        ({"required": "yes"}, "required must be True, False or a function"),
+    ],
+)
+def test_a_middleware_that_cannot_work_is_refused_when_built(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    """Refused where the app is assembled, not at the first keyed request."""
+    receipts = Receipts(str(tmp_path / "r.db"))
+    try:
+        with pytest.raises(ConfigurationError, match=message):
+            IdempotencyKeyMiddleware(lambda *a: None, **{"receipts": receipts, **kwargs})
+    finally:
+        receipts.close()

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from oncewire.core import crash
+from oncewire.core.errors import ConfigurationError
 from oncewire.dispatch import Dispatcher, RetryPolicy
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
@@ -411,3 +412,21 @@ def test_a_redelivery_after_a_kill_between_send_and_record_does_the_work_once(
     assert journal.work == {"order-5": 1}  # the redelivery replayed, it did not charge again
     assert effect.state is EffectState.DONE
     assert (last.outcome, last.redelivery) == ("done", True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"method": "FETCH ME"}, "method must be an HTTP method"),
+        ({"method": ""}, "method must be an HTTP method"),
+        ({"headers": [("X-A", "1")]}, "headers must be a mapping"),
+        ({"headers": {"X-A": 1}}, "headers must be a mapping"),
+    ],
+)
+def test_a_sink_that_could_not_send_is_refused_when_built(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    """An invalid method or header would fail inside an attempt, after its claim: refused
+    where the sink is made instead."""
+    with pytest.raises(ConfigurationError, match=message):
+        HttpSink("http://127.0.0.1:9/x", **kwargs)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from oncewire.core import crash
+from oncewire.core.errors import ConfigurationError
 from oncewire.dispatch import Dispatcher
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, MaybeSent, NotSent, Rejected
@@ -257,3 +258,9 @@ def test_a_redelivery_after_a_kill_between_publish_and_record_is_stored_once(
     }
     assert (last.outcome, last.redelivery) == ("done", True)
     assert s.messages() == [("order-1", {"order": "order-1"})]  # the redelivery stored nothing
+
+
+@pytest.mark.parametrize("servers", [5, [], [""], [None]])
+def test_servers_that_name_no_server_are_refused_when_built(servers: Any) -> None:
+    with pytest.raises(ConfigurationError, match="servers must be a NATS URL"):
+        NatsJetStreamSink("a.b", servers=servers)

@@ -52,6 +52,7 @@ import asyncio
 import datetime
 import email.utils
 import math
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,9 @@ if TYPE_CHECKING:
     import httpx2
 
 __all__ = ["HttpSink", "outcome_of_response", "parse_retry_after"]
+
+# An HTTP method is a token (RFC 9110 §5.6.2).
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 # Statuses that say the request was not processed (see the module's table).
 _NOT_PROCESSED = {408: "request timeout", 425: "too early"}
@@ -171,8 +175,16 @@ class HttpSink:
     ) -> None:
         if not callable(url) and (not isinstance(url, str) or not url.strip()):
             raise ConfigurationError("url must be a non-empty string or a function")
-        if not isinstance(method, str) or not method.strip():
-            raise ConfigurationError("method must be an HTTP method, such as 'POST'")
+        if not isinstance(method, str) or not _METHOD.fullmatch(method.strip()):
+            # An invalid method would fail inside the attempt, after the claim: refused here.
+            raise ConfigurationError(
+                f"method must be an HTTP method, such as 'POST', not {method!r}"
+            )
+        if headers is not None and (
+            not isinstance(headers, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+        ):
+            raise ConfigurationError("headers must be a mapping of header names to string values")
         for name, value in (
             ("timeout_seconds", timeout_seconds),
             ("connect_timeout_seconds", connect_timeout_seconds),

@@ -80,8 +80,16 @@ class NatsJetStreamSink:
         ):
             if not isinstance(value, int | float) or not 0 < value < float("inf"):
                 raise ConfigurationError(f"{name} must be a number of seconds > 0")
+        if isinstance(servers, str):
+            servers = [servers]
+        if (
+            not isinstance(servers, Sequence)
+            or not servers
+            or not all(isinstance(s, str) and s for s in servers)
+        ):
+            raise ConfigurationError("servers must be a NATS URL or a list of them")
         self.subject = subject
-        self.servers = [servers] if isinstance(servers, str) else list(servers)
+        self.servers = list(servers)
         self.stream = stream
         self.timeout_seconds = float(timeout_seconds)
         self.connect_timeout_seconds = float(connect_timeout_seconds)
