@@ -175,6 +175,14 @@ SELECT kind, COUNT(*), MIN(created_at) FROM oncewire_effects
 -- name: list_attempts
 SELECT {attempt_columns} FROM oncewire_attempts WHERE effect_id = :effect_id ORDER BY fence
 
+-- name: recent_attempts
+-- Attempts closed at or after :since, oldest first, across every effect (a dashboard's chart
+-- of attempts and redeliveries over time).
+SELECT {attempt_columns} FROM oncewire_attempts
+ WHERE finished_at >= :since
+ ORDER BY finished_at, effect_id, fence
+ LIMIT :limit
+
 -- name: record_cancelled
 -- The attempt-history row of a claimed effect being cancelled (its attempt may have landed).
 INSERT INTO oncewire_attempts ({attempt_columns})

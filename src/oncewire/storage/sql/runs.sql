@@ -263,6 +263,20 @@ ON CONFLICT DO NOTHING
 -- name: get_checkpoint
 SELECT {checkpoint_columns} FROM oncewire_run_checkpoints WHERE checkpoint_id = :checkpoint_id
 
+-- name: list_checkpoints
+-- A scope's checkpoints, oldest first (by the cursor they were taken at).
+SELECT {checkpoint_columns} FROM oncewire_run_checkpoints
+ WHERE scope = :scope
+ ORDER BY cursor, created_at, checkpoint_id
+ LIMIT :limit
+
+-- name: list_branches
+-- A scope's branches, oldest first: each fork names its parent.
+SELECT {branch_columns} FROM oncewire_run_branches
+ WHERE scope = :scope
+ ORDER BY created_at, branch
+ LIMIT :limit
+
 -- name: lock_scope
 -- On PostgreSQL the scope's exclusive advisory lock: it waits for every append in flight in the
 -- scope (so no event commits later under a cursor at or below one read after it) and orders

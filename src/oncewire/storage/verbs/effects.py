@@ -305,6 +305,12 @@ class EffectVerbs:
         rows = self.db.read(self.db.queries.list_attempts, effect_id=effect_id)
         return [AttemptRecord.from_row(row) for row in rows]
 
+    def recent_attempts(self, *, since: float, limit: int = 10_000) -> list[AttemptRecord]:
+        """Every effect's attempts closed at or after ``since``, oldest first, at most
+        ``limit`` of them: what the attempt history says happened lately, for a chart."""
+        rows = self.db.read(self.db.queries.recent_attempts, since=since, limit=limit)
+        return [AttemptRecord.from_row(row) for row in rows]
+
     # -- the operator's commands -------------------------------------------------------------
     def _locked_effect(self, conn: Any, key: str) -> Effect:
         row = self.db.one(conn, self.db.queries.lock_effect, key=key)

@@ -84,6 +84,16 @@ class RunScopeVerbs:
         rows = self.db.read(self.db.queries.get_branch, scope=scope, branch=branch)
         return BranchRow(*rows[0]) if rows else None
 
+    def list_branches(self, scope: str, *, limit: int = 1000) -> list[BranchRow]:
+        """A scope's branches, oldest first (a fork names its parent)."""
+        rows = self.db.read(self.db.queries.list_branches, scope=scope, limit=limit)
+        return [BranchRow(*row) for row in rows]
+
+    def list_checkpoints(self, scope: str, *, limit: int = 1000) -> list[CheckpointRow]:
+        """A scope's checkpoints on every branch, oldest first (by cursor)."""
+        rows = self.db.read(self.db.queries.list_checkpoints, scope=scope, limit=limit)
+        return [CheckpointRow(*row) for row in rows]
+
     def insert_checkpoint_in_tx(self, tx: Transaction, row: CheckpointRow) -> bool:
         """Insert unless the id exists; return whether it was inserted."""
         db = self.db
