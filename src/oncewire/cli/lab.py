@@ -29,7 +29,8 @@ __all__ = ["command"]
 @click.option(
     "--report",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the readable report here.",
+    help="Also write the report here: a self-contained HTML page with charts when FILE ends "
+    "in .html (no script, nothing loaded from elsewhere), else the table as text.",
 )
 @click.option(
     "--directory",
@@ -53,7 +54,15 @@ __all__ = ["command"]
     help="PostgreSQL database for --backend postgresql (each scenario gets its own schemas, "
     "dropped afterwards unless --directory is given).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the evidence JSON on stdout.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the evidence JSON on stdout instead of the table (progress stays on stderr).",
+)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress on stderr, only the table (or the JSON)."
+)
 @logformat.log_format_option
 def command(
     suite_names: tuple[str, ...],
@@ -67,24 +76,38 @@ def command(
     backend: str,
     db_url: str | None,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Run the crash lab: real child processes, real SIGKILL, invariants read from the stores.
 
-    Exits 0 when every invariant holds, 1 otherwise.
+    Progress goes to stderr as the suites run (each scenario's verdict as it finishes; a
+    torture run's effects done and kills so far); at the end stdout gets a table of every
+    scenario with its verdict and key numbers, then the PASS/FAIL line. Exits 0 when every
+    invariant holds, 1 otherwise.
     """
     import os
 
     from oncewire.lab.fixtures import Backend
+    from oncewire.lab.framework import Progress
+    from oncewire.lab.report import render_html
     from oncewire.lab.runner import format_report, run_lab
     from oncewire.lab.suites import SUITES
 
+    emit = None
     if logformat.current() == "json":
         import logging
 
         from oncewire.cli.common import configure_logging
 
-        # Warnings and errors, as Python prints them unconfigured, one JSON object each.
+        # Warnings and errors, as Python prints them unconfigured, one JSON object each; the
+        # progress lines are INFO records of oncewire.lab with their fields as attributes.
         configure_logging(logging.WARNING)
+        progress_log = logging.getLogger("oncewire.lab")
+        progress_log.setLevel(logging.INFO)
+
+        def emit(text: str, fields: dict[str, object]) -> None:
+            progress_log.info(text.strip(), extra=fields)
+
     if list_suites:
         for found in SUITES:
             click.echo(f"{found.name:12} {found.description}")
@@ -96,12 +119,16 @@ def command(
         seed=seed,
         options={"operations": operations, "kills": kills},
         backend=Backend(name, db_url, run_id=str(os.getpid())),
+        progress=Progress(enabled=not quiet, emit=emit),
     )
     text = format_report(evidence)
     if output is not None:
         output.write_text(json.dumps(evidence, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     if report is not None:
-        report.write_text(text + "\n", encoding="utf-8")
+        if report.suffix.lower() in (".html", ".htm"):
+            report.write_text(render_html(evidence), encoding="utf-8")
+        else:
+            report.write_text(text + "\n", encoding="utf-8")
     click.echo(json.dumps(evidence, indent=2) if as_json else text)
     if not evidence["passed"]:
         raise click.exceptions.Exit(1)

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -93,25 +93,56 @@ class ScenarioResult:
 
 
 class Progress:
-    """One status line on a terminal; silent otherwise."""
+    """What the lab says while it runs, on stderr (stdout holds the table or the JSON).
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    :meth:`line` is an event worth a line of its own (a suite started, a scenario's verdict);
+    :meth:`update` is the running status of long work (a torture run's effects done and kills
+    so far): rewritten in place on a terminal, elsewhere a line at most every ``tick_seconds``
+    so that a log file shows the run moving without filling up. ``enabled`` defaults to
+    whether the stream is a terminal; ``emit`` replaces the writing (``--log-format json``
+    makes each line a log record, with the event's fields as attributes).
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        enabled: bool | None = None,
+        tick_seconds: float = 2.0,
+        emit: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = self.stream.isatty()
+        self.tty = self.stream.isatty()
+        self.enabled = self.tty if enabled is None else enabled
+        self.tick_seconds = tick_seconds
+        self._emit = emit
         self._width = 0
+        self._last_tick = -float("inf")
 
-    def update(self, text: str) -> None:
+    def update(self, text: str, **fields: Any) -> None:
         if not self.enabled:
             return
         line = text[:120]
-        self.stream.write("\r" + line.ljust(self._width))
-        self.stream.flush()
-        self._width = len(line)
+        if self.tty and self._emit is None:
+            self.stream.write("\r" + line.ljust(self._width))
+            self.stream.flush()
+            self._width = len(line)
+            return
+        now = time.monotonic()
+        if now - self._last_tick >= self.tick_seconds:
+            self._last_tick = now
+            self.line(line, **fields)
 
-    def line(self, text: str) -> None:
+    def line(self, text: str, **fields: Any) -> None:
         if not self.enabled:
             return
-        self.stream.write("\r" + text.ljust(self._width) + "\n")
+        if self._emit is not None:
+            self._emit(text, fields)
+            return
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self._width) + "\n")
+        else:
+            self.stream.write(text + "\n")
         self.stream.flush()
         self._width = 0
 
@@ -221,13 +252,21 @@ class LabContext:
         )
 
 
-SuiteFn = Callable[[LabContext], list[ScenarioResult]]
+# A suite that yields its scenarios one by one has each verdict shown (and timed) as it
+# finishes; one that returns a list has them shown when it ends.
+SuiteFn = Callable[[LabContext], Iterable[ScenarioResult]]
 
 
 @dataclass(frozen=True)
 class Suite:
-    """A named suite; ``oncewire lab --suite NAME`` runs it (the order is ``SUITES``'s)."""
+    """A named suite; ``oncewire lab --suite NAME`` runs it (the order is ``SUITES``'s).
+
+    ``key_numbers`` names the summary fields a reader needs to judge a scenario at a glance
+    (a dotted path reaches into a nested field: ``states.done``); the table and the HTML report
+    show those, in that order, and a scenario that lacks one simply does not show it.
+    """
 
     name: str
     description: str
     run: SuiteFn
+    key_numbers: tuple[str, ...] = ()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
+import inspect
 import platform
 import sqlite3
 import sys
@@ -17,6 +17,7 @@ from oncewire import __version__
 from oncewire.core.errors import ConfigurationError
 from oncewire.lab.fixtures import Backend
 from oncewire.lab.framework import LabContext, Progress, ScenarioResult
+from oncewire.lab.report import render_text
 from oncewire.lab.suites import by_name
 
 __all__ = ["format_report", "run_lab"]
@@ -27,26 +28,60 @@ EXPERIMENT = "oncewire-crash-lab-v1"
 def _run(ctx: LabContext, names: Sequence[str]) -> dict[str, Any]:
     available = by_name()
     report: dict[str, Any] = {}
-    for name in names:
+    for number, name in enumerate(names, 1):
+        suite = available[name]
         started = time.monotonic()
-        ctx.progress.update(f"{name}: starting")
+        ctx.progress.line(
+            f"[{number}/{len(names)}] {name}: {suite.description}", suite=name, event="started"
+        )
         results: list[ScenarioResult] = []
         try:
-            for scenario in available[name].run(ctx):
+            produced = suite.run(ctx)
+            one_by_one = inspect.isgenerator(produced)
+            last = started
+            for scenario in produced:
+                now = time.monotonic()
+                if one_by_one and not scenario.duration_seconds:
+                    # Yielded as it finished: the time since the previous one is its own.
+                    scenario.duration_seconds = now - last
+                last = now
                 results.append(scenario)
-                mark = "skip" if scenario.skipped else ("ok" if scenario.passed else "FAIL")
-                ctx.progress.line(f"  {name}: {scenario.name} ... {mark}")
+                _say_scenario(ctx, name, scenario, now - started)
         except Exception as exc:  # a suite that crashes is a failed suite, with its error kept
             failed = ScenarioResult(f"{name}: suite error", passed=False)
             failed.failures.append(f"{type(exc).__name__}: {exc}")
             results.append(failed)
+            _say_scenario(ctx, name, failed, time.monotonic() - started)
+        passed = all(r.passed for r in results)
+        elapsed = time.monotonic() - started
+        ctx.progress.line(
+            f"[{number}/{len(names)}] {name}: {'pass' if passed else 'FAIL'} "
+            f"({len(results)} scenarios, {elapsed:.1f}s)",
+            suite=name,
+            event="finished",
+            passed=passed,
+            elapsed_seconds=round(elapsed, 3),
+        )
         report[name] = {
-            "description": available[name].description,
-            "passed": all(r.passed for r in results),
-            "duration_seconds": round(time.monotonic() - started, 3),
+            "description": suite.description,
+            "passed": passed,
+            "duration_seconds": round(elapsed, 3),
+            "key_numbers": list(suite.key_numbers),
             "scenarios": {r.name: r.as_dict() for r in results},
         }
     return report
+
+
+def _say_scenario(ctx: LabContext, suite: str, scenario: ScenarioResult, elapsed: float) -> None:
+    mark = "n/a" if scenario.skipped else ("pass" if scenario.passed else "FAIL")
+    took = f"{scenario.duration_seconds:.1f}s, " if scenario.duration_seconds else ""
+    ctx.progress.line(
+        f"  {suite}: {scenario.name} {mark} ({took}{elapsed:.1f}s into the suite)",
+        suite=suite,
+        scenario=scenario.name,
+        verdict=mark,
+        elapsed_seconds=round(elapsed, 3),
+    )
 
 
 def run_lab(
@@ -105,28 +140,8 @@ def run_lab(
 
 
 def format_report(evidence: dict[str, Any]) -> str:
-    lines = []
-    counted = skipped = 0
-    for name, result in evidence["suites"].items():
-        lines.append(f"{name}: {'pass' if result['passed'] else 'FAIL'} ({result['description']})")
-        for scenario in result["scenarios"].values():
-            if scenario["skipped"]:
-                skipped += 1
-                lines.append(f"  {scenario['name']}: n/a ({scenario['skipped']})")
-                continue
-            counted += 1
-            summary = json.dumps(scenario["summary"], sort_keys=True)
-            lines.append(f"  {scenario['name']}: {summary}")
-            for failure in scenario["failures"]:
-                lines.append(f"    FAILED: {failure}")
-    verdict = "PASS" if evidence["passed"] else "FAIL"
-    lines.append(
-        f"{verdict}: {counted} scenarios in {len(evidence['suites'])} suite(s)"
-        + (f", {skipped} not applicable" if skipped else "")
-        + f"; real SIGKILL; {evidence['backend']}; seed {evidence['seed']};"
-        + f" {evidence['duration_seconds']:.1f}s"
-    )
-    return "\n".join(lines)
+    """The readable table (see :func:`oncewire.lab.report.render_text`)."""
+    return render_text(evidence)
 
 
 def main_exit_code(evidence: dict[str, Any]) -> int:
