@@ -1,5 +1,10 @@
 """Fixtures shared by every test layer: real SQLite files in tmp_path, a manual clock, and
-helpers for reading a database around oncewire and for starting real child processes."""
+helpers for reading a database around oncewire and for starting real child processes.
+
+Soak runs: a test marked ``slow`` is left out of the default run (``make test``) and runs with
+``--soak`` or ``ONCEWIRE_SOAK=1`` (``make soak``), or when ``-m`` names the marker. A long check
+marked ``slow`` keeps a bounded version in the default run that exercises the same code path
+and invariant; the marker's description in pyproject.toml says so."""
 
 from __future__ import annotations
 
@@ -18,6 +23,37 @@ from oncewire import Ledger, Receipts
 from oncewire.testing import ManualClock
 
 Rows = list[tuple[Any, ...]]
+
+SOAK_ENV = "ONCEWIRE_SOAK"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="also run the tests marked slow (long soak runs; the default run keeps a bounded "
+        f"version of each). {SOAK_ENV}=1 does the same.",
+    )
+
+
+def soak_requested(config: pytest.Config) -> bool:
+    """``--soak``, ``ONCEWIRE_SOAK=1``, or a ``-m`` expression that names ``slow``."""
+    if config.getoption("--soak") or os.environ.get(SOAK_ENV, "") not in ("", "0"):
+        return True
+    return "slow" in (config.getoption("markexpr") or "")
+
+
+@pytest.hookimpl(trylast=True)  # after any conftest that marks items slow at collection
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave the tests marked ``slow`` out unless a soak run was asked for; pytest reports
+    them as deselected, so a default run says how many it did not run."""
+    if soak_requested(config):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+        config.hook.pytest_deselected(items=slow)
 
 
 @pytest.fixture
