@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Test processes (pytest-xdist); 0 runs the suite in this process, one test at a time.
 PYTEST_WORKERS ?= 2
 
-.PHONY: lab test lint typecheck unit bench clean
+.PHONY: lab test soak lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# The same suite with the tests marked slow (long soak runs; `make test` runs bounded versions).
+soak: lint typecheck
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --soak $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
