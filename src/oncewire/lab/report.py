@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 _FALLBACK_NUMBERS = 4
+_NARROWEST = 36  # the narrowest numbers column worth keeping the numbers in
 _KILLED = -9  # -SIGKILL, as subprocess reports a child killed by it
 
 
@@ -131,28 +132,36 @@ def render_text(evidence: Mapping[str, Any], width: int = 100) -> str:
     suite_w = max([len("suite")] + [len(r[0]) for r in rows])
     scenario_w = min(44, max([len("scenario")] + [len(r[1]["name"]) for r in rows]))
     head = f"{'suite':<{suite_w}}  {'scenario':<{scenario_w}}  verdict  {'time':>6}  "
-    indent = " " * len(head)
-    numbers_w = max(20, width - len(head))
+    # Numbers that do not fit go on under the numbers column, or under the scenario's when the
+    # names leave the numbers too narrow a column to read.
+    under = len(head) if width - len(head) >= _NARROWEST else suite_w + 4
     lines = [head + "key numbers"]
     for suite_name, scenario, numbers in rows:
         name = scenario["name"]
         if len(name) > scenario_w:  # the whole name on a line of its own, the row under it
             lines.append(f"{suite_name:<{suite_w}}  {name}")
-            name, shown_suite = "", ""
-        else:
-            shown_suite = suite_name
-        wrapped = textwrap.wrap(" ".join(numbers), numbers_w, break_on_hyphens=False) or [""]
-        lines.append(
-            f"{shown_suite:<{suite_w}}  {name:<{scenario_w}}  {verdict_of(scenario):<7}  "
-            f"{_seconds(scenario.get('duration_seconds')):>6}  {wrapped[0]}".rstrip()
+            name = ""
+        row = (
+            f"{suite_name:<{suite_w}}  {name:<{scenario_w}}  {verdict_of(scenario):<7}  "
+            f"{_seconds(scenario.get('duration_seconds')):>6}  "
         )
-        lines += [indent + more for more in wrapped[1:]]
+        wrapped = textwrap.wrap(
+            " ".join(numbers),
+            width,
+            initial_indent=" " * len(row),
+            subsequent_indent=" " * under,
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [""]
+        lines.append((row + wrapped[0][len(row) :]).rstrip())
+        lines += wrapped[1:]
         for failure in scenario.get("failures") or []:
             lines += textwrap.wrap(
                 f"FAILED: {failure}",
                 width,
                 initial_indent="    ",
                 subsequent_indent="      ",
+                break_long_words=False,
                 break_on_hyphens=False,
             )
     lines.append(summary_line(evidence))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
+from collections.abc import Iterator
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
@@ -116,15 +117,16 @@ def _cell(ctx: LabContext, point: str, deduplicate: bool) -> ScenarioResult:
     return result
 
 
-def run_crashpoints(ctx: LabContext) -> list[ScenarioResult]:
-    results = []
+def run_crashpoints(ctx: LabContext) -> Iterator[ScenarioResult]:
     for point in outbox_points():
         for deduplicate in (True, False):
             ctx.progress.update(f"crashpoints: {point} dedup={'on' if deduplicate else 'off'}")
-            results.append(_cell(ctx, point, deduplicate))
-    return results
+            yield _cell(ctx, point, deduplicate)
 
 
 SUITE = Suite(
-    "crashpoints", "every registered outbox crash point x deduplication on/off", run_crashpoints
+    "crashpoints",
+    "every registered outbox crash point x deduplication on/off",
+    run_crashpoints,
+    key_numbers=("killed_roles", "effects_done", "tickets", "duplicates", "flagged_redeliveries"),
 )

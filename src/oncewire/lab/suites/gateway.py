@@ -49,7 +49,7 @@ store's rows read directly, never from the gateway's output:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from oncewire.lab.framework import LabContext, ScenarioResult, Suite
@@ -312,16 +312,15 @@ def run_scenario(ctx: LabContext, scenario: Scenario) -> ScenarioResult:
     return result
 
 
-def run_gateway(ctx: LabContext) -> list[ScenarioResult]:
-    results = []
+def run_gateway(ctx: LabContext) -> Iterator[ScenarioResult]:
     for scenario in SCENARIOS + crash_point_scenarios():
         ctx.progress.update(f"gateway: {scenario.name}")
-        results.append(run_scenario(ctx, scenario))
-    return results
+        yield run_scenario(ctx, scenario)
 
 
 SUITE = Suite(
     "gateway",
     "the real gateway process SIGKILLed mid-turn and restarted, checked on screen and in the store",
     run_gateway,
+    key_numbers=("platform", "gateway_starts", "exit_codes", "model_requests"),
 )

@@ -10,6 +10,7 @@ directly afterwards.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from oncewire.core.canonical import canonical_json
@@ -172,14 +173,17 @@ def _changed_payload(ctx: LabContext) -> ScenarioResult:
     return result
 
 
-def run_outbox(ctx: LabContext) -> list[ScenarioResult]:
-    return [
-        _dispatch_crash(ctx, "crash_before_dispatch", CRASH_BEFORE_DISPATCH, True),
-        _dispatch_crash(ctx, "crash_after_downstream_commit", CRASH_AFTER_DOWNSTREAM_COMMIT, True),
-        _dispatch_crash(ctx, "deduplication_disabled", CRASH_AFTER_DOWNSTREAM_COMMIT, False),
-        _acceptance_crash(ctx),
-        _changed_payload(ctx),
-    ]
+def run_outbox(ctx: LabContext) -> Iterator[ScenarioResult]:
+    yield _dispatch_crash(ctx, "crash_before_dispatch", CRASH_BEFORE_DISPATCH, True)
+    yield _dispatch_crash(ctx, "crash_after_downstream_commit", CRASH_AFTER_DOWNSTREAM_COMMIT, True)
+    yield _dispatch_crash(ctx, "deduplication_disabled", CRASH_AFTER_DOWNSTREAM_COMMIT, False)
+    yield _acceptance_crash(ctx)
+    yield _changed_payload(ctx)
 
 
-SUITE = Suite("outbox", "the five two-store outbox scenarios with real SIGKILL", run_outbox)
+SUITE = Suite(
+    "outbox",
+    "the five two-store outbox scenarios with real SIGKILL",
+    run_outbox,
+    key_numbers=("crash_exit", "exit_code", "tickets_before", "tickets_after", "caller_state"),
+)

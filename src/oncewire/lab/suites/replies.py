@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,18 +370,17 @@ def check_many(
     return totals
 
 
-def run_replies(ctx: LabContext) -> list[ScenarioResult]:
-    results = []
+def run_replies(ctx: LabContext) -> Iterator[ScenarioResult]:
     for cell in CELLS:
         ctx.progress.update(f"replies: {cell.cell_id}")
-        results.append(run_cell(ctx, cell))
+        yield run_cell(ctx, cell)
     ctx.progress.update("replies: random kills")
-    results.append(run_random_kills(ctx, count=RANDOM_COUNT, kills=RANDOM_KILLS))
-    return results
+    yield run_random_kills(ctx, count=RANDOM_COUNT, kills=RANDOM_KILLS)
 
 
 SUITE = Suite(
     "replies",
     "the reply engine killed at each crash window, restarted, checked on screen",
     run_replies,
+    key_numbers=("crash_exit", "kills", "visible_messages", "marked_messages"),
 )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,7 @@ def _before_publish(result: ScenarioResult, db: dict[str, list[dict[str, Any]]])
     )
 
 
-def run_runs(ctx: LabContext) -> list[ScenarioResult]:
+def run_runs(ctx: LabContext) -> Iterator[ScenarioResult]:
     cells = [
         # start, candidate, start_review: the third command commits, the reviewer never answers
         ("mid_review", "review", "runs.command_after_commit@3", "review_unavailable", _mid_review),
@@ -194,13 +194,14 @@ def run_runs(ctx: LabContext) -> list[ScenarioResult]:
             _before_publish,
         ),
     ]
-    results = []
     for name, role, arm, status, check in cells:
         ctx.progress.update(f"runs: {name}")
-        results.append(_scenario(ctx, name, role, arm, status, check))
-    return results
+        yield _scenario(ctx, name, role, arm, status, check)
 
 
 SUITE = Suite(
-    "runs", "run ledger: SIGKILL mid-review, mid-repair and before delivery; reconcile", run_runs
+    "runs",
+    "run ledger: SIGKILL mid-review, mid-repair and before delivery; reconcile",
+    run_runs,
+    key_numbers=("crash_exit", "events_before", "events_after", "status"),
 )

@@ -210,4 +210,13 @@ SUITE = Suite(
     "workers",
     "four workers, random SIGKILLs, a SIGSTOP past the lease, dropped connections",
     run_workers,
+    key_numbers=(
+        "effects",
+        "done",
+        "kills",
+        "duplicates",
+        "stopped_with_claims",
+        "stale_outcomes_refused",
+        "connections_terminated",
+    ),
 )
