@@ -1,20 +1,39 @@
 """Seed 002's fixtures: ``rig`` is one gateway per module and backend (SQLite, PostgreSQL with a
-schema of its own), serving both platforms, each cell in a chat of its own, like the seed's
-module-scoped ``gw``; ``fresh_rig(backend)`` makes a rig of its own for a cell that kills and
-restarts the gateway (the seed's ``fresh_gw``), stopped when the test ends."""
+schema of its own), serving every platform, each cell in a chat of its own, like the seed's
+module-scoped ``gw``, with the short platform read timeout
+(:data:`~tests.gateway.seed002.harness.SHARED_READ_TIMEOUT_SECONDS`); ``fresh_rig(backend)``
+makes a rig of its own for a cell that kills and restarts the gateway (the seed's
+``fresh_gw``), with the gateway's default 10 s read timeout, stopped when the test ends.
+
+A module may define ``soak_only(params)``: given a test's parameters (the rig's backend under
+``rig``), whether that test runs only in a soak run. Those tests are marked ``slow`` here at
+collection, and tests/conftest.py leaves them out of the default run.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.gateway.seed002.harness import Seed002
+from tests.gateway.seed002.harness import SHARED_READ_TIMEOUT_SECONDS, Seed002
 from tests.support.pg import fresh_schema, server_url
 
 BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test its module's ``soak_only(params)`` names."""
+    for item in items:
+        soak_only: Callable[[dict[str, Any]], bool] | None = getattr(
+            getattr(item, "module", None), "soak_only", None
+        )
+        callspec = getattr(item, "callspec", None)
+        if soak_only is not None and callspec is not None and soak_only(callspec.params):
+            item.add_marker(pytest.mark.slow)
 
 
 def _store(stack: ExitStack, backend: str, folder: Path) -> str:
@@ -31,7 +50,11 @@ def rig(
     """A running gateway between its fakes, shared by the module's cells on one backend."""
     folder = tmp_path_factory.mktemp(f"seed002-{request.param}")
     with ExitStack() as stack:
-        started = Seed002(folder, _store(stack, request.param, folder))
+        started = Seed002(
+            folder,
+            _store(stack, request.param, folder),
+            read_timeout_seconds=SHARED_READ_TIMEOUT_SECONDS,
+        )
         stack.callback(started.close)
         started.start()
         yield started

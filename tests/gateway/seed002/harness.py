@@ -30,10 +30,13 @@ store are the evidence. The invariants are :mod:`tests.gateway.seed002.checks`.
 
 H3 timings, as the seed sets them: previews every 0.05 s (``edit_interval_seconds``); the
 local Telegram rate limiter opened wide (the seed's fakes have no limiter, so the cadence is the
-gateway's own); the model's retries capped at 1 (H2). The platform adapters' read timeout is the
-gateway's fixed 10 s (Discord's ``read_timeout_seconds`` left at its default, the same 10 s),
-so a ``timeout`` fault costs a cell 10 s. The fake Discord's route buckets are its default 50
-calls a second per channel: a preview every 0.05 s stays under it.
+gateway's own); the model's retries capped at 1 (H2). The platforms' ``read_timeout_seconds``
+is the rig's ``read_timeout_seconds``: the gateway's default 10 s unless the rig is made with
+less. A ``timeout`` or ``ack_lost`` fault is a silence the gateway waits out, so each such cell
+costs one read timeout; the module-wide rig uses :data:`SHARED_READ_TIMEOUT_SECONDS`, while a
+crash cell's rig keeps the 10 s, since its parked operation must outlast the kill. The fake
+Discord's route buckets are its default 50 calls a second per channel: a preview every 0.05 s
+stays under it.
 """
 
 from __future__ import annotations
@@ -89,6 +92,10 @@ HOOK_SECRET_ENV = "FK_NE_SECRET"
 HOOK_SECRET = "seed002-webhook-secret"
 RESUME_PHRASE = "previous turn was interrupted"  # H8: what marks a resumed request
 START_SECONDS = 60.0  # a busy 2-core host may take a while to start a process
+DEFAULT_READ_TIMEOUT_SECONDS = 10.0  # the gateway's own default for every platform
+# The shared rig's platform read timeout: each timeout and ack_lost cell waits it out once. A
+# fake answers in milliseconds, so 3 s is still far above any real answer on a busy host.
+SHARED_READ_TIMEOUT_SECONDS = 3.0
 TOKEN_RE = re.compile(r"\[in:([A-Za-z0-9_.-]+)\]")
 ACTIVE_RUN = ("running", "interrupting")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -212,13 +219,22 @@ def _text(message: dict[str, Any]) -> str:
 class Seed002:
     """The three fakes, the gateway.toml, the store and the gateway process, in ``folder``.
 
-    ``db`` is a SQLite file path or a PostgreSQL URL; ``busy_mode`` is ``[turns] busy_mode``.
-    The config offers the tool ``terminal`` (H6, :mod:`tests.gateway.seed002.terminal_tool`).
+    ``db`` is a SQLite file path or a PostgreSQL URL; ``busy_mode`` is ``[turns] busy_mode``;
+    ``read_timeout_seconds`` is every platform's ``read_timeout_seconds``. The config offers the
+    tool ``terminal`` (H6, :mod:`tests.gateway.seed002.terminal_tool`).
     """
 
-    def __init__(self, folder: Path, db: str, *, busy_mode: str = "interrupt") -> None:
+    def __init__(
+        self,
+        folder: Path,
+        db: str,
+        *,
+        busy_mode: str = "interrupt",
+        read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    ) -> None:
         self.folder = folder
         self.db = db
+        self.read_timeout_seconds = read_timeout_seconds
         self.dialect = dialect_of(db)
         folder.mkdir(parents=True, exist_ok=True)
         self.gateway: GatewayProcess | None = None
@@ -338,6 +354,7 @@ token_env = "TELEGRAM_BOT_TOKEN"
 api_base = {json.dumps(self.bases[TG])}
 streaming = true
 edit_interval_seconds = 0.05
+read_timeout_seconds = {self.read_timeout_seconds}
 rate_per_second = 1000
 burst = 1000
 chat_rate_per_second = 1000
@@ -350,6 +367,7 @@ token_env = "DISCORD_BOT_TOKEN"
 api_base = {json.dumps(self.bases[DC] + "/api/v10")}
 streaming = true
 edit_interval_seconds = 0.05
+read_timeout_seconds = {self.read_timeout_seconds}
 
 [[platforms]]
 name = "{NE}"
@@ -357,6 +375,7 @@ kind = "webhook"
 send_url = {json.dumps(self.bases[NE] + "/messages")}
 secret_env = "{HOOK_SECRET_ENV}"
 streaming = false
+read_timeout_seconds = {self.read_timeout_seconds}
 
 [[tools]]
 name = "terminal"

@@ -16,6 +16,13 @@ message the first create made; the cell also reads the fake's call log for the t
 their one nonce. Scaled from the seed, keeping the path each cell exercises: ``long_streamed``
 streams its 8.1k characters in 2.5k chunks 0.3 s apart (the seed: 1 s), still one chunk per
 preview tick (0.05 s); ``burst_overflow`` its two 4.5k bursts 1 s apart (the seed: 3 s).
+
+The default run has every cell on SQLite and, on PostgreSQL, each fault on one platform
+(:data:`ON_POSTGRESQL`, every platform in turn, where the fault's path differs most: Discord's
+nonce for ``ack_lost``, its interim repeat for ``stream_timeout_first_send``); the other
+PostgreSQL cells run in the soak run (``make soak``). The store's verbs are the same on both
+backends and the contract tests hold them to it; the SQLite half keeps every fault on every
+platform.
 """
 
 from __future__ import annotations
@@ -125,6 +132,32 @@ FAULTS: dict[str, Cell] = {
 CELL_IDS = {name: f"F{n}" for n, name in enumerate(FAULTS, start=1)}
 # Where a platform guarantees more than the seed's expectation: Discord's nonce.
 STRICTER: dict[tuple[str, str], Expect] = {(DC, "ack_lost"): "exact"}
+# The platform each fault runs on against PostgreSQL in the default run.
+ON_POSTGRESQL: dict[str, str] = {
+    "clean": NE,
+    "tool_then_answer": TG,
+    "long_split": DC,
+    "long_streamed": TG,
+    "burst_overflow": DC,
+    "slow_stream": TG,
+    "rate_limit_429": NE,
+    "conn_reset": TG,
+    "send_timeout": NE,
+    "ack_lost": DC,
+    "stream_429_final_edit": DC,
+    "stream_timeout_final_edit": TG,
+    "stream_ack_lost_final_edit": TG,
+    "stream_timeout_first_send": DC,
+}
+assert set(ON_POSTGRESQL) == set(FAULTS) and set(ON_POSTGRESQL.values()) == set(PLATFORMS)
+
+
+def soak_only(params: dict[str, Any]) -> bool:
+    """A matrix cell on PostgreSQL off :data:`ON_POSTGRESQL` runs in the soak run only (the
+    seed002 conftest marks it ``slow``)."""
+    if params.get("rig") != "postgresql" or "name" not in params:
+        return False
+    return bool(ON_POSTGRESQL[params["name"]] != params["platform"])
 
 
 def run_cell(rig: Seed002, platform: str, name: str) -> None:
@@ -245,7 +278,7 @@ def test_every_main_request_offers_tools(rig: Seed002) -> None:
     assert turns.without_tools == 0 and turns.unattributed == 0
 
 
-__all__ = ["DC", "FAULTS", "NE", "STREAMING", "TG", "run_cell"]
+__all__ = ["DC", "FAULTS", "NE", "ON_POSTGRESQL", "STREAMING", "TG", "run_cell", "soak_only"]
 
 # A1 and A2 run last on this module's gateway (the negative controls' neg- chats left out).
 test_zz_whole_run_audit = audits.test_zz_whole_run_audit
