@@ -53,7 +53,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from oncewire.cli import dispatch, doctor, effects, gateway, lab, receipts, replies, runs
+    from oncewire.cli import dispatch, doctor, effects, gateway, lab, receipts, replies, runs, ui
 
     cli.add_command(effects.group)
     cli.add_command(receipts.group)
@@ -64,6 +64,7 @@ def _register() -> None:
     cli.add_command(replies.inbound_group)
     cli.add_command(replies.replies_group)
     cli.add_command(gateway.group)
+    cli.add_command(ui.command)
 
     def add_verbose(command: click.Command) -> None:
         # Every command and group takes -v, so `oncewire effects list -v` works as well as

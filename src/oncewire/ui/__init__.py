@@ -1,0 +1,28 @@
+"""``oncewire ui``: a local web dashboard over a store, read-only unless told otherwise.
+
+Server-rendered pages (Starlette, Jinja2 templates shipped with the package, charts drawn as
+inline SVG on the server) over the same readers the command line uses: effects and their
+attempt history, receipts, inbound chat messages and their replies' wire operations, runs with
+their verification verdict, and a crash lab's evidence file. Pages refresh their data in place
+every two seconds by fetching their own content again.
+
+Retry and cancel are the only writes, through the same verbs as ``oncewire effects retry`` and
+``cancel``, and only when the server was started with ``--allow-actions``; each one carries the
+server's CSRF token. Binding beyond loopback requires a token (see :mod:`oncewire.ui.guard`).
+
+Needs the ``ui`` extra (``pip install 'oncewire[ui]'``); importing this package does not.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MISSING_HINT", "missing_modules"]
+
+MISSING_HINT = "pip install 'oncewire[ui]'"
+_NEEDED = ("starlette", "uvicorn", "jinja2")
+
+
+def missing_modules() -> list[str]:
+    """The modules the dashboard needs that cannot be imported here (empty when all can)."""
+    import importlib.util
+
+    return [name for name in _NEEDED if importlib.util.find_spec(name) is None]
