@@ -51,6 +51,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -249,13 +250,15 @@ class Seed002:
         self.model_dir.mkdir(exist_ok=True)
         (self.model_dir / "script.json").write_text("{}", encoding="utf-8")
         self._processes: list[subprocess.Popen[str]] = []
-        try:
-            self._tg, tg_port = spawn_fake(
+        # The four fakes start side by side (each is a Python process importing oncewire): a
+        # rig is made once per module and backend, and once per crash cell.
+        fakes: list[tuple[str, list[str], dict[str, str] | None]] = [
+            (
                 "oncewire.fakes.telegram_api",
                 ["--journal", str(self.tg_dir), "--token", BOT_TOKEN, "--name", TG],
-            )
-            self._processes.append(self._tg)
-            self._ne, ne_port = spawn_fake(
+                None,
+            ),
+            (
                 "oncewire.fakes.webhook_platform",
                 [
                     "--journal",
@@ -267,10 +270,9 @@ class Seed002:
                     "--deliver-to",
                     f"http://127.0.0.1:{self.webhook_port}/webhook/{NE}",
                 ],
-                env=env,
-            )
-            self._processes.append(self._ne)
-            self._dc, dc_port = spawn_fake(
+                env,
+            ),
+            (
                 "oncewire.fakes.discord_api",
                 [
                     "--port",
@@ -284,9 +286,9 @@ class Seed002:
                     "--heartbeat-ms",
                     str(DISCORD_HEARTBEAT_MS),
                 ],
-            )
-            self._processes.append(self._dc)
-            self._model, model_port = spawn_fake(
+                None,
+            ),
+            (
                 "oncewire.fakes.openai_api",
                 [
                     "--journal",
@@ -294,11 +296,25 @@ class Seed002:
                     "--script",
                     str(self.model_dir / "script.json"),
                 ],
-            )
-            self._processes.append(self._model)
-        except BaseException:
+                None,
+            ),
+        ]
+        ports: list[int] = []
+        failed: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=len(fakes)) as pool:
+            starting = [pool.submit(spawn_fake, m, a, env=e) for m, a, e in fakes]
+            for future in starting:
+                try:
+                    process, port = future.result()
+                except BaseException as error:
+                    failed = failed or error
+                    continue
+                self._processes.append(process)
+                ports.append(port)
+        if failed is not None:
             self.close()
-            raise
+            raise failed
+        tg_port, ne_port, dc_port, model_port = ports
         self.bases = {
             TG: f"http://127.0.0.1:{tg_port}",
             NE: f"http://127.0.0.1:{ne_port}",
