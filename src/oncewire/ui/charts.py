@@ -9,6 +9,7 @@ what was drawn against the store.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,8 +70,7 @@ def columns(
     parts = [
         f'<svg class="chart columns" role="img" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" data-chart="{escape(title)}" '
-        + " ".join(f'data-total-{escape(s.name)}="{sum(s.values)}"' for s in series)
-        + ">",
+        + f'data-totals="{escape(json.dumps({s.name: sum(s.values) for s in series}))}">',
         f"<title>{escape(title)}</title>",
         f'<line x1="{left}" y1="{8 + plot_h}" x2="{width - 4}" y2="{8 + plot_h}" stroke="#999"/>',
         f'<text x="{left - 4}" y="16" text-anchor="end" {_FONT}>{top}</text>',
