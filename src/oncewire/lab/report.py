@@ -137,12 +137,12 @@ def render_text(evidence: Mapping[str, Any], width: int = 100) -> str:
     under = len(head) if width - len(head) >= _NARROWEST else suite_w + 4
     lines = [head + "key numbers"]
     for suite_name, scenario, numbers in rows:
-        name = scenario["name"]
+        name, shown_suite = scenario["name"], suite_name
         if len(name) > scenario_w:  # the whole name on a line of its own, the row under it
             lines.append(f"{suite_name:<{suite_w}}  {name}")
-            name = ""
+            name = shown_suite = ""
         row = (
-            f"{suite_name:<{suite_w}}  {name:<{scenario_w}}  {verdict_of(scenario):<7}  "
+            f"{shown_suite:<{suite_w}}  {name:<{scenario_w}}  {verdict_of(scenario):<7}  "
             f"{_seconds(scenario.get('duration_seconds')):>6}  "
         )
         wrapped = textwrap.wrap(
@@ -176,8 +176,9 @@ STYLE = """
 .oncewire-lab th, .oncewire-lab td { border-bottom: 1px solid #d0d7de; padding: .2rem .6rem;
   text-align: left; vertical-align: top; }
 .oncewire-lab td.n { text-align: right; font-variant-numeric: tabular-nums; }
-.oncewire-lab .pass { color: #116329; font-weight: 600; }
+.oncewire-lab .pass, .oncewire-lab .PASS { color: #116329; font-weight: 600; }
 .oncewire-lab .FAIL { color: #b3261e; font-weight: 700; }
+.oncewire-lab figcaption { color: #57606a; }
 .oncewire-lab .na { color: #6e7781; }
 .oncewire-lab dl.meta { display: grid; grid-template-columns: max-content auto; gap: .1rem 1rem; }
 .oncewire-lab dl.meta dt { color: #57606a; } .oncewire-lab dl.meta dd { margin: 0; }
@@ -264,9 +265,10 @@ def _durations_chart(scenarios: Sequence[Mapping[str, Any]]) -> str:
     bar_h, label_w, chart_w = 16, 260, 360
     height = bar_h * len(timed) + 24
     parts = [
+        "<figure><figcaption>time per scenario</figcaption>",
         f'<svg class="durations" role="img" width="{label_w + chart_w + 60}" '
         f'height="{height}" viewBox="0 0 {label_w + chart_w + 60} {height}">'
-        "<title>time per scenario</title>"
+        "<title>time per scenario</title>",
     ]
     for i, scenario in enumerate(timed):
         y = 8 + i * bar_h
@@ -280,7 +282,7 @@ def _durations_chart(scenarios: Sequence[Mapping[str, Any]]) -> str:
             f'<text x="{label_w + w + 4:.1f}" y="{y + 11}">'
             f"{scenario['duration_seconds']:.1f}s</text>"
         )
-    parts.append("</svg>")
+    parts.append("</svg></figure>")
     return "".join(parts)
 
 
