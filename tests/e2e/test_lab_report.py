@@ -220,12 +220,18 @@ def test_a_small_torture_run_charts_its_kills_and_ends_where_the_store_does(
         assert scenario["summary"]["lost"] == 0
 
 
-def test_json_keeps_stdout_pure_and_quiet_keeps_stderr_empty(tmp_path: Path) -> None:
+def test_json_keeps_stdout_pure_log_records_stay_json_and_quiet_keeps_stderr_empty(
+    tmp_path: Path,
+) -> None:
     args = ("--suite", "torture", "--operations", "20", "--kills", "1", "--output", "ev.json")
-    ran = lab(tmp_path, *args, "--json")
+    ran = lab(tmp_path, *args, "--json", "--log-format", "json")
     evidence = json.loads(ran.stdout)
     assert evidence == json.loads((tmp_path / "ev.json").read_text(encoding="utf-8"))
-    assert "torture: torture[dedup] pass (" in ran.stderr
+    # Progress as log records, one JSON object per line, each verdict with its fields.
+    records = [json.loads(line) for line in ran.stderr.splitlines()]
+    verdicts = {r["scenario"]: r["verdict"] for r in records if "verdict" in r}
+    assert verdicts == {"torture[dedup]": "pass", "torture[no_dedup]": "pass"}
+    assert all(r["logger"] == "oncewire.lab" for r in records)
     quiet = lab(tmp_path, *args, "--quiet", "--report", "r.txt")
     assert quiet.stderr == ""
     # A report file that is not .html holds the table, as printed.
