@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
 import jinja2
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -168,12 +169,14 @@ def create_app(
             raise Refusal(415, "send the evidence file as application/json")
         raw = await request.body()
         name = unquote(request.headers.get("x-evidence-name", "evidence.json"))
-        evidence_data = labview.parse(raw, name)
-        html = _ENV.get_template("lab_report.html").render(report=labview.report(evidence_data))
-        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+        html = labview.report(labview.parse(raw, name), name)
+        return HTMLResponse(str(html), headers={"Cache-Control": "no-store"})
 
     def lab(request: Request) -> dict[str, Any]:
-        return {"reports": [(name, labview.report(data)) for name, data in dash.evidence]}
+        return {
+            "reports": [(name, labview.report(data, name)) for name, data in dash.evidence],
+            "lab_style": Markup(labview.STYLE),
+        }
 
     routes = [
         ("/", page("overview.html", lambda r: views.overview(ledger)), ["GET"]),

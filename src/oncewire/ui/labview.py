@@ -1,23 +1,24 @@
 """The lab page: an evidence file (``oncewire lab --output ev.json``) read back for a person.
 
-Each suite with its verdict, each scenario with its summary figures, the invariants that
-failed (the evidence's ``failures``), the child processes it ran and how many of them were
-SIGKILLed, and for the torture suite a chart of the kills (the delay after which each round's
-dispatcher was killed). Only what the file says: nothing is recomputed from a store.
+Rendered by :func:`oncewire.lab.report.render_fragment`, the same renderer as
+``oncewire lab --report`` (suites and scenarios with their verdicts, the key numbers each suite
+names, the invariants that failed, each child process and how it ended, SIGKILLs included, and
+the torture run's effects done over time with a line at each kill), so the dashboard never
+shows a second reading of the same file. This module only checks that a file is evidence
+before it is rendered, and turns what is wrong with it into a sentence.
 """
 
 from __future__ import annotations
 
 import json
-import signal
 from typing import Any
 
 from markupsafe import Markup
 
-from oncewire.ui import charts
+from oncewire.lab.report import STYLE, render_fragment
 from oncewire.ui.guard import Refusal
 
-__all__ = ["parse", "report"]
+__all__ = ["MAX_BYTES", "STYLE", "parse", "report"]
 
 MAX_BYTES = 64 * 1024 * 1024
 
@@ -35,80 +36,22 @@ def parse(raw: bytes, name: str) -> dict[str, Any]:
             400,
             f"{name} is not lab evidence: no 'suites' object (oncewire lab --output writes one)",
         )
+    if "passed" not in data:
+        raise Refusal(400, f"{name} is not lab evidence: no overall 'passed' verdict")
     for suite, result in data["suites"].items():
         if not isinstance(result, dict) or not isinstance(result.get("scenarios"), dict):
             raise Refusal(400, f"{name}: suite {suite!r} has no 'scenarios' object")
+        for scenario in result["scenarios"].values():
+            if not isinstance(scenario, dict) or not isinstance(scenario.get("name"), str):
+                raise Refusal(400, f"{name}: suite {suite!r} has a scenario without a name")
     return data
 
 
-def _killed(process: dict[str, Any]) -> bool:
-    return process.get("exit_code") == -signal.SIGKILL
-
-
-def _scenario(s: dict[str, Any]) -> dict[str, Any]:
-    processes = [p for p in s.get("processes") or [] if isinstance(p, dict)]
-    kills = (s.get("details") or {}).get("kills") if isinstance(s.get("details"), dict) else None
-    kills = [k for k in kills or [] if isinstance(k, dict)]
-    chart = Markup("")
-    if kills:
-        chart = charts.columns(
-            "seconds each round's dispatcher ran before its SIGKILL (ms)",
-            [f"r{k.get('round', i)}" for i, k in enumerate(kills)],
-            [
-                charts.Series(
-                    "ms before the kill",
-                    "#dc2626",
-                    [int(1000 * float(k.get("after_seconds") or 0)) for k in kills],
-                )
-            ],
-            every=1,
-        )
-    return {
-        "name": str(s.get("name", "")),
-        "passed": bool(s.get("passed")),
-        "skipped": s.get("skipped") or "",
-        "summary": sorted((str(k), json.dumps(v)) for k, v in (s.get("summary") or {}).items()),
-        "failures": [str(f) for f in s.get("failures") or []],
-        "processes": len(processes),
-        "killed": sum(1 for p in processes if _killed(p)) + len(kills),
-        "roles": sorted({str(p.get("role", "")) for p in processes}),
-        "duration": s.get("duration_seconds"),
-        "chart": chart,
-    }
-
-
-def report(data: dict[str, Any]) -> dict[str, Any]:
-    """The page's view of one evidence file."""
-    suites = []
-    for name, result in data["suites"].items():
-        scenarios = [_scenario(s) for s in result["scenarios"].values() if isinstance(s, dict)]
-        suites.append(
-            {
-                "name": name,
-                "description": result.get("description", ""),
-                "passed": bool(result.get("passed")),
-                "duration": result.get("duration_seconds"),
-                "scenarios": scenarios,
-                "killed": sum(s["killed"] for s in scenarios),
-                "chart": charts.bars(
-                    f"{name}: scenarios",
-                    [
-                        ("passed", sum(1 for s in scenarios if s["passed"] and not s["skipped"])),
-                        ("failed", sum(1 for s in scenarios if not s["passed"])),
-                        ("not applicable", sum(1 for s in scenarios if s["skipped"])),
-                    ],
-                    colours={"passed": "#16a34a", "failed": "#dc2626", "not applicable": "#9ca3af"},
-                ),
-            }
-        )
-    return {
-        "passed": bool(data.get("passed")),
-        "meta": [
-            (k, str(data[k]))
-            for k in ("backend", "seed", "signal", "oncewire", "python", "started_at")
-            if k in data
-        ],
-        "duration": data.get("duration_seconds"),
-        "suites": suites,
-        "killed": sum(s["killed"] for s in suites),
-    }
+def report(data: dict[str, Any], name: str = "the evidence") -> Markup:
+    """The lab's own HTML for one evidence file (escaped by the renderer)."""
+    try:
+        return Markup(render_fragment(data))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise Refusal(
+            400, f"{name} cannot be shown: a field is missing or of the wrong type ({exc!r})"
+        ) from None
