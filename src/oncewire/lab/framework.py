@@ -238,18 +238,38 @@ class LabContext:
         )
 
     def spawn(
-        self, role: str, args: Sequence[str], *, module: str = EFFECTS_CHILD
+        self,
+        role: str,
+        args: Sequence[str],
+        *,
+        module: str = EFFECTS_CHILD,
+        stderr_to: Path | None = None,
     ) -> subprocess.Popen[str]:
-        """Start a worker without waiting (the caller kills and reaps it)."""
+        """Start a worker without waiting (the caller kills and reaps it).
+
+        ``stderr_to`` appends the worker's stderr to that file instead of a pipe: a worker that
+        lives for minutes and logs could fill a pipe nobody reads before it exits, and stall.
+        """
         env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_CRASH")}
-        return subprocess.Popen(
-            [sys.executable, "-m", module, role, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        argv = [sys.executable, "-m", module, role, *args]
+        if stderr_to is None:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        with stderr_to.open("a", encoding="utf-8") as log:  # the child keeps its own copy
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
 
 
 # A suite that yields its scenarios one by one has each verdict shown (and timed) as it
