@@ -52,6 +52,11 @@ ran out) stops that platform's listener at once and its scheduling and deliverie
 already running go on under their own turn leases (renewed, fenced), or stop where they stand
 if those are lost too.
 
+When the store is away (a database restart or crash, the network cut) nothing exits: each
+loop logs the outage once and when the store answers again (:mod:`oncewire.gateway.outage`),
+and a turn stopped by it (its commit failed, so nothing of it is recorded) is taken over again
+by this process as soon as its run can be read, under a new fence.
+
 Not yet: the busy modes steer and reject.
 """
 
@@ -77,6 +82,7 @@ from oncewire.gateway.leases import BotLeases, bot_lease_name, token_digest
 from oncewire.gateway.listeners import DiscordListener, Listener, TelegramListener
 from oncewire.gateway.model import OpenAIChatClient
 from oncewire.gateway.model_results import Interrupt, ModelClient
+from oncewire.gateway.outage import StoreOutage, store_away
 from oncewire.gateway.platforms.discord import DiscordBot
 from oncewire.gateway.platforms.telegram import TelegramBot
 from oncewire.gateway.platforms.telegram_updates import TelegramInbound
@@ -132,6 +138,9 @@ class Runner:
         self._lock = threading.Lock()
         self._running: dict[SessionKey, _Running] = {}
         self._resumes: dict[int, int] = {}  # inbound id -> the fence its dead owner held
+        # Turns of this process that stopped on an error while their run could not be read
+        # (the store was away): read again at each look until it answers.
+        self._unread: set[int] = set()
         self._threads: list[threading.Thread] = []
         self._listeners: dict[str, Listener] = {}  # platform -> its inbound, while served
         self._serving: set[str] = set()  # platforms whose lease is held and recovery done
@@ -357,6 +366,7 @@ class Runner:
     def _keep(self, leases: BotLeases, ledger: Ledger, engine: ReplyEngine) -> None:
         """The lease thread: renew and ask for the bot leases; take over the turns of the
         platforms served whose turn lease ran out (their owner lost it without dying here)."""
+        sweeping = StoreOutage(log, "looking for turns to take over")
         while not self._stop.wait(leases.interval_seconds):
             leases.renew()
             if self._stop.is_set():
@@ -367,9 +377,10 @@ class Runner:
                 skip = set(self._resumes) | {item.inbound_id for item in self._running.values()}
             try:
                 found = sweep_turns(ledger, engine, self.owner, serving, skip=skip, quiet=True)
-            except Exception:
-                log.exception("looking for turns to take over failed; trying again")
+            except Exception as exc:
+                sweeping.failed(exc)
                 continue
+            sweeping.answered()
             if found:
                 with self._lock:
                     self._resumes.update(found)
@@ -426,9 +437,11 @@ class Runner:
 
     def _schedule(self, ledger: Ledger, worker: TurnWorker, pool: ThreadPoolExecutor) -> None:
         limit = self.config.turns.max_concurrent
+        scheduling = StoreOutage(log, "scheduling")
         while not self._stop.is_set():
             self._wake.clear()
             try:
+                self._read_unread()
                 self._signal_interrupts(ledger)
                 for inbound_id, session, fence in self._candidates(ledger, worker):
                     with self._lock:
@@ -442,8 +455,10 @@ class Runner:
                         if fence is not None:
                             self._resumes.pop(inbound_id, None)
                     future.add_done_callback(functools.partial(self._finished, session))
-            except Exception:
-                log.exception("scheduling failed; trying again")
+            except Exception as exc:
+                scheduling.failed(exc)
+            else:
+                scheduling.answered()
             self._wake.wait(IDLE_POLL_SECONDS)
 
     def _signal_interrupts(self, ledger: Ledger) -> None:
@@ -495,8 +510,17 @@ class Runner:
             running = self._running.pop(session, None)
         try:
             result = done.result()
-        except BaseException:
-            log.exception("a turn failed unexpectedly")
+        except BaseException as exc:
+            if store_away(exc):
+                # Nothing of the turn is recorded that did not happen (its commit failed); it
+                # is still this process's, and is taken over again once the store answers.
+                log.warning(
+                    "inbound %s: its turn stopped: the store is unavailable (%s)",
+                    running.inbound_id if running is not None else "?",
+                    exc,
+                )
+            else:
+                log.exception("a turn failed unexpectedly")
             if running is not None and not self._stop.is_set():
                 self._retry(running.inbound_id)
         else:
@@ -514,15 +538,31 @@ class Runner:
         try:
             assert self._ledger is not None
             run = self._ledger.runs.get(f"turn:{inbound_id}")
-        except Exception:
+        except Exception as exc:
+            if store_away(exc):
+                # Read again at the scheduler's next looks: the turn is resumed as soon as the
+                # store answers, not only once its turn lease has run out.
+                with self._lock:
+                    self._unread.add(inbound_id)
+                return
             log.exception("inbound %s: its turn cannot be read; left to the next start", inbound_id)
             return
+        with self._lock:
+            self._unread.discard(inbound_id)
         if run.active and run.owner == self.owner:
             with self._lock:
                 self._resumes[inbound_id] = run.fence
 
+    def _read_unread(self) -> None:
+        """Read again the turns that stopped while the store was away (see :meth:`_retry`)."""
+        with self._lock:
+            unread = sorted(self._unread)
+        for inbound_id in unread:
+            self._retry(inbound_id)
+
     def _deliver_due(self, ledger: Ledger, engine: ReplyEngine) -> None:
         """Deliver the replies of the platforms served whose retry time has come."""
+        delivering = StoreOutage(log, "delivering due replies")
         while not self._stop.is_set():
             try:
                 with self._lock:
@@ -530,8 +570,10 @@ class Runner:
                 for reply in ledger.replies.due(limit=100):
                     if reply.request.platform in serving:
                         engine.deliver(reply.id)
-            except Exception:
-                log.exception("delivering due replies failed; trying again")
+            except Exception as exc:
+                delivering.failed(exc)
+            else:
+                delivering.answered()
             self._stop.wait(IDLE_POLL_SECONDS)
 
     # -- the drain -------------------------------------------------------------------------

@@ -542,15 +542,21 @@ class PostgresDriver(Driver):
 
     @contextmanager
     def snapshot(self) -> Iterator[Any]:
-        """A ``REPEATABLE READ, READ ONLY`` transaction."""
+        """A ``REPEATABLE READ, READ ONLY`` transaction.
+
+        It begins like a write (:meth:`_begin`): a connection the server dropped while idle is
+        replaced once, since nothing was read yet, and a server that is gone is a
+        :class:`StoreUnreachable`, never psycopg's own error. Once the snapshot's moment is
+        taken, a dropped connection is an error (see :meth:`reading`).
+        """
         conn = self.conn()
         if conn.info.transaction_status != _IDLE:
             yield conn  # the caller's transaction reads
             return
+        conn, block = self._begin()
         try:
-            with conn.transaction():
-                with translate_errors("beginning a read"):
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            with translate_errors("reading a snapshot"), _Begun(block):
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield conn
         finally:
             if conn.broken:
