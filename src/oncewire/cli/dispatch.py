@@ -10,6 +10,11 @@ The first SIGTERM or SIGINT stops claiming, logs the attempts it waits for, and 
 ``--grace`` seconds for them; attempts still running then stay claimed, for recovery (the next
 dispatcher sees this process dead and redelivers them flagged), and the exit status is 3. A
 second signal leaves at once. Each attempt is logged (INFO, logger ``oncewire.dispatch``).
+
+Every ``--status-every`` seconds (and once more when it stops) a worker logs one status line:
+what it settled since it started (done, retried, rejected, dead, redelivered) and what the
+store holds for its kinds now (in flight, waiting, the oldest waiting one's age), read with
+two small queries.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ def _run_one(
     until_idle: bool,
     attempt_timeout: float | None,
     grace: float,
+    status_every: float = 0.0,
 ) -> int:
     from oncewire.dispatch import Dispatcher
     from oncewire.ledger import Ledger
@@ -117,9 +123,44 @@ def _run_one(
         else:
             click.echo(f"dispatching {kinds} from {app} as {dispatcher.owner}", err=True)
         _follow_supervisor(dispatcher)
-        stats = dispatcher.run(until_idle=until_idle)
+        stopped = threading.Event()
+        if status_every > 0:
+            threading.Thread(
+                target=_report_status,
+                args=(dispatcher, status_every, stopped),
+                name="oncewire-status",
+                daemon=True,
+            ).start()
+        try:
+            stats = dispatcher.run(until_idle=until_idle)
+        finally:
+            stopped.set()
+        if status_every > 0:
+            _say_status(dispatcher, final=True)
     click.echo(json.dumps({"pid": os.getpid(), "stats": stats.as_dict()}))
     return EXIT_LEFT_CLAIMED if stats.abandoned else 0
+
+
+def _say_status(dispatcher: Any, *, final: bool = False) -> None:
+    from oncewire.dispatch.reporting import read_status
+
+    status = read_status(
+        dispatcher.stats, dispatcher.ledger.store, dispatcher.kinds, dispatcher.clock.now()
+    )
+    who = f" [pid {os.getpid()}]" if os.environ.get(_SUPERVISOR_ENV) else ""
+    log.info(
+        "%s%s: %s",
+        "final status" if final else "status",
+        who,
+        status.line(),
+        extra={"status": "final" if final else "periodic", "pid": os.getpid(), **status.fields()},
+    )
+
+
+def _report_status(dispatcher: Any, every: float, stopped: threading.Event) -> None:
+    """A status line every ``every`` seconds until the dispatcher stops."""
+    while not stopped.wait(every):
+        _say_status(dispatcher)
 
 
 def _follow_supervisor(dispatcher: Any) -> None:
@@ -293,6 +334,18 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
     help="On SIGTERM/SIGINT, how long to wait for the attempts in flight; those still running "
     "then are left claimed for recovery. A second signal exits at once.",
 )
+@click.option(
+    "--status-every",
+    envvar="ONCEWIRE_STATUS_EVERY",
+    show_envvar=True,
+    type=click.FloatRange(0.0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Log a status line this often (done, retried, rejected, dead and redelivered since "
+    "start; in flight, waiting and the oldest waiting one's age in the store), and once at "
+    "exit. 0: never.",
+)
 @click.option("--until-idle", is_flag=True, help="Drain what is due, then exit.")
 @logformat.log_format_option
 def command(
@@ -305,6 +358,7 @@ def command(
     poll_seconds: float,
     attempt_timeout: float | None,
     grace: float,
+    status_every: float,
     until_idle: bool,
 ) -> None:
     """Run dispatchers: claim due effects, call the app's sinks, record their outcomes."""
@@ -323,6 +377,7 @@ def command(
             until_idle,
             attempt_timeout,
             grace,
+            status_every,
         )
         if code:
             raise click.exceptions.Exit(code)
@@ -343,6 +398,7 @@ def command(
         str(poll_seconds),
     ]
     argv += ["--grace", str(grace), "--log-format", logformat.current()]
+    argv += ["--status-every", str(status_every)]
     if attempt_timeout is not None:
         argv += ["--attempt-timeout", str(attempt_timeout)]
     if until_idle:

@@ -1,5 +1,6 @@
 """What the dispatcher counts and says: its stats, the log line of each attempt, the count of
-what a store step recorded, and the warning about effects that wait for a kind no sink handles.
+what a store step recorded, the warning about effects that wait for a kind no sink handles, and
+the periodic status line of ``oncewire dispatch``.
 
 Nothing here decides an effect's state (:mod:`oncewire.dispatch.settling` does); these only
 report decisions already taken, so they share the dispatcher's logger (``oncewire.dispatch``).
@@ -9,14 +10,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from oncewire.core.clock import Clock
+from oncewire.core.errors import OncewireError
 from oncewire.dispatch.settling import Label, Verdict
-from oncewire.storage.records import Claim, EffectState, Settlement
+from oncewire.storage.records import Backlog, Claim, EffectState, Settlement
 
-__all__ = ["DispatchStats", "count_settled", "say_attempt", "shown", "warn_waiting_kinds"]
+__all__ = [
+    "DispatchStats",
+    "Status",
+    "StatusSource",
+    "count_settled",
+    "read_status",
+    "say_attempt",
+    "shown",
+    "warn_waiting_kinds",
+]
 
 log = logging.getLogger("oncewire.dispatch")
 
@@ -140,3 +151,79 @@ def warn_waiting_kinds(
             kind,
             ", ".join(handled),
         )
+
+
+@dataclass(frozen=True)
+class Status:
+    """One status line: what this dispatcher settled since it started, and what the store holds
+    for its kinds now (claimed by any worker, waiting for an attempt, the oldest one's age).
+
+    The store's part is ``None`` when it could not be read: the line says so instead of
+    showing numbers it does not have.
+    """
+
+    done: int
+    retried: int  # attempts that ended not sent or maybe sent: the effect goes round again
+    rejected: int
+    dead: int
+    redelivered: int  # attempts made as flagged redeliveries
+    claimed: int | None = None
+    waiting: int | None = None
+    oldest_waiting_seconds: float | None = None
+    store_error: str | None = None
+
+    def line(self) -> str:
+        settled = (
+            f"since start: done {self.done}, retried {self.retried}, rejected {self.rejected}, "
+            f"dead {self.dead}, redelivered {self.redelivered}"
+        )
+        if self.store_error is not None:
+            return f"{settled}; store unreadable: {self.store_error}"
+        oldest = (
+            f" (oldest {self.oldest_waiting_seconds:.0f}s)"
+            if self.oldest_waiting_seconds is not None
+            else ""
+        )
+        return f"{settled}; now: in flight {self.claimed}, waiting {self.waiting}{oldest}"
+
+    def fields(self) -> dict[str, Any]:
+        found = {k: v for k, v in self.__dict__.items() if v is not None}
+        if self.oldest_waiting_seconds is not None:
+            found["oldest_waiting_seconds"] = round(self.oldest_waiting_seconds, 1)
+        return found
+
+
+class StatusSource(Protocol):
+    """The two store reads a status line makes (the store a Ledger holds has both)."""
+
+    def backlog(self, kinds: Sequence[str] | None = None) -> Backlog: ...
+
+    def waiting_kinds(self) -> dict[str, tuple[int, float]]: ...
+
+
+def read_status(
+    stats: DispatchStats, store: StatusSource, kinds: Sequence[str], now: float
+) -> Status:
+    """A :class:`Status` from the dispatcher's counters and two small reads of the store: its
+    backlog for ``kinds`` (how many are claimed) and the effects waiting per kind. A store that
+    cannot be read is named on the line, with the counters still shown."""
+    counted = Status(
+        done=stats.done,
+        retried=stats.not_sent + stats.maybe_sent,
+        rejected=stats.rejected,
+        dead=stats.dead,
+        redelivered=stats.redeliveries,
+    )
+    try:
+        backlog = store.backlog(kinds)
+        waiting = store.waiting_kinds()
+    except OncewireError as exc:
+        return replace(counted, store_error=f"{type(exc).__name__}: {exc}")
+    mine = [waiting[kind] for kind in kinds if kind in waiting]
+    oldest = min((created for _, created in mine), default=None)
+    return replace(
+        counted,
+        claimed=backlog.claimed,
+        waiting=sum(count for count, _ in mine),
+        oldest_waiting_seconds=None if oldest is None else max(0.0, now - oldest),
+    )
