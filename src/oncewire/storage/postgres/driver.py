@@ -1,7 +1,7 @@
 """PostgresDriver: per-thread autocommit connections, explicit transactions, LISTEN/NOTIFY.
 
 The PostgreSQL backend (:mod:`oncewire.storage.driver`, psycopg 3). Each thread gets its own
-autocommit connection; a transaction is an explicit ``BEGIN`` through ``conn.transaction()``.
+autocommit connection; a transaction is an explicit ``BEGIN``, sent with its first statement.
 A connection the server dropped (restart, ``pg_terminate_backend``) is discarded and replaced at
 the next call; the error of the call that found it broken reaches the caller as a
 :class:`StorageError`, because a commit whose answer was lost is not known to have failed. A
@@ -14,6 +14,7 @@ need).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -263,11 +264,86 @@ class PostgresTransaction(GuardedTransaction):
         return self.conn.execute(sql, params or None)
 
     def open_on_connection(self) -> bool:
-        return bool(self.conn.info.transaction_status in (_INTRANS, _INERROR))
+        conn = self.conn
+        if isinstance(conn, _FirstStatementBegins):
+            if not conn.begun:
+                return True  # its BEGIN travels with the first statement
+            conn = conn.raw
+        return bool(conn.info.transaction_status in (_INTRANS, _INERROR))
+
+
+class _FirstStatementBegins:
+    """The connection of a transaction whose ``BEGIN`` has not been sent yet.
+
+    On an autocommit connection, psycopg's ``BEGIN`` is a round trip of its own, answered
+    before the first statement may be sent: for a transaction of one statement (an accept),
+    three round trips where the statement alone is one. Here the ``BEGIN`` waits for the
+    transaction's first statement and the two travel together, in one pipeline with one
+    ``Sync`` (one round trip): the statement runs inside the transaction, and its rows, row
+    count and error are read before :meth:`execute` returns, as without a pipeline.
+
+    Anything else asked of the connection (a cursor, a pipeline, its status) sends the
+    ``BEGIN`` on its own first, as before; so does :meth:`PostgresDriver.conn`, so that no
+    statement can run on this thread's connection outside the transaction while the
+    ``BEGIN`` waits. A block that runs no statement sends nothing at all.
+    """
+
+    __slots__ = ("block", "driver", "raw")
+
+    def __init__(self, driver: PostgresDriver, raw: Any) -> None:
+        self.driver, self.raw = driver, raw
+        self.block: Any = None  # psycopg's Transaction, once the BEGIN is sent
+
+    @property
+    def begun(self) -> bool:
+        return self.block is not None
+
+    def begin(self) -> None:
+        """Send the ``BEGIN`` now, on its own (nothing else asked for can travel with it)."""
+        if self.block is None:
+            self._begin_with(None)
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        if self.block is not None:
+            return self.raw.execute(sql, params)
+        return self._begin_with((sql, params))
+
+    def _begin_with(self, first: tuple[Any, Any] | None) -> Any:
+        """``BEGIN`` (and ``first``, in the same round trip); the first statement's cursor.
+
+        A connection the server dropped while it sat idle is only found out here: nothing
+        sent could have committed (the statement ran, if at all, inside a transaction that
+        never reached its ``COMMIT``), so a fresh connection takes its place once.
+        """
+        for retry in (False, True):
+            block = psycopg.Transaction(self.raw)
+            try:
+                if first is None or not psycopg.Pipeline.is_supported():
+                    block.__enter__()  # a round trip of its own
+                    self.block = block
+                    return None if first is None else self.raw.execute(*first)
+                with self.raw.pipeline():
+                    block.__enter__()  # queued: sent with the statement
+                    self.block = block
+                    cursor = self.raw.execute(*first)
+                return cursor  # the pipeline's Sync read every result into it
+            except psycopg.Error as exc:
+                if not self.raw.broken or retry:
+                    raise  # an entered block is ended (rolled back) with the transaction
+                with contextlib.suppress(Exception):
+                    block.__exit__(type(exc), exc, None)
+                self.block = None
+                self.driver.forget(self.raw)
+                self.raw = self.driver.fresh_conn()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __getattr__(self, name: str) -> Any:
+        self.begin()
+        return getattr(self.raw, name)
 
 
 class _Begun:
-    """Ends a psycopg transaction block that :meth:`PostgresDriver._begin` already entered."""
+    """Ends a psycopg transaction block that was already entered."""
 
     __slots__ = ("block",)
 
@@ -396,54 +472,65 @@ class PostgresDriver(Driver):
                     conn.execute("SELECT pg_current_xact_id()")
 
     # -- transactions ------------------------------------------------------------------------
-    def _begin(self) -> tuple[Any, Any]:
-        """A connection with a transaction begun on it, and psycopg's block to end it with.
+    def conn(self) -> Any:
+        """This thread's connection; a transaction of this thread whose ``BEGIN`` waits for its
+        first statement is begun first, so that nothing runs on it outside the transaction."""
+        waiting: _FirstStatementBegins | None = getattr(self._local, "waiting", None)
+        if waiting is not None and not waiting.begun:
+            with translate_errors("running a transaction: beginning"):
+                waiting.begin()
+        return super().conn()
 
-        A connection the server dropped while it sat idle (a restart, pg_terminate_backend) is
-        only found out at its next statement: when that is the BEGIN, nothing was sent that
-        could have committed, so a fresh connection takes its place once.
-        """
-        for retry in (False, True):
-            conn = self.conn()
-            if conn.info.transaction_status != _IDLE:
-                raise InvalidState("a transaction is already open on this thread")
-            block = conn.transaction()
-            try:
-                block.__enter__()
-            except psycopg.Error as exc:
-                if conn.broken:
-                    self.forget(conn)
-                    if not retry:
-                        continue
-                raise translated("running a transaction: beginning", exc) from exc
-            return conn, block
-        raise AssertionError("unreachable")  # pragma: no cover
+    def fresh_conn(self) -> Any:
+        """This thread's connection, without beginning a waiting transaction (its own use)."""
+        return super().conn()
 
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
-        conn, block = self._begin()
-        tx = PostgresTransaction(conn, is_open=True)
+        if getattr(self._local, "waiting", None) is not None:
+            raise InvalidState("a transaction is already open on this thread")
+        conn = self.fresh_conn()
+        if conn.info.transaction_status != _IDLE:
+            raise InvalidState("a transaction is already open on this thread")
+        waiting = _FirstStatementBegins(self, conn)
+        self._local.waiting = waiting
+        tx = PostgresTransaction(waiting, is_open=True)
         try:
-            with translate_errors("running a transaction"), _Begun(block):
-                yield tx
+            with translate_errors("running a transaction"):
+                try:
+                    yield tx
+                except BaseException as exc:
+                    if waiting.block is not None and waiting.block.__exit__(
+                        type(exc), exc, exc.__traceback__
+                    ):
+                        return  # psycopg's Rollback, swallowed as psycopg's block does
+                    raise
+                if waiting.block is None:
+                    return  # no statement ran: nothing was begun, nothing to commit
                 # psycopg's commit of a transaction that is no longer open, or that an earlier
                 # statement aborted, returns quietly (the server answers COMMIT with ROLLBACK):
                 # the caller would believe its rows and effects were committed.
-                status = conn.info.transaction_status
+                status = waiting.raw.info.transaction_status
+                failure: InvalidState | None = None
                 if status == _INERROR:
-                    raise InvalidState(
+                    failure = InvalidState(
                         "a statement in this transaction failed earlier, so the database "
                         "aborted it: nothing was committed"
                     )
-                if status != _INTRANS:
-                    raise InvalidState(
+                elif status != _INTRANS:
+                    failure = InvalidState(
                         "the transaction ended before its with block did; nothing more was "
                         "committed"
                     )
+                if failure is not None:
+                    waiting.block.__exit__(InvalidState, failure, None)
+                    raise failure
+                waiting.block.__exit__(None, None, None)
         finally:
             tx.is_open = False
-            if conn.broken:
-                self.forget(conn)
+            self._local.waiting = None
+            if waiting.raw.broken:
+                self.forget(waiting.raw)
 
     @contextmanager
     def write(self, what: str) -> Iterator[Any]:
@@ -544,23 +631,30 @@ class PostgresDriver(Driver):
     def snapshot(self) -> Iterator[Any]:
         """A ``REPEATABLE READ, READ ONLY`` transaction.
 
-        It begins like a write (:meth:`_begin`): a connection the server dropped while idle is
-        replaced once, since nothing was read yet, and a server that is gone is a
-        :class:`StoreUnreachable`, never psycopg's own error. Once the snapshot's moment is
-        taken, a dropped connection is an error (see :meth:`reading`).
+        It begins like a write (:class:`_FirstStatementBegins`, the ``BEGIN`` and the isolation
+        level in one round trip): a connection the server dropped while idle is replaced once,
+        since nothing was read yet, and a server that is gone is a :class:`StoreUnreachable`,
+        never psycopg's own error. Once the snapshot's moment is taken, a dropped connection is
+        an error (see :meth:`reading`).
         """
         conn = self.conn()
         if conn.info.transaction_status != _IDLE:
             yield conn  # the caller's transaction reads
             return
-        conn, block = self._begin()
+        opening = _FirstStatementBegins(self, conn)
         try:
-            with translate_errors("reading a snapshot"), _Begun(block):
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                yield conn
+            with translate_errors("reading a snapshot"):
+                try:
+                    opening.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                except BaseException as exc:
+                    if opening.block is not None:
+                        opening.block.__exit__(type(exc), exc, exc.__traceback__)
+                    raise
+                with _Begun(opening.block):
+                    yield opening.raw
         finally:
-            if conn.broken:
-                self.forget(conn)
+            if opening.raw.broken:
+                self.forget(opening.raw)
 
     @contextmanager
     def constraint_refusal(

@@ -1,0 +1,131 @@
+"""PostgreSQL: a transaction's BEGIN travels with its first statement (one round trip, not two).
+
+What the client sent is read from libpq's protocol trace of the store's connection; what was
+committed is read from the server on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from oncewire import Ledger
+from oncewire.core.errors import InvalidState, StatementError
+from tests.support.pg import fresh_schema, server_url
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with fresh_schema(server_url(), "begin") as url:
+        yield url
+
+
+@pytest.fixture
+def ledger(pg_url: str) -> Iterator[Ledger]:
+    ledger = Ledger(pg_url)
+    with ledger.transaction() as tx:
+        tx.execute("CREATE TABLE caller_rows (id INTEGER PRIMARY KEY)")
+    try:
+        yield ledger
+    finally:
+        ledger.close()
+
+
+def _count(url: str, sql: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _sent(ledger: Ledger, work: object) -> list[tuple[str, str]]:
+    """(message, text) of every frontend message ``work()`` sent on this thread's connection."""
+    conn = ledger.store.db.fresh_conn()  # type: ignore[attr-defined]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace"
+        with path.open("w") as out:
+            conn.pgconn.trace(out.fileno())
+            try:
+                work()  # type: ignore[operator]
+            finally:
+                conn.pgconn.untrace()
+        lines = path.read_text().splitlines()
+    sent = []
+    for line in lines:
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[1] == "F":
+            sent.append((fields[3], fields[4] if len(fields) > 4 else ""))
+    return sent
+
+
+def test_an_accept_sends_begin_with_its_insert_then_commits(pg_url: str, ledger: Ledger) -> None:
+    ledger.accept("warm", "send", {"n": 0})  # the connection is open, the statement prepared
+    sent = _sent(ledger, lambda: ledger.accept("k-1", "send", {"n": 1}))
+    waits = [i for i, (message, _) in enumerate(sent) if message in ("Sync", "Query")]
+    # Two round trips: BEGIN and the INSERT before one Sync, then the COMMIT.
+    assert len(waits) == 2, sent
+    first = [text for message, text in sent[: waits[0]] if message == "Parse"]
+    assert "BEGIN" in first[0] and "INSERT INTO oncewire_effects" in first[1], first
+    assert sent[waits[1]] == ("Query", ' "COMMIT"'), sent[waits[1]]
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE key = 'k-1'") == 1
+
+
+def test_a_failing_first_statement_commits_nothing(pg_url: str, ledger: Ledger) -> None:
+    with ledger.transaction() as tx:
+        tx.execute("INSERT INTO caller_rows VALUES (1)")
+    with pytest.raises(StatementError, match="23505"), ledger.transaction() as tx:
+        tx.execute("INSERT INTO caller_rows VALUES (1)")  # the first statement: refused
+    with ledger.transaction() as tx:  # the connection is usable again, and idle
+        tx.execute("INSERT INTO caller_rows VALUES (2)")
+        tx.accept("k-2", "send", {"n": 2})
+    assert _count(pg_url, "SELECT COUNT(*) FROM caller_rows") == 2
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects") == 1
+
+
+def test_a_block_that_runs_nothing_sends_nothing(ledger: Ledger) -> None:
+    def empty() -> None:
+        with ledger.transaction():
+            pass
+
+    assert _sent(ledger, empty) == []
+
+
+def test_the_store_reaching_the_connection_directly_writes_inside_the_transaction(
+    pg_url: str, ledger: Ledger
+) -> None:
+    """Before its first statement the transaction has sent nothing: a statement run on this
+    thread's connection through the driver must still run inside it (and roll back with it),
+    never in autocommit."""
+    with pytest.raises(RuntimeError, match="after the write"), ledger.transaction():
+        conn = ledger.store.db.conn()
+        conn.execute("INSERT INTO caller_rows VALUES (7)")
+        raise RuntimeError("after the write")
+    assert _count(pg_url, "SELECT COUNT(*) FROM caller_rows") == 0
+
+
+def test_a_connection_dropped_while_idle_is_replaced_at_the_first_statement(
+    pg_url: str, ledger: Ledger
+) -> None:
+    ledger.accept("before", "send", {"n": 0})
+    pid = ledger.store.db.fresh_conn().info.backend_pid  # type: ignore[attr-defined]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with ledger.transaction() as tx:
+        tx.execute("INSERT INTO caller_rows VALUES (3)")
+        tx.accept("after", "send", {"n": 1})
+    assert ledger.store.db.fresh_conn().info.backend_pid != pid  # type: ignore[attr-defined]
+    assert _count(pg_url, "SELECT COUNT(*) FROM caller_rows WHERE id = 3") == 1
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects") == 2
+
+
+def test_a_transaction_inside_a_waiting_one_is_refused(ledger: Ledger) -> None:
+    with (
+        pytest.raises(InvalidState, match="already open"),
+        ledger.transaction(),
+        ledger.transaction(),
+    ):
+        pass
