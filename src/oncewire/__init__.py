@@ -20,34 +20,37 @@ for (``oncewire.StoreBusy`` raises an ``AttributeError`` naming ``oncewire.error
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from oncewire import errors as errors
-from oncewire.core.errors import (
-    ConfigurationError,
-    InvalidState,
-    OncewireError,
-    PayloadConflict,
-    StaleFence,
-    StorageError,
-)
-from oncewire.dispatch import Dispatcher, DispatchStats, RetryPolicy
-from oncewire.effects import (
-    Attempt,
-    Done,
-    Effect,
-    EffectOutcome,
-    EffectState,
-    MaybeSent,
-    NotSent,
-    Rejected,
-)
-from oncewire.inbound import Inbound
-from oncewire.ledger import Ledger, LedgerTransaction
-from oncewire.receipts import ReceiptResult, Receipts
-from oncewire.replies import Platform, PlatformProfile, Reply, ReplyEngine, SendRequest
-from oncewire.runs import Run, RunEvent
-from oncewire.sinks import ReceiptsSink, SubprocessSink
+
+if TYPE_CHECKING:  # what a type checker and an editor see; at run time see _HOME below
+    from oncewire.core.errors import (
+        ConfigurationError,
+        InvalidState,
+        OncewireError,
+        PayloadConflict,
+        StaleFence,
+        StorageError,
+    )
+    from oncewire.dispatch import Dispatcher, DispatchStats, RetryPolicy
+    from oncewire.effects import (
+        Attempt,
+        Done,
+        Effect,
+        EffectOutcome,
+        EffectState,
+        MaybeSent,
+        NotSent,
+        Rejected,
+    )
+    from oncewire.inbound import Inbound
+    from oncewire.ledger import Ledger, LedgerTransaction
+    from oncewire.receipts import ReceiptResult, Receipts
+    from oncewire.replies import Platform, PlatformProfile, Reply, ReplyEngine, SendRequest
+    from oncewire.runs import Run, RunEvent
+    from oncewire.sinks import ReceiptsSink, SubprocessSink
 
 __version__ = "0.1.0"
 
@@ -85,6 +88,49 @@ __all__ = [
     "SubprocessSink",
     "__version__",
 ]
+
+# Where each top-level name is defined. ``import oncewire`` loads none of them: a name is
+# imported on first use (PEP 562), so a process that needs the outbox does not pay for the run
+# ledger, the reply engine and the rest. ``from oncewire import Ledger`` works as before.
+_HOME: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "ConfigurationError",
+            "InvalidState",
+            "OncewireError",
+            "PayloadConflict",
+            "StaleFence",
+            "StorageError",
+        ),
+        "oncewire.core.errors",
+    ),
+    **dict.fromkeys(("Dispatcher", "DispatchStats", "RetryPolicy"), "oncewire.dispatch"),
+    **dict.fromkeys(
+        (
+            "Attempt",
+            "Done",
+            "Effect",
+            "EffectOutcome",
+            "EffectState",
+            "MaybeSent",
+            "NotSent",
+            "Rejected",
+        ),
+        "oncewire.effects",
+    ),
+    "Inbound": "oncewire.inbound",
+    "Ledger": "oncewire.ledger",
+    "LedgerTransaction": "oncewire.ledger",
+    "ReceiptResult": "oncewire.receipts",
+    "Receipts": "oncewire.receipts",
+    **dict.fromkeys(
+        ("Platform", "PlatformProfile", "Reply", "ReplyEngine", "SendRequest"), "oncewire.replies"
+    ),
+    "Run": "oncewire.runs",
+    "RunEvent": "oncewire.runs",
+    "ReceiptsSink": "oncewire.sinks",
+    "SubprocessSink": "oncewire.sinks",
+}
 
 # Names 0.1.0 took off the top level, and where each lives now.
 _MOVED: dict[str, str] = {
@@ -131,7 +177,13 @@ _RENAMED: dict[str, str] = {
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
 
     def __getattr__(name: str) -> object:
-        """Say where a name that left the top level lives now, or what it is called now."""
+        """Load a top-level name on first use; for one that left the top level, say where it
+        lives now, or what it is called now."""
+        home = _HOME.get(name)
+        if home is not None:
+            value = getattr(importlib.import_module(home), name)
+            globals()[name] = value  # the next lookup is a plain module attribute
+            return value
         if name in _RENAMED:
             raise AttributeError(f"oncewire.{name} was renamed: use {_RENAMED[name]}", name=name)
         if name in _MOVED:
@@ -139,3 +191,6 @@ if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
                 f"oncewire.{name} is not at the top level: use {_MOVED[name]}", name=name
             )
         raise AttributeError(f"module 'oncewire' has no attribute {name!r}", name=name)
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from oncewire import Ledger, Receipts
 from oncewire.core.errors import ConfigurationError
 
 __all__ = [
@@ -131,6 +130,9 @@ def _pg_execute(url: str, *statements: str) -> None:
 
 def initialise(pair: StorePair) -> None:
     """Create both stores with their schemas."""
+    from oncewire.ledger import Ledger  # here, not at the top: children import this module
+    from oncewire.receipts import Receipts  # for its names, and should not pay for these
+
     serial = "BIGSERIAL" if pair.dialect == "postgresql" else "INTEGER"
     with Ledger(pair.caller) as ledger, ledger.transaction() as tx:
         tx.execute(
@@ -211,6 +213,8 @@ def terminate_connections(url: str, application_name: str) -> int:
 
 def accept_all(pair: StorePair, operations: int, first: int = 0) -> list[str]:
     """Accept ``operations`` effects (with their operation rows), 50 per transaction."""
+    from oncewire.ledger import Ledger
+
     keys = [f"op-{i:05d}" for i in range(first, first + operations)]
     with Ledger(pair.caller) as ledger:
         for start in range(0, operations, 50):

@@ -8,38 +8,48 @@ torture   a dispatcher whose sink writes tickets in-process, for random-kill run
 Each prints one JSON object on stdout. ``service`` exits 3 on a payload conflict.
 These modes exist so that experiments cross real process boundaries; do not point them at
 unrelated database files.
+
+The lab starts hundreds of these processes, and most of a short one's life is Python importing
+oncewire: each role imports only what it uses (``service`` the receiver, ``accept`` the ledger,
+the dispatching roles the dispatcher too), not the whole package. A process started with a
+crash point armed imports every module that declares an outbox point first, so that
+:func:`~oncewire.core.crash.check_armed` can tell a typo from a point declared in code this
+role does not load (the whole process tree inherits the armed names).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from oncewire import (
-    Attempt,
-    Dispatcher,
-    Done,
-    Ledger,
-    MaybeSent,
-    NotSent,
-    Receipts,
-    RetryPolicy,
-    SubprocessSink,
-)
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, loads
 from oncewire.core.errors import PayloadConflict
 from oncewire.lab.fixtures import KIND, dialect_of, placeholders
-from oncewire.storage import Transaction
+
+if TYPE_CHECKING:
+    from oncewire.dispatch.retry import RetryPolicy
+    from oncewire.effects.attempt import Attempt
+    from oncewire.receipts.service import Receipts
+    from oncewire.storage import Transaction
 
 EXIT_CONFLICT = 3
-LAB_RETRY = RetryPolicy(base_seconds=0.02, cap_seconds=0.25)
 MODULE = "oncewire.lab.children.effects"
+# The modules that register the points the outbox suites arm (see crashpoints.OUTBOX_PREFIXES).
+POINT_MODULES = ("oncewire.effects.outbox", "oncewire.dispatch.dispatcher", "oncewire.receipts")
+
+
+def lab_retry() -> RetryPolicy:
+    """Short backoffs: the lab's sinks refuse on purpose, and a run should not sit waiting."""
+    from oncewire.dispatch.retry import RetryPolicy
+
+    return RetryPolicy(base_seconds=0.02, cap_seconds=0.25)
 
 
 def _sql(url: str, text: str) -> str:
@@ -47,6 +57,8 @@ def _sql(url: str, text: str) -> str:
 
 
 def accept(caller: str, key: str, payload: Any) -> dict[str, Any]:
+    from oncewire.ledger import Ledger
+
     with Ledger(caller) as ledger, ledger.transaction() as tx:
         tx.execute(
             _sql(caller, "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, ?)"),
@@ -87,12 +99,19 @@ def write_ticket(
 def service(downstream: str, key: str, payload: Any, deduplicate: bool) -> dict[str, Any]:
     attempt = int(os.environ.get("ONCEWIRE_ATTEMPT", "1"))
     redelivery = os.environ.get("ONCEWIRE_REDELIVERY") == "1"
+    from oncewire.receipts.service import Receipts
+
     with Receipts(downstream, retention_seconds=None) as receipts:
         result, replayed = write_ticket(receipts, key, payload, attempt, redelivery, deduplicate)
     return {"result": result, "replayed": replayed, "service_pid": os.getpid()}
 
 
 def dispatch(caller: str, downstream: str, deduplicate: bool) -> dict[str, Any]:
+    from oncewire.dispatch.dispatcher import Dispatcher
+    from oncewire.effects.outcomes import Done
+    from oncewire.ledger import Ledger
+    from oncewire.sinks.subprocess import SubprocessSink
+
     argv = [sys.executable, "-m", MODULE, "service"]
     argv += ["--caller", caller, "--downstream", downstream]
     if not deduplicate:
@@ -111,7 +130,7 @@ def dispatch(caller: str, downstream: str, deduplicate: bool) -> dict[str, Any]:
 
     with Ledger(caller) as ledger:
         dispatcher = Dispatcher(
-            ledger, {KIND: ticket_sink}, batch_size=8, poll_seconds=0.02, retry=LAB_RETRY
+            ledger, {KIND: ticket_sink}, batch_size=8, poll_seconds=0.02, retry=lab_retry()
         )
         stats = dispatcher.run(until_idle=True)
         if stats.claimed == 0 and stats.released == 0:
@@ -127,12 +146,16 @@ class TortureSink:
     """Writes tickets in-process, and misbehaves on purpose (seeded per key and attempt)."""
 
     def __init__(self, downstream: str, deduplicate: bool, seed: int, delay: float) -> None:
+        from oncewire.receipts.service import Receipts
+
         self.receipts = Receipts(downstream, retention_seconds=None)
         self.deduplicate = deduplicate
         self.seed = seed
         self.delay = delay
 
     def __call__(self, attempt: Attempt) -> Any:
+        from oncewire.effects.outcomes import Done, MaybeSent, NotSent
+
         rng = random.Random(f"{self.seed}/{attempt.key}/{attempt.number}")
         roll = rng.random()
         time.sleep(rng.random() * self.delay)
@@ -153,6 +176,9 @@ class TortureSink:
 
 
 def torture(args: argparse.Namespace) -> dict[str, Any]:
+    from oncewire.dispatch.dispatcher import Dispatcher
+    from oncewire.ledger import Ledger
+
     sink = TortureSink(args.downstream, not args.no_deduplication, args.seed, args.sink_delay)
     print("ready", flush=True)  # the lab times its kill from here, not from process start
     with Ledger(args.caller) as ledger:
@@ -163,7 +189,7 @@ def torture(args: argparse.Namespace) -> dict[str, Any]:
             concurrency=args.concurrency,
             lease_seconds=args.lease_seconds,
             poll_seconds=0.02,
-            retry=LAB_RETRY,
+            retry=lab_retry(),
         )
         stats = dispatcher.run(until_idle=True)
     sink.receipts.close()
@@ -184,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-seconds", type=float, default=5.0)
     parser.add_argument("--sink-delay", type=float, default=0.008, help="max seconds per call")
     args = parser.parse_args(argv)
+    if crash.armed():
+        for module in POINT_MODULES:
+            importlib.import_module(module)
     crash.check_armed()
     deduplicate = not args.no_deduplication
     if args.role in ("accept", "service"):
