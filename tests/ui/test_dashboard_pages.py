@@ -211,3 +211,63 @@ def test_pages_refresh_in_place(tmp_path: Path) -> None:
         assert page.evaluate("window.sameDocument") is True
         assert int(page.get_attribute("#live-status", "data-refreshes") or 0) >= 1
         page.screenshot(path=str(artifacts(tmp_path, "live") / "overview-refreshed.png"))
+
+
+def test_effects_page_and_a_run_that_fails_verification(
+    database: RunsDatabase, tmp_path: Path
+) -> None:
+    """Paging follows the cursor of the last effect shown, newest first, with no effect twice
+    or missed; a run whose history was edited around oncewire is shown as failing
+    verification at its first bad event, whatever status the store claims."""
+    from oncewire import Ledger
+
+    with Ledger(database.url) as ledger:
+        for i in range(120):
+            ledger.accept(f"e-{i:03d}", "mail", {"i": i})
+        ledger.runs.start("run-t", key="start", scope="scope-t", owner="w", lease_seconds=1e6)
+    database.tamper(
+        ("UPDATE oncewire_run_events SET payload = replace(payload, '\"w\"', '\"x\"')", ())
+    )
+    shots = artifacts(tmp_path, f"paging-{database.dialect}")
+    with server(database.url) as ui, browser() as chromium:
+        page = chromium.new_page()
+        page.goto(ui.url + "/effects?kind=mail")
+        seen: list[str] = []
+        for number in range(1, 4):
+            keys = _cells(page, "table.effects tr[data-key] td:nth-child(2)")
+            assert "of 120" in page.locator("#showing").inner_text()
+            seen += keys
+            page.screenshot(path=str(shots / f"page-{number}.png"))
+            if page.locator("#next-page").count() == 0:
+                break
+            page.click("#next-page")
+            page.wait_for_load_state()
+        assert len(seen) == len(set(seen)) == 120
+        assert seen == [f"e-{i:03d}" for i in reversed(range(120))]
+
+        page.goto(ui.url + "/runs/run-t")
+        verdict = page.locator("#verification")
+        assert verdict.get_attribute("data-ok") == "no"
+        assert "FAILED verification at event 1" in verdict.inner_text()
+        page.screenshot(path=str(shots / "tampered-run.png"), full_page=True)
+
+
+def test_keyed_runs_without_the_key_leave_the_rest_of_the_overview(tmp_path: Path) -> None:
+    from oncewire import Ledger
+
+    db = str(tmp_path / "keyed.db")
+    with Ledger(db, runs_key=b"k" * 32) as ledger:
+        ledger.runs.start("run-k", key="start", scope="s", owner="w", lease_seconds=1e6)
+        ledger.accept("e1", "mail", {})
+    with server(db) as ui, browser() as chromium:
+        page = chromium.new_page()
+        page.goto(ui.url + "/")
+        assert page.get_attribute('#effects-by-state g[data-label="pending"]', "data-value") == "1"
+        assert "--key-env" in page.locator("#runs-error").inner_text()
+        response = page.goto(ui.url + "/runs/run-k")
+        assert response is not None and response.status == 409
+        assert "configuration_error" in page.locator("#refusal").inner_text()
+    with server(db, env={"ONCEWIRE_RUNS_KEY": "k" * 32}) as ui, browser() as chromium:
+        page = chromium.new_page()
+        page.goto(ui.url + "/runs/run-k")
+        assert page.locator("#verification").get_attribute("data-ok") == "yes"

@@ -16,6 +16,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from oncewire.core.errors import ConfigurationError
 from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
 from oncewire.storage.replies import ReplyState
@@ -104,7 +105,11 @@ def overview(ledger: Ledger) -> dict[str, Any]:
     attention = ledger.effects.list(
         [EffectState.DEAD, EffectState.REJECTED], limit=PAGE, newest_first=True
     )
-    runs = ledger.runs.list(limit=RUNS_COUNTED)
+    try:
+        runs = ledger.runs.list(limit=RUNS_COUNTED)
+        runs_error = ""
+    except ConfigurationError as exc:  # a keyed run and no key (or another): say so, here only
+        runs, runs_error = [], f"{exc} (start oncewire ui with the key in --key-env's variable)"
     run_counts = Counter(r.status + (" (abandoned)" if r.abandoned_at else "") for r in runs)
     reply_counts = ledger.replies.counts()
     undelivered = ledger.replies.undelivered(limit=PAGE)
@@ -129,6 +134,7 @@ def overview(ledger: Ledger) -> dict[str, Any]:
         "runs_by_status": sorted(run_counts.items()),
         "runs_counted": len(runs),
         "runs_capped": len(runs) >= RUNS_COUNTED,
+        "runs_error": runs_error,
         "replies_by_state": [(s.value, reply_counts.get(s, 0)) for s in ReplyState],
         "undelivered": [_reply_row(r, now) for r in undelivered],
         "undelivered_total": reply_counts.get(ReplyState.COMMITTED, 0),
