@@ -92,6 +92,7 @@ def test_the_page_escapes_text_opens_failures_and_embeds_as_a_fragment() -> None
     assert "<details open><summary>lost_one" in page
     assert page.count("<details open>") == 1  # only the failed scenario is opened
     assert "killed by SIGKILL" in page and "exit 0" in page
+    assert '<span class="na">receipts are not on the path</span>' in page  # why n/a, in its row
     fragment = render_fragment(evidence())
     assert fragment.startswith('<div class="oncewire-lab">') and fragment in page
     assert STYLE in page and "<style>" not in fragment

@@ -256,6 +256,12 @@ def _numbers_html(numbers: Iterable[tuple[str, Any]]) -> str:
     )
 
 
+def _numbers_cell(suite: Mapping[str, Any], scenario: Mapping[str, Any]) -> str:
+    if scenario.get("skipped"):
+        return f'<span class="na">{escape(str(scenario["skipped"]))}</span>'
+    return _numbers_html(key_numbers(suite, scenario))
+
+
 def _durations_chart(scenarios: Sequence[Mapping[str, Any]]) -> str:
     """Horizontal bars: how long each scenario took (only scenarios that kept their time)."""
     timed = [s for s in scenarios if (s.get("duration_seconds") or 0) > 0]
@@ -383,7 +389,7 @@ def _suite_html(name: str, suite: Mapping[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{escape(s['name'])}</td><td>{_verdict_html(verdict_of(s))}</td>"
         f'<td class="n">{escape(_seconds(s.get("duration_seconds")))}</td>'
-        f"<td>{_numbers_html(key_numbers(suite, s))}</td></tr>"
+        f"<td>{_numbers_cell(suite, s)}</td></tr>"
         for s in scenarios
     )
     charts = "".join(_timeline_chart(s) for s in scenarios)
