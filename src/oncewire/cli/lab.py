@@ -41,6 +41,12 @@ __all__ = ["command"]
 @click.option("--operations", type=click.IntRange(1), help="Effects in the torture run [400].")
 @click.option("--kills", type=click.IntRange(0), help="SIGKILLs in the torture run [8].")
 @click.option(
+    "--workers",
+    type=click.IntRange(1, 16),
+    help="Dispatcher processes the torture run keeps busy at once; each kill hits one of them "
+    "at random and it is replaced [1].",
+)
+@click.option(
     "--backend",
     type=click.Choice(["sqlite", "postgresql", "postgres"]),
     default="sqlite",
@@ -73,6 +79,7 @@ def command(
     seed: int,
     operations: int | None,
     kills: int | None,
+    workers: int | None,
     backend: str,
     db_url: str | None,
     as_json: bool,
@@ -117,7 +124,7 @@ def command(
         suite_names,
         directory=directory,
         seed=seed,
-        options={"operations": operations, "kills": kills},
+        options={"operations": operations, "kills": kills, "workers": workers},
         backend=Backend(name, db_url, run_id=str(os.getpid())),
         progress=Progress(enabled=not quiet, emit=emit),
     )

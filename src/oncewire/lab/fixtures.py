@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ __all__ = [
     "dialect_of",
     "initialise",
     "placeholders",
+    "reading_both",
     "rows",
     "snapshot",
     "terminate_connections",
@@ -158,6 +160,41 @@ def rows(dialect: str, where: str, sql: str) -> list[dict[str, Any]]:
     with closing(sqlite3.connect(f"file:{where}?mode=ro", uri=True)) as db:
         db.row_factory = sqlite3.Row
         return [dict(row) for row in db.execute(sql)]
+
+
+@contextmanager
+def reading_both(pair: StorePair) -> Iterator[Callable[[str], list[dict[str, Any]]]]:
+    """One read-only connection that sees both stores, as ``query(sql) -> rows``.
+
+    In ``sql``, ``{c}`` prefixes a table of the caller's store and ``{d}`` one of the
+    downstream store (``{c}oncewire_effects``, ``{d}tickets``), so an invariant over both is one
+    set-based statement: for 10,000 keys a join, not 10,000 look-ups. On SQLite the downstream
+    file is attached read-only; on PostgreSQL both are schemas of one database. Each statement
+    sees what was committed before it (autocommit), so a poll can reuse the connection.
+    """
+    if pair.dialect == "postgresql":
+        import psycopg
+        from psycopg.rows import dict_row
+
+        caller, downstream = pair.schemas
+        with psycopg.connect(pair.caller, autocommit=True, row_factory=dict_row) as conn:
+
+            def query_pg(sql: str) -> list[dict[str, Any]]:
+                text = sql.format(c=f"{caller}.", d=f"{downstream}.")
+                return [dict(row) for row in conn.execute(text)]
+
+            yield query_pg
+        return
+    with closing(
+        sqlite3.connect(f"file:{pair.caller}?mode=ro", uri=True, isolation_level=None)
+    ) as db:
+        db.row_factory = sqlite3.Row
+        db.execute("ATTACH DATABASE ? AS d", (f"file:{pair.downstream}?mode=ro",))
+
+        def query_sqlite(sql: str) -> list[dict[str, Any]]:
+            return [dict(row) for row in db.execute(sql.format(c="main.", d="d."))]
+
+        yield query_sqlite
 
 
 def snapshot(pair: StorePair) -> dict[str, list[dict[str, Any]]]:

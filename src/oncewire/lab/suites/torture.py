@@ -1,11 +1,21 @@
-"""Suite ``torture``: many effects, a dispatcher SIGKILLed at random moments, then drained.
+"""Suite ``torture``: many effects, dispatchers SIGKILLed at random moments, then drained.
 
-Seeded (``--seed``): the kill times and the sink's misbehaviour (refusals before writing,
-answers lost after committing) are drawn from it, so a failing run can be replayed. Runs once
-with receipts and once without. Invariants, read from both stores:
+``--workers N`` dispatcher processes (one by default) work the same outbox at once. Each kill
+lands when a seeded number of effects is finished (the marks are drawn up front, spread over
+the first 90 % of the work), so a long run's kills are spread over it whatever the machine's
+speed, and always while work remains; the victim is a random worker that is dispatching, and
+it is replaced at once. After the last kill the workers drain what is left and leave, and one
+more dispatcher must find nothing to claim.
 
-* no effect lost: every accepted key is in the outbox, every effect terminal, none claimed;
-* with receipts: exactly one ticket per done key (at most one for a dead one);
+Seeded (``--seed``): the marks, the victims and the sink's misbehaviour (refusals before
+writing, answers lost after committing) are drawn from it. Runs once with receipts and once
+without. Invariants, read from both stores as set-based statements (a run of 10,000 effects is
+checked in one query, not a loop over keys):
+
+* no effect lost: every accepted operation has its effect, every effect is terminal;
+* no ticket for a key that was never accepted, no effect done without its ticket;
+* with receipts: one ticket per key, one receipt per ticketed key, and each done effect's
+  result names its ticket;
 * without receipts: every ticket beyond the first for a key carries the redelivery flag.
 
 The evidence keeps a timeline for the report's chart: effects done, counted in the caller's
@@ -16,20 +26,25 @@ other one is dropped and the interval doubles), and the time each SIGKILL was se
 from __future__ import annotations
 
 import random
+import select
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from oncewire.lab.fixtures import StorePair, accept_all, rows, snapshot
+from oncewire.lab.fixtures import StorePair, accept_all, reading_both, rows
 from oncewire.lab.framework import LabContext, Progress, ScenarioResult, Suite
 
-__all__ = ["SUITE", "run_torture"]
+__all__ = ["SUITE", "Workers", "check_stores", "run_torture"]
 
 DEFAULT_OPERATIONS = 400
 DEFAULT_KILLS = 8
+DEFAULT_WORKERS = 1
+DRAIN_DEADLINE_SECONDS = 600.0
 MAX_POINTS = 300
 FIRST_INTERVAL_SECONDS = 0.1
 
@@ -111,104 +126,237 @@ class Timeline:
         }
 
 
+class Workers:
+    """The dispatcher processes of one run: ``size`` of them live until the work is done.
+
+    A worker killed by the lab, or one that left early, is replaced at once; only a worker that
+    said "ready" (imports done, stores open) is a target, so a kill hits one that is working.
+    """
+
+    def __init__(self, ctx: LabContext, args: list[str], size: int, folder: Path) -> None:
+        self.ctx, self.args, self.size, self.folder = ctx, args, size, folder
+        self.live: list[subprocess.Popen[str]] = []
+        self.ready: set[int] = set()
+        self.started = 0
+        self.exits: Counter[int] = Counter()  # exit codes of the workers that left by themselves
+        self.failures: list[str] = []
+
+    def start(self) -> None:
+        process = self.ctx.spawn("torture", self.args, stderr_to=self.folder / "workers.log")
+        self.live.append(process)
+        self.started += 1
+
+    def fill(self) -> None:
+        while len(self.live) < self.size:
+            self.start()
+
+    def poll(self) -> None:
+        """Note the workers that said "ready" and collect the ones that left."""
+        for process in list(self.live):
+            if process.pid not in self.ready and _readable(process):
+                assert process.stdout is not None
+                if process.stdout.readline().strip() == "ready":
+                    self.ready.add(process.pid)
+            if process.poll() is not None:
+                self._collect(process)
+
+    def _collect(self, process: subprocess.Popen[str]) -> None:
+        process.communicate()
+        self.live.remove(process)
+        self.ready.discard(process.pid)
+        self.exits[process.returncode] += 1
+        if process.returncode != 0:
+            self.failures.append(f"worker {process.pid} exited {process.returncode}")
+
+    def targets(self) -> list[subprocess.Popen[str]]:
+        return [p for p in self.live if p.pid in self.ready and p.poll() is None]
+
+    def kill(self, victim: subprocess.Popen[str]) -> None:
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate()
+        self.live.remove(victim)
+        self.ready.discard(victim.pid)
+
+    def wait(self, deadline_seconds: float) -> None:
+        """Let the live workers finish (each leaves when nothing is left to do)."""
+        deadline = time.monotonic() + deadline_seconds
+        while self.live and time.monotonic() < deadline:
+            self.poll()
+            time.sleep(0.02)
+        for process in list(self.live):  # past the deadline: a failure, never left running
+            process.kill()
+            process.communicate()
+            self.live.remove(process)
+            self.failures.append(f"worker {process.pid} still running after {deadline_seconds}s")
+
+
+def _readable(process: subprocess.Popen[str]) -> bool:
+    assert process.stdout is not None
+    return bool(select.select([process.stdout], [], [], 0)[0])
+
+
+def _terminal(query: Callable[[str], list[dict[str, Any]]]) -> int:
+    found = query("SELECT COUNT(*) AS n FROM {c}oncewire_effects WHERE state IN ('done', 'dead')")
+    return int(found[0]["n"])
+
+
+# Read from both stores at the end, each one statement over every key (see reading_both).
+COUNTS = """
+SELECT
+  (SELECT COUNT(*) FROM {c}operations) AS operations,
+  (SELECT COUNT(*) FROM {c}oncewire_effects) AS effects,
+  (SELECT COUNT(*) FROM {c}operations o
+     WHERE NOT EXISTS (SELECT 1 FROM {c}oncewire_effects e WHERE e.key = o.id)) AS lost,
+  (SELECT COUNT(*) FROM {c}oncewire_effects e
+     WHERE NOT EXISTS (SELECT 1 FROM {c}operations o WHERE o.id = e.key)) AS unaccepted,
+  (SELECT COUNT(*) FROM {c}oncewire_effects WHERE state NOT IN ('done', 'dead')) AS open,
+  (SELECT COALESCE(MAX(attempts), 0) FROM {c}oncewire_effects) AS max_attempts_used,
+  (SELECT COUNT(*) FROM {d}tickets) AS tickets,
+  (SELECT COUNT(DISTINCT operation_id) FROM {d}tickets) AS ticketed_keys,
+  (SELECT COALESCE(SUM(redelivery), 0) FROM {d}tickets) AS flagged_redeliveries,
+  (SELECT COUNT(*) FROM {d}tickets t
+     WHERE NOT EXISTS (SELECT 1 FROM {c}operations o WHERE o.id = t.operation_id)) AS stray,
+  (SELECT COUNT(*) FROM {c}oncewire_effects e WHERE e.state = 'done'
+     AND NOT EXISTS (SELECT 1 FROM {d}tickets t WHERE t.operation_id = e.key))
+     AS done_without_ticket,
+  (SELECT COUNT(*) FROM (SELECT redelivery,
+       ROW_NUMBER() OVER (PARTITION BY operation_id ORDER BY id) AS n FROM {d}tickets) x
+     WHERE x.n > 1 AND x.redelivery = 0) AS unflagged_duplicates,
+  (SELECT COUNT(*) FROM {d}oncewire_receipts) AS receipts,
+  (SELECT COUNT(*) FROM {d}oncewire_receipts r
+     WHERE NOT EXISTS (SELECT 1 FROM {d}tickets t WHERE t.operation_id = r.key))
+     AS receipts_without_ticket,
+  (SELECT COUNT(*) FROM {c}oncewire_effects e JOIN {d}tickets t ON t.operation_id = e.key
+     WHERE e.state = 'done' AND e.result <> '{{"ticket_id":' || t.id || '}}')
+     AS results_not_naming_their_ticket
+"""
+STATES = "SELECT state, COUNT(*) AS n FROM {c}oncewire_effects GROUP BY state ORDER BY state"
+
+
+def check_stores(
+    result: ScenarioResult, pair: StorePair, accepted: int, deduplicate: bool
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The invariants, read from both stores; returns the counts and the effects' states."""
+    with reading_both(pair) as query:
+        counts = {k: int(v) for k, v in query(COUNTS)[0].items()}
+        states = {row["state"]: int(row["n"]) for row in query(STATES)}
+    result.require(
+        counts["operations"] == counts["effects"] == accepted,
+        f"{accepted} accepted, {counts['operations']} operations, {counts['effects']} effects",
+    )
+    result.require(counts["lost"] == 0, f"{counts['lost']} accepted effect(s) missing")
+    result.require(counts["unaccepted"] == 0, "an effect has no operation row")
+    result.require(counts["open"] == 0, f"effects left in states other than done or dead: {states}")
+    result.require(counts["stray"] == 0, f"{counts['stray']} ticket(s) name unaccepted keys")
+    result.require(
+        counts["done_without_ticket"] == 0,
+        f"{counts['done_without_ticket']} effect(s) done without a ticket",
+    )
+    if deduplicate:
+        duplicates = counts["tickets"] - counts["ticketed_keys"]
+        result.require(duplicates == 0, f"{duplicates} duplicate ticket(s) despite receipts")
+        result.require(
+            counts["receipts"] == counts["ticketed_keys"] and not counts["receipts_without_ticket"],
+            f"{counts['receipts']} receipts for {counts['ticketed_keys']} ticketed keys",
+        )
+        result.require(
+            counts["results_not_naming_their_ticket"] == 0,
+            f"{counts['results_not_naming_their_ticket']} result(s) do not name their ticket",
+        )
+    else:
+        result.require(
+            counts["unflagged_duplicates"] == 0,
+            f"{counts['unflagged_duplicates']} duplicate ticket(s) arrived unflagged",
+        )
+    return counts, states
+
+
 def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
     seed = ctx.seed
-    operations = int(ctx.options.get("operations") or DEFAULT_OPERATIONS or 0)
+    operations = int(ctx.options.get("operations") or DEFAULT_OPERATIONS)
     kills_option = ctx.options.get("kills")
     kills_wanted = DEFAULT_KILLS if kills_option is None else int(kills_option)
+    size = int(ctx.options.get("workers") or DEFAULT_WORKERS)
     mode = "dedup" if deduplicate else "no_dedup"
     result = ScenarioResult(f"torture[{mode}]")
     stores = ctx.stores("torture", mode)
-    keys = accept_all(stores, operations)
+    folder = ctx.root / "torture" / mode
+    accepted = len(accept_all(stores, operations))
     rng = random.Random(f"torture/{seed}/{mode}")
     args = [*stores.args(), "--seed", str(seed), "--concurrency", "2"]
     if not deduplicate:
         args.append("--no-deduplication")
+    # Each kill lands when this many effects are finished: spread over the run whatever the
+    # machine's speed, and always while work remains.
+    marks = sorted(int(rng.uniform(0.02, 0.9) * operations) for _ in range(kills_wanted))
 
     kills: list[dict[str, Any]] = []
-    finished_early = 0
+    topped_up = 0
+    workers = Workers(ctx, args, size, folder)
     timeline = Timeline(
-        stores, result.name, ctx.progress, lambda: len(keys), lambda: len(kills), kills_wanted
+        stores, result.name, ctx.progress, lambda: accepted, lambda: len(kills), kills_wanted
     )
     timeline.start()
-    for round_number in range(kills_wanted * 3):
-        if len(kills) >= kills_wanted:
-            break
-        delay = rng.uniform(0.005, 0.25)
-        process = ctx.spawn("torture", args)
-        assert process.stdout is not None
-        process.stdout.readline()  # "ready": imports done, stores open, about to dispatch
-        time.sleep(delay)
-        signalled_at = None
-        if process.poll() is None:
-            signalled_at = timeline.elapsed()
-            process.send_signal(signal.SIGKILL)
-        process.communicate()
-        if process.returncode == -signal.SIGKILL:
-            kills.append(
-                {
-                    "round": round_number,
-                    "pid": process.pid,
-                    "after_seconds": round(delay, 3),
-                    "at_seconds": round(signalled_at or timeline.elapsed(), 3),
-                }
-            )
-        else:
-            finished_early += 1
-            result.require(
-                process.returncode == 0, f"a dispatcher failed: exit {process.returncode}"
-            )
-            # It drained before the kill landed: give the next round fresh work to interrupt.
-            keys += accept_all(stores, max(20, operations // max(1, kills_wanted)), len(keys))
+    began = time.monotonic()
     try:
-        final = ctx.child("torture", args, deadline_seconds=300)
+        with reading_both(stores) as query:
+            workers.fill()
+            while marks and not workers.failures:
+                workers.poll()
+                finished = _terminal(query)
+                if finished >= accepted:
+                    # Everything finished before the next mark: fresh work for the kills left.
+                    more = max(20, operations // max(1, kills_wanted))
+                    accepted += len(accept_all(stores, more, accepted))
+                    topped_up += more
+                targets = workers.targets() if finished >= marks[0] else []
+                if targets:
+                    victim = rng.choice(targets)
+                    at = timeline.elapsed()
+                    workers.kill(victim)
+                    marks.pop(0)
+                    kills.append(
+                        {"pid": victim.pid, "at_seconds": round(at, 3), "effects_done": finished}
+                    )
+                workers.fill()
+                time.sleep(0.005)
+        workers.wait(DRAIN_DEADLINE_SECONDS)
+        dispatching = time.monotonic() - began
+        final = ctx.child("torture", args, deadline_seconds=DRAIN_DEADLINE_SECONDS)
     finally:
+        workers.wait(0)
         timeline.stop()
     result.processes.append(final)
     result.require(final.exit_code == 0, f"the final dispatcher failed: {final.stderr[-500:]}")
+    claimed = ((final.response or {}).get("stats") or {}).get("claimed")
+    result.require(claimed == 0, f"the final dispatcher still found work: claimed {claimed}")
+    for failure in workers.failures:
+        result.require(False, failure)
+    result.require(len(kills) == kills_wanted, f"{len(kills)} of {kills_wanted} kills landed")
 
-    after = snapshot(stores)
-    effects = {e["key"]: e for e in after["effects"]}
-    result.require(sorted(effects) == keys, "an accepted effect is missing from the outbox")
-    states = Counter(e["state"] for e in after["effects"])
-    result.require(
-        set(states) <= {"done", "dead"}, f"effects left in non-terminal states: {dict(states)}"
-    )
-    per_key = Counter(t["operation_id"] for t in after["tickets"])
-    result.require(set(per_key) <= set(keys), "a ticket names a key that was never accepted")
-    if deduplicate:
-        for key, effect in effects.items():
-            count = per_key.get(key, 0)
-            if effect["state"] == "done":
-                result.require(count == 1, f"{key}: {count} tickets for a done effect")
-            else:
-                result.require(count <= 1, f"{key}: {count} tickets for a dead effect")
-    else:
-        for key, effect in effects.items():
-            if effect["state"] == "done":
-                result.require(per_key.get(key, 0) >= 1, f"{key}: done without a ticket")
-        seen: set[str] = set()
-        for ticket in after["tickets"]:
-            if ticket["operation_id"] in seen:
-                result.require(
-                    ticket["redelivery"] == 1,
-                    f"ticket {ticket['id']} duplicates {ticket['operation_id']} unflagged",
-                )
-            seen.add(ticket["operation_id"])
-    result.require(len(kills) >= min(1, kills_wanted), "no kill landed while work remained")
+    counts, states = check_stores(result, stores, accepted, deduplicate)
     result.summary = {
         "seed": seed,
-        "operations": len(keys),
-        "lost": len(set(keys) - set(effects)),
+        "workers": size,
+        "operations": accepted,
+        "topped_up": topped_up,
+        "lost": counts["lost"],
         "kills": len(kills),
-        "finished_before_kill": finished_early,
-        "states": dict(states),
-        "tickets": len(after["tickets"]),
-        "duplicates": sum(n - 1 for n in per_key.values()),
-        "flagged_redeliveries": sum(t["redelivery"] for t in after["tickets"]),
-        "max_attempts_used": max((e["attempts"] for e in after["effects"]), default=0),
+        "worker_starts": workers.started,
+        "states": states,
+        "tickets": counts["tickets"],
+        "duplicates": counts["tickets"] - counts["ticketed_keys"],
+        "flagged_redeliveries": counts["flagged_redeliveries"],
+        "unflagged_duplicates": counts["unflagged_duplicates"],
+        "receipts": counts["receipts"],
+        "max_attempts_used": counts["max_attempts_used"],
+        "dispatch_seconds": round(dispatching, 1),
     }
-    result.details = {"kills": kills, "timeline": timeline.as_dict()}
+    result.details = {
+        "kills": kills,
+        "worker_exits": {str(code): n for code, n in sorted(workers.exits.items())},
+        "timeline": timeline.as_dict(),
+    }
     return result
 
 
@@ -219,7 +367,7 @@ def run_torture(ctx: LabContext) -> Iterator[ScenarioResult]:
 
 SUITE = Suite(
     "torture",
-    "seeded random SIGKILLs of a busy dispatcher, with and without receipts",
+    "seeded random SIGKILLs of busy dispatchers (--workers), with and without receipts",
     run_torture,
     key_numbers=(
         "operations",
