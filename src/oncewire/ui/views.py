@@ -268,14 +268,19 @@ def chats(ledger: Ledger, after: int) -> dict[str, Any]:
     return {"rows": rows, "next_after": found[-1].id if more and found else None, "after": after}
 
 
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis saying it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _inbound_text(payload_json: str) -> str:
     try:
         payload = json.loads(payload_json)
     except ValueError:
-        return payload_json[:200]
+        return _clip(payload_json, 200)
     if isinstance(payload, dict) and isinstance(payload.get("text"), str):
-        return str(payload["text"])[:200]
-    return payload_json[:200]
+        return _clip(str(payload["text"]), 200)
+    return _clip(payload_json, 200)
 
 
 def chat_detail(ledger: Ledger, inbound_id: int) -> dict[str, Any]:
@@ -370,7 +375,7 @@ def run_detail(ledger: Ledger, run_id: str) -> dict[str, Any]:
                 "terminal": e.terminal,
                 "at": when(e.at),
                 "hash": e.hash[:16],
-                "payload": json.dumps(e.payload, ensure_ascii=False, sort_keys=True)[:300],
+                "payload": _clip(json.dumps(e.payload, ensure_ascii=False, sort_keys=True), 300),
             }
             for e in events
         ],
