@@ -5,9 +5,9 @@ module-scoped ``gw``, with the short platform read timeout
 makes a rig of its own for a cell that kills and restarts the gateway (the seed's
 ``fresh_gw``), with the gateway's default 10 s read timeout, stopped when the test ends.
 
-A module may define ``soak_only(params)``: given a test's parameters (the rig's backend under
-``rig``), whether that test runs only in a soak run. Those tests are marked ``slow`` here at
-collection, and tests/conftest.py leaves them out of the default run.
+A module may define ``soak_only(test, params)``: given a test's function name and parameters
+(the rig's backend under ``rig``), whether that test runs only in a soak run. Those tests are
+marked ``slow`` here at collection, and tests/conftest.py leaves them out of the default run.
 """
 
 from __future__ import annotations
@@ -26,13 +26,15 @@ BACKENDS = ("sqlite", "postgresql")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``slow`` every test its module's ``soak_only(params)`` names."""
+    """Mark ``slow`` every test its module's ``soak_only(test, params)`` names."""
     for item in items:
-        soak_only: Callable[[dict[str, Any]], bool] | None = getattr(
+        soak_only: Callable[[str, dict[str, Any]], bool] | None = getattr(
             getattr(item, "module", None), "soak_only", None
         )
         callspec = getattr(item, "callspec", None)
-        if soak_only is not None and callspec is not None and soak_only(callspec.params):
+        if soak_only is None or callspec is None:
+            continue
+        if soak_only(getattr(item, "originalname", item.name), callspec.params):
             item.add_marker(pytest.mark.slow)
 
 

@@ -11,13 +11,29 @@ turn must leave nothing at all, and the queued reply must still follow the first
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import assert_exactly_once, copies_of, user_rows
-from tests.gateway.seed002.harness import DC, PLATFORMS, STREAMING, Seed002, answer, header
+from tests.gateway.seed002.harness import DC, PLATFORMS, STREAMING, TG, Seed002, answer, header
 
 VERY_SLOW = {"chunk_chars": 6, "delay_per_chunk": 0.08}
+# On PostgreSQL the default run keeps B1 on Discord and B2 on Telegram (and B3, Discord only);
+# the other PostgreSQL cells run in the soak run. SQLite keeps every cell on every platform.
+ON_POSTGRESQL = {
+    "test_b1_slow_turn_with_queued_followup": DC,
+    "test_b2_slow_turn_interrupted_by_followup": TG,
+}
+
+
+def soak_only(test: str, params: dict[str, Any]) -> bool:
+    """A cell on PostgreSQL off :data:`ON_POSTGRESQL` runs in the soak run only (the seed002
+    conftest marks it ``slow``)."""
+    if test not in ON_POSTGRESQL or params.get("rig") != "postgresql":
+        return False
+    return bool(ON_POSTGRESQL[test] != params["platform"])
 
 
 def order(rig: Seed002, platform: str, chat: str, aid: str) -> int:

@@ -19,16 +19,29 @@ once and answered once (I1-I6, ``exact``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.gateway.seed002 import audits
 from tests.gateway.seed002.checks import assert_exactly_once, user_rows
-from tests.gateway.seed002.harness import DC, NE, PLATFORMS, Seed002, answer
+from tests.gateway.seed002.harness import DC, NE, PLATFORMS, TG, Seed002, answer
 
 SLOW = {"chunk_chars": 6, "delay_per_chunk": 0.03}  # ~1.5 s of stream: time to re-deliver in
 WHEN = ("during_turn", "after_turn", "after_reconnect")
 R3 = "after_reconnect"
 CELL_IDS = {"during_turn": "R1", "after_turn": "R2", "after_reconnect": "R3"}
+# On PostgreSQL the default run keeps each cell on one platform (every platform in turn); the
+# other PostgreSQL cells run in the soak run. SQLite keeps every cell on every platform.
+ON_POSTGRESQL = {"during_turn": TG, "after_turn": NE, "after_reconnect": DC}
+
+
+def soak_only(test: str, params: dict[str, Any]) -> bool:
+    """A cell on PostgreSQL off :data:`ON_POSTGRESQL` runs in the soak run only (the seed002
+    conftest marks it ``slow``)."""
+    if test != "test_redelivered_inbound_id_processed_once" or params.get("rig") != "postgresql":
+        return False
+    return bool(ON_POSTGRESQL[params["when"]] != params["platform"])
 
 
 def redeliver(
