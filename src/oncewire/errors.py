@@ -21,6 +21,7 @@ is its default message; each carries a stable ``code`` and ``as_dict()``. The tr
     ├── StaleFence                         the lease the write relied on was superseded
     ├── StorageError                       the store failed (``transient``: may a retry help?)
     │   ├── StoreBusy                      locked by another writer past the busy timeout
+    │   ├── StoreFull                      the disk is full: the write was not stored
     │   ├── SchemaError                    the schema is missing, foreign or newer
     │   ├── StoreUnreachable               the connection failed or was lost
     │   ├── StoreUnusable                  read-only, not a database, corrupt, or no access
@@ -65,6 +66,7 @@ from oncewire.core.errors import (
     StatementError,
     StorageError,
     StoreBusy,
+    StoreFull,
     StoreUnreachable,
     StoreUnusable,
     TransitionRefused,
@@ -95,6 +97,7 @@ __all__ = [
     "StatementError",
     "StorageError",
     "StoreBusy",
+    "StoreFull",
     "StoreUnreachable",
     "StoreUnusable",
     "TransitionRefused",

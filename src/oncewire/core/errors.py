@@ -34,6 +34,7 @@ __all__ = [
     "StatementError",
     "StorageError",
     "StoreBusy",
+    "StoreFull",
     "StoreUnreachable",
     "StoreUnusable",
     "TransitionRefused",
@@ -166,6 +167,14 @@ class StoreUnreachable(StorageError):
     """The database connection failed or was lost (refused, terminated, timed out)."""
 
     code = "store_unreachable"
+
+
+class StoreFull(StorageError):
+    """The store's disk is full (or its size limit reached): the write was not stored."""
+
+    code = "store_full"
+    # Transient: once space is freed (or the limit raised) the same write succeeds, and a
+    # dispatcher waits for that rather than exit.
 
 
 class StoreUnusable(StorageError):

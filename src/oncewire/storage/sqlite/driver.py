@@ -10,6 +10,7 @@ stored text which is not UTF-8, and the group commit that flushes many commits w
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,7 @@ from oncewire.core.errors import (
     StatementError,
     StorageError,
     StoreBusy,
+    StoreFull,
     StoreUnusable,
 )
 from oncewire.storage import migrate as runner
@@ -55,6 +57,7 @@ _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 _SQLITE_READONLY = 8
 _SQLITE_CORRUPT = 11
+_SQLITE_FULL = 13
 _SQLITE_CANTOPEN = 14
 _SQLITE_CONSTRAINT = 19
 _SQLITE_MISMATCH = 20
@@ -83,11 +86,22 @@ def path_from_url(url: str) -> str:
     return url
 
 
-def translated(what: str, exc: sqlite3.Error) -> StorageError:
-    """The error-tree exception for a driver error, by SQLite's result code (never its text)."""
+def translated(what: str, exc: sqlite3.Error, store: str | None = None) -> StorageError:
+    """The error-tree exception for a driver error, by SQLite's result code (never its text).
+
+    ``store`` (the file's path) is named by the errors an operator acts on outside the program:
+    a full disk is one (free space, or move the file), and the message says so.
+    """
     code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
     if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
         return StoreBusy(f"{what}: the database stayed locked by another writer")
+    if code == _SQLITE_FULL:
+        # SQLite undid the statement (and, on a full disk, may have rolled the whole
+        # transaction back): nothing of this write is in the file.
+        return StoreFull(
+            f"{what}: disk full: SQLite cannot grow {store or 'the database'} (SQLITE_FULL); "
+            "nothing of this write was stored"
+        )
     if code in _UNUSABLE:
         return StoreUnusable(f"{what}: {_UNUSABLE[code]}")
     if code in _STATEMENT or isinstance(
@@ -197,7 +211,7 @@ class SQLiteTransaction(GuardedTransaction):
     through it.
     """
 
-    __slots__ = ("what",)
+    __slots__ = ("store", "what")
 
     # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O error): a
     # statement run after that would commit on its own, outside of it.
@@ -212,9 +226,11 @@ class SQLiteTransaction(GuardedTransaction):
         what: str = "running a transaction",
         *,
         is_open: bool = False,
+        store: str | None = None,
     ) -> None:
         super().__init__(conn, is_open=is_open)
         self.what = what
+        self.store = store  # the file's path, named by a disk-full error
 
     def open_on_connection(self) -> bool:
         return bool(self.conn.in_transaction)
@@ -229,7 +245,7 @@ class SQLiteTransaction(GuardedTransaction):
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise translated(f"{self.what}: beginning", exc) from exc
+            raise translated(f"{self.what}: beginning", exc, self.store) from exc
         self.is_open = True
 
     def end(self, failed: bool) -> None:
@@ -247,7 +263,7 @@ class SQLiteTransaction(GuardedTransaction):
         except BaseException as exc:
             self._rollback()
             if isinstance(exc, sqlite3.Error):
-                raise translated(f"{self.what}: committing", exc) from exc
+                raise translated(f"{self.what}: committing", exc, self.store) from exc
             raise
 
     def _rollback(self) -> None:
@@ -264,7 +280,7 @@ class SQLiteTransaction(GuardedTransaction):
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.end(exc is not None)
         if isinstance(exc, sqlite3.Error):
-            raise translated(self.what, exc) from exc
+            raise translated(self.what, exc, self.store) from exc
 
 
 class _Write(SQLiteTransaction):
@@ -393,12 +409,13 @@ class SQLiteDriver(Driver):
 
     # -- transactions ------------------------------------------------------------------------
     def transaction(self) -> SQLiteTransaction:
-        return SQLiteTransaction(self.conn())
+        return SQLiteTransaction(self.conn(), store=self.path)
 
     def write(self, what: str) -> _Write:
-        return _Write(self.conn(), what)
+        return _Write(self.conn(), what, store=self.path)
 
-    translate_errors = staticmethod(translate_errors)
+    def translate_errors(self, what: str) -> ErrorTranslation:
+        return ErrorTranslation(sqlite3.Error, functools.partial(translated, store=self.path), what)
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
@@ -418,7 +435,7 @@ class SQLiteDriver(Driver):
                 "accept_in needs a connection inside an open transaction (BEGIN, or a statement "
                 "that writes, first); nothing was written"
             )
-        return SQLiteTransaction(conn, is_open=True)
+        return SQLiteTransaction(conn, is_open=True, store=self.path)
 
     @contextlib.contextmanager
     def group_commit(self) -> Iterator[None]:
