@@ -55,7 +55,7 @@ from oncewire.replies.wire import (
     check_platform,
     vet_outcome,
 )
-from oncewire.storage.replies import OpKind, Reply, ReplyState
+from oncewire.storage.replies import OpKind, Reply, ReplyOp, ReplyState
 
 if TYPE_CHECKING:
     from oncewire.ledger import Ledger, LedgerTransaction
@@ -120,6 +120,7 @@ class ReplyEngine(ReplyOperations):
         self._pending = {}
         self._working = {}
         self._working_lock = threading.Lock()
+        self._answered = {}
 
     # -- answering ---------------------------------------------------------------------------
     def platform(self, name: str) -> Platform:
@@ -138,7 +139,7 @@ class ReplyEngine(ReplyOperations):
         ``ledger.replies.withdraw_in_tx`` and then :meth:`deliver`. A committed answer is always
         delivered: withdrawing it raises :class:`InvalidState`.
         """
-        inbound = self.ledger.inbound.get(inbound_id)
+        inbound = self._inbound(inbound_id)
         reply = self.ledger.replies.withdraw(inbound_id, self.platform(inbound.platform).profile)
         return self.deliver(reply.id)
 
@@ -210,7 +211,7 @@ class ReplyEngine(ReplyOperations):
 
     def _open(self, inbound_id: int) -> tuple[Reply, bool]:
         """(record, taken): taken is False while another live engine holds it."""
-        inbound = self.ledger.inbound.get(inbound_id)
+        inbound = self._inbound(inbound_id)
         reply = self.ledger.replies.open(inbound_id, self.platform(inbound.platform).profile)
         if reply.state is not ReplyState.OPEN:
             return reply, False
@@ -255,7 +256,7 @@ class ReplyEngine(ReplyOperations):
         before, that record is returned and ``on_commit`` is not called (another text raises
         :class:`ReplyConflict`).
         """
-        inbound = self.ledger.inbound.get(inbound_id)
+        inbound = self._inbound(inbound_id)
         profile = self.platform(inbound.platform).profile
         with self.ledger.transaction() as tx:
             # Read under the write lock: an answer committed before (by a process that died
@@ -313,23 +314,27 @@ class ReplyEngine(ReplyOperations):
                 return DeliveryPass(reply, str(reply.state))
             if not ignore_schedule and reply.not_before > self.ledger.clock.now():
                 return DeliveryPass(reply, "scheduled")
-            taken = self._take(reply)
+            taken, ops = self._take_reading(reply)
             if taken is None:
                 return DeliveryPass(reply, "busy")
             platform = self.platform(taken.request.platform)
             chunks = self.ledger.replies.chunks(taken)
-            return self._converge(taken, platform, chunks)
+            return self._converge(taken, platform, chunks, ops)
         except StaleFence:
             return DeliveryPass(self.ledger.replies.get(reply_id), "busy")
         finally:
             self._leave(reply_id)
 
-    def _converge(self, reply: Reply, platform: Platform, chunks: list[Chunk]) -> DeliveryPass:
+    def _converge(
+        self, reply: Reply, platform: Platform, chunks: list[Chunk], read: list[ReplyOp] | None
+    ) -> DeliveryPass:
+        """Step the chat toward ``chunks``; ``read``: the record's operations as :meth:`_take`
+        just read them (the first step is planned from those), or None to read them."""
         store, clock = self.ledger.store, self.ledger.clock
         # A withdrawal finishes as withdrawn, in a write of its own after its last operation.
         end = ReplyState.WITHDRAWN if reply.withdrawal else ReplyState.DELIVERED
         while True:
-            ops = self._ops(reply.id)
+            ops, read = self._ops(reply.id, read), None
             steps = plan_steps(
                 read_slots(ops), chunks, True, platform, self.stopped_note, clock.now()
             )

@@ -41,7 +41,7 @@ from oncewire.replies.wire import (
     vet_outcome,
 )
 from oncewire.storage import Store
-from oncewire.storage.replies import OpKind, OpState, Reply, ReplyOp, SendRequest
+from oncewire.storage.replies import Inbound, OpKind, OpState, Reply, ReplyOp, SendRequest
 
 __all__ = [
     "COMMITTED_NOT_SENT",
@@ -75,6 +75,8 @@ PREVIEW_NOT_COMMITTED = crash.register(
     "a stream preview shows the whole answer; the final text is not committed",
 )
 
+
+_ANSWERED_KEPT = 4096
 
 # How an observation names each wire outcome (docs/observability.md).
 _OUTCOME_NAMES: dict[type, str] = {
@@ -112,10 +114,15 @@ class ReplyOperations:
     # reply id -> (thread, depth): the thread of this engine working on the reply now.
     _working: dict[int, tuple[int, int]]
     _working_lock: threading.Lock
+    # inbound id -> its platform message id (never changes once admitted), which every send's
+    # idempotency key names: read once per inbound, not once per send. Bounded: cleared when
+    # it holds _ANSWERED_KEPT entries.
+    _answered: dict[int, str]
 
-    def _ops(self, reply_id: int) -> list[ReplyOp]:
-        """The record's operations, with this engine's unwritten edit acknowledgement applied."""
-        ops = self.ledger.store.reply_ops(reply_id)
+    def _ops(self, reply_id: int, read: list[ReplyOp] | None = None) -> list[ReplyOp]:
+        """The record's operations (``read``: as just read from it, by :meth:`_take`), with
+        this engine's unwritten edit acknowledgement applied."""
+        ops = self.ledger.store.reply_ops(reply_id) if read is None else read
         pending = self._pending.get(reply_id)
         if pending is None:
             return ops
@@ -212,9 +219,22 @@ class ReplyOperations:
             )
         return outcome
 
+    def _inbound(self, inbound_id: int) -> Inbound:
+        """The inbound message, read; its platform message id is remembered for the sends."""
+        inbound = self.ledger.inbound.get(inbound_id)
+        self._remember(inbound_id, inbound.platform_message_id)
+        return inbound
+
+    def _remember(self, inbound_id: int, platform_message_id: str) -> None:
+        if len(self._answered) >= _ANSWERED_KEPT:
+            self._answered.clear()
+        self._answered[inbound_id] = platform_message_id
+
     def _keyed(self, reply: Reply, slot: int, generation: int) -> SendRequest:
         """The reply's request with the idempotency key of this slot's sends."""
-        answered = self.ledger.inbound.get(reply.inbound_id).platform_message_id
+        answered = self._answered.get(reply.inbound_id)
+        if answered is None:
+            answered = self._inbound(reply.inbound_id).platform_message_id
         key = idempotency_key(reply.request, answered, slot, generation)
         return replace(reply.request, idempotency_key=key)
 
@@ -259,7 +279,13 @@ class ReplyOperations:
             )
 
     def _take(self, reply: Reply) -> Reply | None:
-        """Lease ``reply`` for this engine (None if a live owner holds it) and settle leftovers.
+        """Lease ``reply`` for this engine (None if a live owner holds it) and settle leftovers."""
+        return self._take_reading(reply)[0]
+
+    def _take_reading(self, reply: Reply) -> tuple[Reply | None, list[ReplyOp] | None]:
+        """:meth:`_take`, and the operations it read when nothing needed taking over (they are
+        the record's as they stand: the first step is planned from them without reading them
+        again); None when it changed them or gave up.
 
         An operation still ``in_flight`` here belongs to a process that died mid-call (or to an
         earlier life of this engine): it may have landed, so it becomes ``ambiguous``.
@@ -267,16 +293,18 @@ class ReplyOperations:
         store, now = self.ledger.store, self.ledger.clock.now()
         pending = self._pending.get(reply.id)
 
-        def orphans() -> list[ReplyOp]:
+        def orphans(ops: list[ReplyOp]) -> list[ReplyOp]:
             return [
                 op
-                for op in store.reply_ops(reply.id)
+                for op in ops
                 if op.state is OpState.IN_FLIGHT and (pending is None or op.id != pending[0])
             ]
 
         held_elsewhere = reply.lease_owner is not None and reply.lease_owner != self.owner
-        if not held_elsewhere and not orphans():
-            return reply
+        if not held_elsewhere:
+            ops = store.reply_ops(reply.id)
+            if not orphans(ops):
+                return reply, ops
         # Hold the lease first: then nobody is mid-call on what is still in flight.
         owner = reply.lease_owner
         dead = [owner] if owner is not None and owner_is_dead_locally(owner) else []
@@ -284,13 +312,13 @@ class ReplyOperations:
             reply.id, owner=self.owner, now=now, lease_seconds=self.lease_seconds, dead_owners=dead
         )
         if claimed is None:
-            return None
+            return None, None
         log.info(
             "reply taken over",
             extra={"reply_id": reply.id, "previous_owner": owner, "owner": self.owner},
         )
         try:
-            for op in orphans():
+            for op in orphans(store.reply_ops(reply.id)):
                 store.end_op(
                     op.id,
                     state=OpState.AMBIGUOUS,
@@ -298,5 +326,5 @@ class ReplyOperations:
                     now=now,
                 )
         except InvalidState:
-            return None  # taken over again meanwhile (its lease ran out): leave it
-        return claimed
+            return None, None  # taken over again meanwhile (its lease ran out): leave it
+        return claimed, None
