@@ -15,7 +15,11 @@ pragmas (WAL, synchronous=FULL). Rows:
   message, then the final commit and delivery.
 
 Commits are counted with SQLite's statement trace on the store's connection (every COMMIT the
-store issues, the admission's included), so "commits per reply" is exact, not estimated.
+store issues, the admission's included), so "commits per reply" is exact, not estimated; so are
+the statements per reply (a trigger's steps, traced under their statement's text, count once)
+and the WAL frames (pages) each reply's commits appended. The bound is the ratio a reply would
+reach if each of its commits cost one floor commit and nothing else cost anything: 1 / commits
+per reply, the admission's included (it is inside the clock).
 Each workload runs ``--rounds`` times (3; 1 with ``--quick``), interleaved, and the median is
 shown. Timings on shared machines are noisy: compare rows of the same run, not runs.
 """
@@ -80,14 +84,24 @@ def floor(folder: Path, rows: int) -> dict[str, Any]:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
     started = time.perf_counter()
     for n in range(rows):
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT INTO t (text) VALUES (?)", (f"{SHORT_TEXT} {n}",))
         conn.execute("COMMIT")
     seconds = time.perf_counter() - started
+    page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    frames = ((folder / "floor.db-wal").stat().st_size - 32) // (page + 24)
     conn.close()
-    return {"ops": rows, "seconds": seconds, "commits": rows}
+    return {
+        "ops": rows,
+        "seconds": seconds,
+        "commits": rows,
+        "wal_frames_per_reply": frames / rows,
+        "bound": 1.0,
+    }
 
 
 def replies(
@@ -103,14 +117,21 @@ def replies(
     engine = ReplyEngine(ledger, {"tg": platform_impl}, edit_interval_seconds=0.0)
     with ledger.transaction() as tx:
         tx.execute("CREATE TABLE transcript (inbound_id INTEGER PRIMARY KEY, text TEXT)")
-    commits = 0
+    commits = statements = 0
+    previous = ""
 
     def trace(sql: str) -> None:
-        nonlocal commits
+        nonlocal commits, statements, previous
+        if sql != previous:
+            statements += 1
+        previous = sql
         if sql.strip().upper() == "COMMIT":
             commits += 1
 
     store.db.conn().set_trace_callback(trace)
+    wal = Path(f"{folder / name}.db-wal")
+    store.db.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.db.conn().execute("PRAGMA wal_autocheckpoint = 0")  # every frame stays to be counted
     deltas = [STREAM_TEXT[i : i + 400] for i in range(0, len(STREAM_TEXT), 400)]
     per_reply_commits: list[int] = []
     started = time.perf_counter()
@@ -131,6 +152,9 @@ def replies(
         per_reply_commits.append(commits - before)
     seconds = time.perf_counter() - started
     store.db.conn().set_trace_callback(None)
+    page = int(store.db.conn().execute("PRAGMA page_size").fetchone()[0])
+    frames = (wal.stat().st_size - 32) // (page + 24)  # the WAL header, then frames
+    store.db.conn().execute("PRAGMA wal_autocheckpoint = 1000")
     ops = sum(len(ledger.replies.ops(r.id)) for r in ledger.replies.list(limit=count))
     if journaled:
         platform_impl.close()
@@ -141,6 +165,9 @@ def replies(
         "commits": commits,
         "commits_per_reply": statistics.mean(per_reply_commits),
         "commits_per_reply_without_admission": statistics.mean(per_reply_commits) - 1,
+        "statements_per_reply": statements / count,
+        "wal_frames_per_reply": frames / count,
+        "bound": 1 / statistics.mean(per_reply_commits),
         "wire_ops_per_reply": ops / count,
     }
 
@@ -149,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--rounds", type=int, help="rounds per workload; the median is shown")
+    parser.add_argument(
+        "--rounds", "--repeat", type=int, help="rounds per workload; the median is shown"
+    )
     args = parser.parse_args(argv)
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
@@ -185,17 +214,25 @@ def main(argv: list[str] | None = None) -> int:
                 figures = run(folder)
                 figures["per_second"] = figures["ops"] / figures["seconds"]
                 rounds[label].append(figures)
+        floor_label = workloads[0][0]
         for label, runs in rounds.items():
-            runs.sort(key=lambda figures: figures["per_second"])
-            results[label] = {**runs[len(runs) // 2], "rounds": [r["per_second"] for r in runs]}
-    floor_rate = results["raw SQLite floor (INSERT+COMMIT)"]["per_second"]
+            for figures, floor_figures in zip(runs, rounds[floor_label], strict=True):
+                figures["ratio"] = figures["per_second"] / floor_figures["per_second"]
+            ratios = sorted(r["ratio"] for r in runs)
+            by_rate = sorted(runs, key=lambda figures: figures["per_second"])
+            results[label] = {
+                **by_rate[len(by_rate) // 2],
+                "ratio": statistics.median(ratios),
+                "rounds": [r["per_second"] for r in runs],
+                "round_ratios": [r["ratio"] for r in runs],
+            }
     print(
         f"oncewire {__version__} replies benchmark, Python {platform.python_version()}, "
         f"SQLite {sqlite3.sqlite_version}, WAL + synchronous=FULL{' (quick)' if args.quick else ''}"
     )
     header = (
-        f"{'workload':50} {'n':>5} {'per s':>9} {'x floor':>8} {'commits/reply':>19} "
-        f"{'wire ops':>9}"
+        f"{'workload':50} {'n':>5} {'per s':>9} {'x floor':>8} {'bound':>6} "
+        f"{'commits/reply':>19} {'stmts':>6} {'pages':>6} {'wire ops':>9}"
     )
     print(header)
     print("-" * len(header))
@@ -206,15 +243,19 @@ def main(argv: list[str] | None = None) -> int:
             else f"{f['commits_per_reply_without_admission']:.1f} + 1 admission"
         )
         wire = "" if "wire_ops_per_reply" not in f else f"{f['wire_ops_per_reply']:.1f}"
-        ratio = f["per_second"] / floor_rate
+        stmts = "" if "statements_per_reply" not in f else f"{f['statements_per_reply']:.1f}"
+        pages = "" if "wal_frames_per_reply" not in f else f"{f['wal_frames_per_reply']:.1f}"
+        ratio = f["ratio"]
         print(
-            f"{label:50} {f['ops']:>5} {f['per_second']:>9.1f} {ratio:>8.3f} "
-            f"{per_reply:>19} {wire:>9}"
+            f"{label:50} {f['ops']:>5} {f['per_second']:>9.1f} {ratio:>8.3f} {f['bound']:>6.3f} "
+            f"{per_reply:>19} {stmts:>6} {pages:>6} {wire:>9}"
         )
     print(
-        f"per s: the median of {args.rounds} interleaved round(s). commits/reply: every COMMIT "
-        "the store issued per reply (statement trace), the inbound admission's shown apart; "
-        "the floor is one commit per row."
+        f"per s: the median of {args.rounds} interleaved round(s); x floor: the median of the "
+        "per-round ratios to that round's floor. commits/reply: every COMMIT the store issued "
+        "per reply (statement trace), the inbound admission's shown apart; stmts: statements "
+        "per reply, admission included; pages: WAL frames appended per reply. bound: 1 / "
+        "commits per reply (admission included), the floor being one commit per row."
     )
     if args.json:
         args.json.write_text(

@@ -30,5 +30,8 @@ def test_replies_bench_quick(tmp_path: Path) -> None:
     results = json.loads(out.read_text())["results"]
     short = results["short reply, ledger only"]
     assert short["commits_per_reply_without_admission"] == 3
+    assert short["bound"] == 0.25  # four commits inside the clock, the admission's included
+    # Each commit's BEGIN and COMMIT at least, and at least one page written by each commit.
+    assert short["statements_per_reply"] >= 8 and short["wal_frames_per_reply"] >= 4
     streamed = results["8,000 chars streamed (20 deltas), journaled fake"]
     assert streamed["wire_ops_per_reply"] >= 20

@@ -28,6 +28,9 @@ def test_runs_bench_smoke(tmp_path: Path) -> None:
     assert figures["verification"]["events"] == 2_001
     assert figures["reconciliation"]["runs"] == 100
     assert figures["commands_ratio_to_floor"] > 0
+    assert figures["bound"] == 1.0
+    # BEGIN, the context read, the event insert, the run update, COMMIT.
+    assert figures["per_command"]["candidate"] == {"statements": 5}
 
 
 # The smoke counts build a 2,001-event history one command (one round trip) at a time; the quick
@@ -58,3 +61,5 @@ def test_runs_bench_smoke_on_postgresql(tmp_path: Path) -> None:
     assert figures["backend"] == "postgresql" and "synchronous_commit" in figures["pragmas"]
     assert figures["verification"]["events"] == 2_001
     assert figures["reconciliation"]["runs"] == 100
+    # A candidate command: BEGIN with the context read, the writes in one pipeline, COMMIT.
+    assert figures["per_command"]["candidate"] == {"statements": 5, "round_trips": 3}
