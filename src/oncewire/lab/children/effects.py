@@ -3,7 +3,8 @@
 accept    accept one operation and its effect in one transaction of the caller's store
 dispatch  run a dispatcher until idle; the sink runs ``service`` as a separate process
 service   the downstream service: write one ticket (through receipts unless disabled)
-torture   a dispatcher whose sink writes tickets in-process, for random-kill runs
+torture   a dispatcher whose sink writes tickets in-process, for random-kill runs (with
+          --standby it waits for SIGUSR1 after saying "ready": a spare the lab starts early)
 
 Each prints one JSON object on stdout. ``service`` exits 3 on a payload conflict.
 These modes exist so that experiments cross real process boundaries; do not point them at
@@ -24,6 +25,7 @@ import importlib
 import json
 import os
 import random
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -179,9 +181,13 @@ def torture(args: argparse.Namespace) -> dict[str, Any]:
     from oncewire.dispatch.dispatcher import Dispatcher
     from oncewire.ledger import Ledger
 
+    if args.standby:  # blocked before "ready", so a SIGUSR1 sent right after it waits for us
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     sink = TortureSink(args.downstream, not args.no_deduplication, args.seed, args.sink_delay)
-    print("ready", flush=True)  # the lab times its kill from here, not from process start
     with Ledger(args.caller) as ledger:
+        print("ready", flush=True)  # imports done, stores open: the lab may kill from here
+        if args.standby:
+            signal.sigwait({signal.SIGUSR1})
         dispatcher = Dispatcher(
             ledger,
             {KIND: sink},
@@ -209,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lease-seconds", type=float, default=5.0)
     parser.add_argument("--sink-delay", type=float, default=0.008, help="max seconds per call")
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="torture: after 'ready', wait for SIGUSR1 before dispatching (a spare the lab "
+        "starts ahead of a kill, so a restart does not wait for Python to import oncewire)",
+    )
     args = parser.parse_args(argv)
     if crash.armed():
         for module in POINT_MODULES:

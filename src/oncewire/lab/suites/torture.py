@@ -127,58 +127,80 @@ class Timeline:
 
 
 class Workers:
-    """The dispatcher processes of one run: ``size`` of them live until the work is done.
+    """The dispatcher processes of one run: ``size`` of them dispatch until the work is done.
 
-    A worker killed by the lab, or one that left early, is replaced at once; only a worker that
-    said "ready" (imports done, stores open) is a target, so a kill hits one that is working.
+    Each worker starts as a spare (``--standby``): it imports oncewire, opens both stores, says
+    "ready" and waits for SIGUSR1. The lab keeps one spare more than ``size``, so a worker
+    killed (or one that left early) is replaced at once by a spare told to go, as a supervisor
+    would restart it, without the run waiting for a new Python process to import oncewire.
+    Only a dispatching worker is a kill's target.
     """
 
     def __init__(self, ctx: LabContext, args: list[str], size: int, folder: Path) -> None:
-        self.ctx, self.args, self.size, self.folder = ctx, args, size, folder
-        self.live: list[subprocess.Popen[str]] = []
-        self.ready: set[int] = set()
+        self.ctx, self.args, self.size, self.folder = ctx, [*args, "--standby"], size, folder
+        self.live: list[subprocess.Popen[str]] = []  # dispatching
+        self.spares: list[subprocess.Popen[str]] = []  # starting or waiting for SIGUSR1
+        self.ready: set[int] = set()  # spares that said "ready"
         self.started = 0
+        self.retired = 0  # spares ended unused when the kills were over
         self.exits: Counter[int] = Counter()  # exit codes of the workers that left by themselves
         self.failures: list[str] = []
 
-    def start(self) -> None:
-        process = self.ctx.spawn("torture", self.args, stderr_to=self.folder / "workers.log")
-        self.live.append(process)
-        self.started += 1
-
-    def fill(self) -> None:
-        while len(self.live) < self.size:
-            self.start()
+    def fill(self, *, spare: bool = True) -> None:
+        """Tell ready spares to go while fewer than ``size`` dispatch; keep one spare more."""
+        for waiting in [p for p in self.spares if p.pid in self.ready]:
+            if len(self.live) >= self.size:
+                break
+            waiting.send_signal(signal.SIGUSR1)
+            self.spares.remove(waiting)
+            self.live.append(waiting)
+        while len(self.live) + len(self.spares) < self.size + int(spare):
+            self.spares.append(
+                self.ctx.spawn("torture", self.args, stderr_to=self.folder / "workers.log")
+            )
+            self.started += 1
 
     def poll(self) -> None:
-        """Note the workers that said "ready" and collect the ones that left."""
+        """Note the spares that said "ready" and collect the processes that left."""
+        for spare in list(self.spares):
+            if spare.pid not in self.ready and _readable(spare):
+                assert spare.stdout is not None
+                if spare.stdout.readline().strip() == "ready":
+                    self.ready.add(spare.pid)
+            if spare.poll() is not None:
+                self.spares.remove(spare)
+                self._collect(spare)
         for process in list(self.live):
-            if process.pid not in self.ready and _readable(process):
-                assert process.stdout is not None
-                if process.stdout.readline().strip() == "ready":
-                    self.ready.add(process.pid)
             if process.poll() is not None:
+                self.live.remove(process)
                 self._collect(process)
 
     def _collect(self, process: subprocess.Popen[str]) -> None:
         process.communicate()
-        self.live.remove(process)
         self.ready.discard(process.pid)
         self.exits[process.returncode] += 1
         if process.returncode != 0:
             self.failures.append(f"worker {process.pid} exited {process.returncode}")
 
     def targets(self) -> list[subprocess.Popen[str]]:
-        return [p for p in self.live if p.pid in self.ready and p.poll() is None]
+        return [p for p in self.live if p.poll() is None]
 
     def kill(self, victim: subprocess.Popen[str]) -> None:
         victim.send_signal(signal.SIGKILL)
         victim.communicate()
         self.live.remove(victim)
-        self.ready.discard(victim.pid)
+
+    def retire_spares(self) -> None:
+        """End the spares that never dispatched (SIGTERM: they are waiting, holding nothing)."""
+        for spare in self.spares:
+            spare.terminate()
+            spare.communicate()
+        self.retired += len(self.spares)
+        self.spares.clear()
 
     def wait(self, deadline_seconds: float) -> None:
-        """Let the live workers finish (each leaves when nothing is left to do)."""
+        """Let the dispatching workers finish (each leaves when nothing is left to do)."""
+        self.retire_spares()
         deadline = time.monotonic() + deadline_seconds
         while self.live and time.monotonic() < deadline:
             self.poll()
@@ -320,6 +342,14 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
                     )
                 workers.fill()
                 time.sleep(0.005)
+            # No kill left: the last replacement (or, with no kills, every worker) dispatches.
+            deadline = time.monotonic() + DRAIN_DEADLINE_SECONDS
+            while len(workers.live) < size and not workers.failures:
+                workers.poll()
+                workers.fill(spare=False)
+                if time.monotonic() > deadline or _terminal(query) >= accepted:
+                    break
+                time.sleep(0.005)
         workers.wait(DRAIN_DEADLINE_SECONDS)
         dispatching = time.monotonic() - began
         final = ctx.child("torture", args, deadline_seconds=DRAIN_DEADLINE_SECONDS)
@@ -343,6 +373,7 @@ def _scenario(ctx: LabContext, deduplicate: bool) -> ScenarioResult:
         "lost": counts["lost"],
         "kills": len(kills),
         "worker_starts": workers.started,
+        "spares_retired": workers.retired,
         "states": states,
         "tickets": counts["tickets"],
         "duplicates": counts["tickets"] - counts["ticketed_keys"],
