@@ -233,18 +233,35 @@ def _padded(rows: int) -> int:
 
 
 class Queries:
-    """Every named query of one dialect, as attributes (``Q.get_effect``)."""
+    """Every named query of one dialect, as attributes (``Q.get_effect``).
 
-    def __init__(self, dialect: str, blocks: Mapping[str, str]) -> None:
+    With ``lazy``, a query is rendered the first time it is asked for. A process that opens a
+    store runs a handful of the statements, and a short-lived one (a command, a worker the lab
+    starts by the hundred) should not render them all; the packaged queries are loaded this way
+    (:func:`queries`), and the test suite renders every one of them. :func:`load` given files
+    renders eagerly, so that what it is given is checked whole before it is used.
+    """
+
+    def __init__(self, dialect: str, blocks: Mapping[str, str], *, lazy: bool = False) -> None:
         self.dialect = dialect
-        self.all: dict[str, Query] = {
-            name: Query(name, text, dialect) for name, text in blocks.items()
-        }
-        for name, query in self.all.items():
-            setattr(self, name, query)
+        self._blocks = dict(blocks)
+        if not lazy:
+            for name in self._blocks:
+                getattr(self, name)
+
+    @property
+    def all(self) -> dict[str, Query]:
+        """Every query, by name (rendering those not rendered yet)."""
+        return {name: getattr(self, name) for name in self._blocks}
 
     def __getattr__(self, name: str) -> Query:
-        raise AttributeError(f"no query named {name!r} in oncewire.storage.sql")
+        # Called only for a name not yet set: render it once, then it is a plain attribute.
+        text = self.__dict__.get("_blocks", {}).get(name)
+        if text is None:
+            raise AttributeError(f"no query named {name!r} in oncewire.storage.sql")
+        query = Query(name, text, self.dialect)
+        setattr(self, name, query)
+        return query
 
 
 def parse(text: str, origin: str) -> list[tuple[str, str | None, str]]:
@@ -277,11 +294,12 @@ def parse(text: str, origin: str) -> list[tuple[str, str | None, str]]:
     return blocks
 
 
-def load(dialect: str, files: Mapping[str, str] | None = None) -> Queries:
+def load(dialect: str, files: Mapping[str, str] | None = None, *, lazy: bool = False) -> Queries:
     """The queries of ``dialect`` from ``files`` (file name -> text; default: this package).
 
     A name defined twice, an override without a neutral twin, or an override outside
-    ``postgresql.sql`` is refused.
+    ``postgresql.sql`` is refused; so is a statement that does not render (an unknown macro),
+    unless ``lazy`` defers rendering each one to its first use.
     """
     if dialect not in DIALECTS:
         raise QueryError(f"unknown dialect {dialect!r}")
@@ -309,7 +327,7 @@ def load(dialect: str, files: Mapping[str, str] | None = None) -> Queries:
         for name in bodies:
             if name not in neutral:
                 raise QueryError(f"{only}.sql: override {name!r} has no neutral query to replace")
-    return Queries(dialect, {**neutral, **overrides[dialect]})
+    return Queries(dialect, {**neutral, **overrides[dialect]}, lazy=lazy)
 
 
 def _package_files() -> dict[str, str]:
@@ -323,5 +341,5 @@ def _package_files() -> dict[str, str]:
 
 @functools.cache
 def queries(dialect: str) -> Queries:
-    """The packaged queries of ``dialect``, loaded once per process."""
-    return load(dialect)
+    """The packaged queries of ``dialect``, loaded once per process, each rendered on first use."""
+    return load(dialect, lazy=True)
