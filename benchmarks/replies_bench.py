@@ -20,8 +20,10 @@ the statements per reply (a trigger's steps, traced under their statement's text
 and the WAL frames (pages) each reply's commits appended. The bound is the ratio a reply would
 reach if each of its commits cost one floor commit and nothing else cost anything: 1 / commits
 per reply, the admission's included (it is inside the clock).
-Each workload runs ``--rounds`` times (3; 1 with ``--quick``), interleaved, and the median is
-shown. Timings on shared machines are noisy: compare rows of the same run, not runs.
+Each workload runs ``--rounds`` times (3; 1 with ``--quick``); within a round every workload
+runs in ten pieces, taking turns with the others and the floor, and each ratio is the
+workload's rate over the floor's in that round; the medians are shown. Timings on shared
+machines are noisy: compare rows of the same run, not runs.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -79,34 +81,44 @@ class CountingPlatform:
         return Delivered(message_id)
 
 
-def floor(folder: Path, rows: int) -> dict[str, Any]:
+# Every workload of a round runs in this many pieces, taking turns with the others (the floor's
+# included), so a slow spell of a shared machine falls on all of them alike.
+PIECES = 10
+
+Workload = Generator[float, None, dict[str, Any]]
+
+
+def floor(folder: Path, rows: int) -> Workload:
+    """Yields the seconds each of :data:`PIECES` pieces takes; returns the counts."""
     conn = sqlite3.connect(folder / "floor.db", isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.execute("PRAGMA wal_autocheckpoint = 0")
-    started = time.perf_counter()
-    for n in range(rows):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t (text) VALUES (?)", (f"{SHORT_TEXT} {n}",))
-        conn.execute("COMMIT")
-    seconds = time.perf_counter() - started
+    for piece in range(PIECES):
+        started = time.perf_counter()
+        for n in range(piece * rows // PIECES, (piece + 1) * rows // PIECES):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (text) VALUES (?)", (f"{SHORT_TEXT} {n}",))
+            conn.execute("COMMIT")
+        yield time.perf_counter() - started
     page = int(conn.execute("PRAGMA page_size").fetchone()[0])
     frames = ((folder / "floor.db-wal").stat().st_size - 32) // (page + 24)
     conn.close()
     return {
         "ops": rows,
-        "seconds": seconds,
         "commits": rows,
         "wal_frames_per_reply": frames / rows,
         "bound": 1.0,
     }
 
 
-def replies(
-    folder: Path, name: str, count: int, *, journaled: bool, streamed: bool
-) -> dict[str, Any]:
+def replies(folder: Path, name: str, count: int, *, journaled: bool, streamed: bool) -> Workload:
+    """Yields the seconds each of :data:`PIECES` pieces of ``count`` replies takes; returns
+    the counts."""
+    if count < PIECES or count % PIECES:
+        raise ValueError(f"{name}: {count} replies do not make {PIECES} equal pieces")
     store = SQLiteStore(str(folder / f"{name}.db"))
     ledger = Ledger(store, clock=ManualClock())
     platform_impl: Any = (
@@ -136,6 +148,9 @@ def replies(
     per_reply_commits: list[int] = []
     started = time.perf_counter()
     for n in range(count):
+        if n and n % (count // PIECES) == 0:
+            yield time.perf_counter() - started
+            started = time.perf_counter()
         before = commits
         inbound = ledger.inbound.admit("tg", "bot", f"chat-{n % 50}", f"m-{n}", {"n": n})
         iid = inbound.inbound.id
@@ -150,7 +165,7 @@ def replies(
         if result.status != "delivered":
             raise SystemExit(f"{name}: reply {n} ended {result.status}")
         per_reply_commits.append(commits - before)
-    seconds = time.perf_counter() - started
+    yield time.perf_counter() - started
     store.db.conn().set_trace_callback(None)
     page = int(store.db.conn().execute("PRAGMA page_size").fetchone()[0])
     frames = (wal.stat().st_size - 32) // (page + 24)  # the WAL header, then frames
@@ -161,7 +176,6 @@ def replies(
     ledger.close()
     return {
         "ops": count,
-        "seconds": seconds,
         "commits": commits,
         "commits_per_reply": statistics.mean(per_reply_commits),
         "commits_per_reply_without_admission": statistics.mean(per_reply_commits) - 1,
@@ -183,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
     short_n, stream_n, floor_n = (60, 10, 300) if args.quick else (600, 60, 3000)
-    workloads: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
+    workloads: list[tuple[str, Callable[[Path], Workload]]] = [
         ("raw SQLite floor (INSERT+COMMIT)", lambda d: floor(d, floor_n)),
         (
             "short reply, ledger only",
@@ -207,11 +221,29 @@ def main(argv: list[str] | None = None) -> int:
         # Rounds interleave the workloads, so a slow spell of a shared machine hits them all.
         rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in workloads}
         for round_number in range(args.rounds):
+            print(
+                f"round {round_number + 1}/{args.rounds}: every workload in {PIECES} pieces, "
+                "in turn ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            running: dict[str, Workload] = {}
             for index, (label, run) in enumerate(workloads):
                 folder = Path(tmp) / f"round{round_number}-workload{index}"
                 folder.mkdir()
-                print(f"round {round_number + 1}: {label} ...", file=sys.stderr, flush=True)
-                figures = run(folder)
+                running[label] = run(folder)
+            spent = dict.fromkeys(running, 0.0)
+            for _ in range(PIECES):
+                for label, workload in running.items():
+                    spent[label] += next(workload)
+            for label, workload in running.items():
+                try:
+                    next(workload)
+                except StopIteration as ended:
+                    figures: dict[str, Any] = ended.value
+                else:
+                    raise AssertionError(f"{label} has more than {PIECES} pieces")
+                figures["seconds"] = spent[label]
                 figures["per_second"] = figures["ops"] / figures["seconds"]
                 rounds[label].append(figures)
         floor_label = workloads[0][0]
