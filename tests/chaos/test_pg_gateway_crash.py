@@ -114,4 +114,6 @@ def test_the_gateway_survives_a_postgres_crash_mid_turn(
     # the store answered: not swept up later as a gone owner's once their turn lease ran out.
     assert "the store is unavailable" in log and "the store answers again" in log, log[-3000:]
     assert "its owner is gone" not in log and "failed unexpectedly" not in log, log[-3000:]
+    # Every loop, the platform's listener included, says the outage in lines, not tracebacks.
+    assert "Traceback" not in log, log[max(0, log.find("Traceback") - 600) :][:3000]
     assert gateway.terminate() == 0, log[-3000:]

@@ -20,6 +20,7 @@ import threading
 
 from oncewire.gateway.admission import Admitter, last_admitted
 from oncewire.gateway.config import PlatformConfig
+from oncewire.gateway.outage import StoreOutage, store_away
 from oncewire.gateway.platforms.discord import DiscordApi
 from oncewire.gateway.platforms.telegram import BotUnauthorized, PollConflict, TelegramUnavailable
 from oncewire.gateway.platforms.telegram_updates import UpdatePoller
@@ -100,11 +101,13 @@ class TelegramListener(Listener):
     def _run(self) -> None:
         platform, poller = self.platform, self.poller
         backoff = POLL_BACKOFF_SECONDS[0]
+        outage = StoreOutage(log, f"platform {platform.name}: admission")
         while not self._stop.is_set():
             try:
                 for message in poller.poll():
                     self.admitter.admit_telegram(platform, self.bot, message)
                     poller.confirm(message.update_id)  # only after the admission committed
+                    outage.answered()
                 backoff = POLL_BACKOFF_SECONDS[0]
                 continue
             except BotUnauthorized as exc:
@@ -118,10 +121,15 @@ class TelegramListener(Listener):
             except PollConflict as exc:
                 wait = backoff
                 log.warning("platform %s: %s; again in %.1fs", platform.name, exc, wait)
-            except Exception:
+            except Exception as exc:
                 # An admission that failed is not confirmed: the next poll serves it again.
                 wait = backoff
-                log.exception("platform %s: admission failed; again in %.1fs", platform.name, wait)
+                if store_away(exc):  # one line per outage, not a traceback per poll
+                    outage.failed(exc)
+                else:
+                    log.exception(
+                        "platform %s: admission failed; again in %.1fs", platform.name, wait
+                    )
             backoff = min(POLL_BACKOFF_SECONDS[1], backoff * 2)
             self._stop.wait(wait)
 

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 
+from oncewire.gateway.outage import store_away
 from oncewire.replies import ReplyEngine
 
 __all__ = ["Previewer"]
@@ -92,9 +93,12 @@ class Previewer:
             self._in_flight = True
             try:
                 result = self.engine.preview(self.reply_id, text)
-            except Exception:
+            except Exception as exc:
                 # A preview is a courtesy: the committed answer's delivery repairs the screen.
-                log.exception("preview of reply %s failed; previews stop", self.reply_id)
+                if store_away(exc):  # the store is away: the loops' outage lines say so
+                    log.warning("preview of reply %s stopped: %s", self.reply_id, exc)
+                else:
+                    log.exception("preview of reply %s failed; previews stop", self.reply_id)
                 return
             finally:
                 self._in_flight = False
