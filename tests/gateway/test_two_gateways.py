@@ -27,7 +27,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.inbound import InboundState
-from oncewire.replies import TELEGRAM_LIKE, ReplyState
+from oncewire.replies import TELEGRAM_LIKE, OpState, ReplyState
 from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import FakeOpenAI, PlatformFakeProcess
 from tests.support.pg import fresh_schema, server_url
@@ -274,6 +274,20 @@ def test_the_standby_takes_both_bots_over_after_a_sigkill_mid_turn(
         return all(len(bot.shown()) == 1 for bot in r.bots.values())
 
     wait_for(both_previewed, timeout=60, what="a preview in both chats, their streams stalled")
+
+    def previews_recorded() -> bool:
+        # The fake shows a send before its answer reaches the gateway: killed in between, the
+        # send's outcome is unknown and the answer is rightly resent marked. This test is about
+        # a turn whose preview is on record, so it kills only once both acks are.
+        with r.ledger() as ledger:
+            replies = [ledger.replies.for_inbound(i) for i in (1, 2)]
+            return all(
+                reply is not None
+                and any(op.state is OpState.ACKED for op in ledger.replies.ops(reply.id))
+                for reply in replies
+            )
+
+    wait_for(previews_recorded, timeout=30, what="both previews' sends acknowledged in the store")
     with r.ledger() as ledger:
         runs = [ledger.runs.get(f"turn:{i}") for i in (1, 2)]
     assert [(run.status, pid_of(run.owner)) for run in runs] == [("running", a.process.pid)] * 2
