@@ -49,7 +49,7 @@ class RawDatabase:
         names = (
             "id, key, kind, payload, digest, state, attempts, max_attempts, not_before, deadline, "
             "fence, lease_owner, lease_expires_at, maybe_sent, result, last_error, created_at, "
-            "updated_at"
+            "updated_at, recoveries, started_fence"
         )
         rows = self.query(f"SELECT {names} FROM oncewire_effects WHERE key = ?", (key,))
         assert len(rows) == 1, f"expected one row for {key!r}, found {len(rows)}"

@@ -133,9 +133,10 @@ def test_released_claims_write_lease_expired_and_owner_died_rows(
     assert (died_row.outcome, died_row.owner, died_row.state, died_row.fence) == (
         "owner_died",
         "w9",
-        EffectState.DEAD,  # its only attempt is used up
+        EffectState.UNCERTAIN,  # a recovery, not one of its max_attempts=1
         claim.fence,
     )
+    assert (died_after.attempts, died_after.recoveries) == (0, 1)
     assert died_row.error == died_after.last_error
     assert raw.count("oncewire_attempts") == 2
     assert store.release_claims(now=T0 + 120, dead_owners=["w9"]) == 0

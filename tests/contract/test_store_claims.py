@@ -265,8 +265,15 @@ def test_an_expired_lease_is_released_as_uncertain(
     # It keeps its place in line: due since T0, it is claimed before later arrivals.
     assert (row["not_before"], row["updated_at"]) == (T0, T0 + 11)
     assert raw.effect_row("alive")["state"] == "claimed"
+    # A recovery, not an attempt: the next claim is attempt 1 again, a redelivery, alone.
+    assert (row["attempts"], row["recoveries"]) == (0, 1)
     (again,) = arrange.claim(owner="w3", now=T0 + 11, kinds=None)
-    assert (again.key, again.redelivery, again.attempt) == ("expired", True, 2)
+    assert (again.key, again.redelivery, again.attempt, again.recoveries) == (
+        "expired",
+        True,
+        1,
+        1,
+    )
 
 
 def test_a_dead_owners_claims_are_released_before_their_lease_ends(
@@ -283,16 +290,23 @@ def test_a_dead_owners_claims_are_released_before_their_lease_ends(
     assert raw.effect_row("b")["state"] == "claimed"
 
 
-def test_a_released_claim_without_attempts_left_is_dead(
+def test_a_released_claim_without_recoveries_left_is_dead(
     store: Store, raw: RawDatabase, arrange: Arrange
 ) -> None:
     arrange.add("k", max_attempts=1)
     arrange.claim(now=T0, lease_seconds=10)
-    assert store.release_claims(now=T0 + 11) == 1
+    assert store.release_claims(now=T0 + 11, max_recoveries=2) == 1
+    assert raw.effect_row("k")["state"] == "uncertain"  # max_attempts=1 does not bound it
+    arrange.claim(now=T0 + 11, lease_seconds=10)
+    assert store.release_claims(now=T0 + 22, max_recoveries=2) == 1
     row = raw.effect_row("k")
     assert row["state"] == "dead"
     assert row["maybe_sent"] == 1
-    assert row["last_error"] == "out of attempts (1); the outcome of the last attempt is unknown"
+    assert (row["attempts"], row["recoveries"]) == (0, 2)
+    assert row["last_error"] == (
+        "its dispatcher died or lost its lease while its sink ran, 2 times; the outcome of the "
+        "last attempt is unknown"
+    )
 
 
 def test_a_released_claim_past_its_deadline_is_dead(

@@ -25,6 +25,7 @@ import math
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, OncewireError, StorageError
 from oncewire.core.ids import owner_is_dead_locally, this_process_owner
 from oncewire.core.observe import ATTEMPT, CLAIMED, LISTENERS, RELEASED, emit
-from oncewire.dispatch import settling
+from oncewire.dispatch import marking, settling
 from oncewire.dispatch.reporting import (
     DispatchStats,
     count_settled,
@@ -155,6 +156,11 @@ class Dispatcher:
         self._inflight_lock = threading.Lock()
         self._runner: SinkRunner | None = None
         self._calls: dict[int, Call] = {}  # submitted and not yet resolved, by call id
+        # Calls whose claims are not yet recorded as starting: held back from the runner until
+        # a store step records them (marking.py says why and how many at a time).
+        self._unmarked: deque[Call] = deque()
+        self._waves = marking.Waves(concurrency, batch_size)  # how many to record at once
+        self._suspects: set[int] = set()  # claims an owner died on, in flight: claimed alone
         self._finished: list[Settlement] = []  # resolved, not yet recorded
         self._first_finished: float | None = None  # time.monotonic() of the oldest of those
         self._warned_kinds: set[str] = set()
@@ -215,6 +221,8 @@ class Dispatcher:
             self._runner.close()
             self._runner = None
             self._calls.clear()
+            self._unmarked.clear()
+            self._suspects.clear()
             self._finished = []
             self._first_finished = None
             with self._inflight_lock:
@@ -277,7 +285,7 @@ class Dispatcher:
                     self._sleep_until_due(backlog.next_due)
                     continue
                 room = now >= next_claim and self._has_room()
-                if linger_over or room:
+                if linger_over or room or self._mark_due():
                     claims = self._store_step(claim=room)
                     failing_since = None
                     if room and not claims:
@@ -310,9 +318,10 @@ class Dispatcher:
                     return
 
     def _has_room(self) -> bool:
-        """Every call submitted has started and a sink slot is free: more work can start."""
+        """Every call claimed has started and a sink slot is free: more work can start. Not
+        while a suspect runs: claimed alone, it must stay alone until it is settled."""
         assert self._runner is not None
-        return self._runner.has_room()
+        return not self._unmarked and not self._suspects and self._runner.has_room()
 
     def _next_timeout(self) -> float:
         """Seconds until the first running call times out (a poll interval at most)."""
@@ -326,23 +335,35 @@ class Dispatcher:
         return max(wait, 0.0)
 
     def _store_step(self, *, claim: bool) -> list[Claim]:
-        """Record what finished and, with ``claim``, claim the next batch: one transaction."""
+        """Record what finished, record the next wave of held calls as starting and, with
+        ``claim``, claim the next batch: one transaction."""
+        assert self._runner is not None
         settlements = self._finished
         if settlements:
             AFTER_SINK_BEFORE_RECORD.hit()
-        applied, claims = self.ledger.store.settle_and_claim(
+        size = self._waves.size
+        wave = marking.take_wave(self._unmarked, size) if self._mark_due() else []
+        began = time.monotonic()
+        step = self.ledger.store.dispatch_step(
             settlements,
             owner=self.owner,
             now=self.clock.now(),
             lease_seconds=self.lease_seconds,
             limit=self.batch_size if claim else 0,
             kinds=self.kinds,
+            starting=[(c.id, c.fence) for call in wave for c in call.claims],
+            mark=size,
         )
+        if wave:  # what recording a wave costs, not a first claim's or a big settlement's
+            self._waves.commit_took(time.monotonic() - began)
         self._finished = []
         self._first_finished = None
         if settlements:
-            count_settled(self.stats, settlements, applied)
+            count_settled(self.stats, settlements, step.applied)
             AFTER_RECORD.hit()
+        if wave:
+            self._release_wave(wave, step.started)
+        claims = step.claims
         if claims:
             self.stats.batches += 1
             self.stats.claimed += len(claims)
@@ -362,28 +383,69 @@ class Dispatcher:
 
     # -- calling sinks -----------------------------------------------------------------------
     def _start(self, claims: Sequence[Claim]) -> None:
+        """Call the sinks of the claims recorded as starting; hold the others back until a
+        store step records them (:meth:`_store_step`)."""
         assert self._runner is not None
         with self._inflight_lock:
             for claim in claims:
                 self._inflight[claim.id] = claim.fence
-        by_kind: dict[str, list[tuple[Claim, Attempt]]] = {}
+        by_kind: dict[tuple[bool, str], list[tuple[Claim, Attempt]]] = {}
         for claim in claims:
+            if claim.recoveries:
+                self._suspects.add(claim.id)
             try:
                 attempt = self._attempt_of(claim)
             except Exception as exc:  # a row written by hand or by an older version
                 self._resolve([claim], [settling.undecodable(exc)], None)
                 continue
-            by_kind.setdefault(claim.kind, []).append((claim, attempt))
+            by_kind.setdefault((claim.started, claim.kind), []).append((claim, attempt))
         calls: list[Call] = []
-        for kind, group in by_kind.items():
+        held: list[Call] = []
+        for (started, kind), group in by_kind.items():
             spec = self.specs[kind]
+            into = calls if started else held
             if spec.batch is not None and (len(group) > 1 or spec.call is None):
-                calls.append(Call(spec, [c for c, _ in group], [a for _, a in group], batch=True))
+                into.append(Call(spec, [c for c, _ in group], [a for _, a in group], batch=True))
             else:
-                calls.extend(Call(spec, [c], [a], batch=False) for c, a in group)
-        for call in calls:
+                into.extend(Call(spec, [c], [a], batch=False) for c, a in group)
+        for call in (*calls, *held):
             self._calls[call.id] = call
+        self._unmarked.extend(held)
         self._runner.submit(calls)
+
+    def _mark_due(self) -> bool:
+        """Few enough recorded calls wait in the runner that the next wave should be recorded
+        now, while those run (so the runner seldom waits for a commit)."""
+        assert self._runner is not None
+        return bool(self._unmarked) and self._runner.waiting() < self._waves.size
+
+    def _release_wave(self, wave: Sequence[Call], started: set[int]) -> None:
+        """Hand the calls of a recorded wave to the runner; drop the claims the store would not
+        record (released or cancelled meanwhile: someone else's now, never to be called)."""
+        assert self._runner is not None
+        ready: list[Call] = []
+        for call in wave:
+            kept, lost = marking.split(call, started)
+            if lost:
+                self._calls.pop(call.id, None)
+                log.warning(
+                    "claim(s) of %s lost before their sink was called; not calling it: %s",
+                    call.spec.kind,
+                    shown([claim.key for claim in lost]),
+                )
+                self._forget(lost)
+                if kept is not None:
+                    self._calls[kept.id] = kept
+            if kept is not None:
+                ready.append(kept)
+        self._runner.submit(ready)
+
+    def _forget(self, claims: Sequence[Claim]) -> None:
+        with self._inflight_lock:
+            for claim in claims:
+                self._inflight.pop(claim.id, None)
+        for claim in claims:
+            self._suspects.discard(claim.id)
 
     def _attempt_of(self, claim: Claim) -> Attempt:
         payload = loads(claim.payload_json)
@@ -434,6 +496,8 @@ class Dispatcher:
     def _completed(self, call: Call) -> None:
         if self._calls.pop(call.id, None) is None:
             return  # already resolved (timed out, or left behind)
+        if call.started_at is not None and call.finished_at is not None:
+            self._waves.call_took(call.finished_at - call.started_at)
         if call.error is not None:
             what = "batch sink" if call.batch else "sink"
             verdicts = [settling.raised(call.error, what)] * len(call.claims)
@@ -512,14 +576,14 @@ class Dispatcher:
             say_attempt(claim, verdict, item, started_at, finished_at)
         if self._first_finished is None:
             self._first_finished = time.monotonic()
-        with self._inflight_lock:
-            for claim in claims:
-                self._inflight.pop(claim.id, None)
+        self._forget(claims)
 
     # -- stopping ----------------------------------------------------------------------------
     def _stopping(self, grace: float) -> None:
         assert self._runner is not None
-        self._not_started(self._runner.take_unstarted())
+        held = list(self._unmarked)
+        self._unmarked.clear()
+        self._not_started([*self._runner.take_unstarted(), *held])
         say_stopping(grace, [key for call in self._calls.values() for key in call.keys])
 
     def _leave(self, why: str) -> None:
@@ -527,6 +591,8 @@ class Dispatcher:
         assert self._runner is not None
         left = abandon_running(self._runner, self._calls.values())
         self._calls.clear()
+        self._unmarked.clear()
+        self._suspects.clear()
         with self._inflight_lock:
             self._inflight.clear()
         self.stats.abandoned += len(left)
@@ -541,7 +607,9 @@ class Dispatcher:
             for owner in store.lease_holders()
             if owner != self.owner and owner_is_dead_locally(owner)
         ]
-        released = store.release_claims(now=now, dead_owners=dead)
+        released = store.release_claims(
+            now=now, dead_owners=dead, max_recoveries=self.retry.max_recoveries
+        )
         released += store.expire_deadlines(now)
         if released:
             log.info("released %d claim(s) (dead owners: %s)", released, dead or "none")

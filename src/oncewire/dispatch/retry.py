@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass, field
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.storage.verbs.effects import MAX_RECOVERIES
 
 __all__ = ["RetryPolicy"]
 
@@ -24,12 +25,20 @@ class RetryPolicy:
     not-sent attempt in a row the effect is ``dead`` ("never sent"); a charged attempt or an
     operator's retry starts the count again. An effect with a deadline is bounded by its
     deadline instead.
+
+    ``max_recoveries`` bounds the times a dispatcher may die (or lose its lease) while an
+    effect's sink runs. Such an attempt does not count against ``max_attempts`` (the crash is
+    usually not the effect's fault, and one crash would otherwise charge every effect in
+    flight); at the ``max_recoveries``-th the effect is ``dead`` ("its dispatcher died while its
+    sink ran, N times"). An effect with recoveries is claimed alone, so an effect that kills its
+    process every time uses up only its own.
     """
 
     base_seconds: float = 0.5
     cap_seconds: float = 300.0
     jitter: float = 0.5
     max_not_sent: int = 100
+    max_recoveries: int = MAX_RECOVERIES
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -44,6 +53,10 @@ class RetryPolicy:
             isinstance(self.max_not_sent, int) and self.max_not_sent >= 1
         ):
             raise ConfigurationError("max_not_sent must be a whole number of at least 1")
+        if isinstance(self.max_recoveries, bool) or not (
+            isinstance(self.max_recoveries, int) and self.max_recoveries >= 1
+        ):
+            raise ConfigurationError("max_recoveries must be a whole number of at least 1")
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None and 0 <= retry_after < math.inf:

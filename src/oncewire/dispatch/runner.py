@@ -130,6 +130,10 @@ class SinkRunner:
             and (len(self._running) < self.concurrency)
         )
 
+    def waiting(self) -> int:
+        """Calls submitted that have not started yet."""
+        return len(self._waiting) + len(self._async_waiting)
+
     def timing(self) -> list[Call]:
         """The running calls that have a deadline (see :meth:`Call.deadline`)."""
         with self._lock:

@@ -47,7 +47,8 @@ TERMINAL_STATES = frozenset(
 
 EFFECT_COLUMNS = (
     "id, key, kind, payload, digest, state, attempts, max_attempts, not_before, deadline, fence, "
-    "lease_owner, lease_expires_at, maybe_sent, result, last_error, created_at, updated_at"
+    "lease_owner, lease_expires_at, maybe_sent, result, last_error, created_at, updated_at, "
+    "recoveries, started_fence"
 )
 RECEIPT_COLUMNS = "key, digest, payload, result, created_at, expires_at"
 ATTEMPT_COLUMNS = (
@@ -100,6 +101,11 @@ class Effect:
     last_error: str | None
     created_at: float
     updated_at: float
+    # How many times an owner died (or lost its lease) while this effect's sink ran: bounded
+    # apart from max_attempts, and an effect with any is claimed alone.
+    recoveries: int = 0
+    # The fence of the last claim whose sink call was recorded as starting (0: none).
+    started_fence: int = 0
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Effect:
@@ -123,6 +129,8 @@ class Effect:
             last_error=row[15],
             created_at=row[16],
             updated_at=row[17],
+            recoveries=row[18],
+            started_fence=row[19],
         )
 
     @property
@@ -172,6 +180,7 @@ class Effect:
             "state": str(self.state),
             "attempts": self.attempts,
             "max_attempts": self.max_attempts,
+            "recoveries": self.recoveries,
             "not_before": self.not_before,
             "deadline": self.deadline,
             "fence": self.fence,
@@ -206,11 +215,14 @@ class Claim:
     lease_expires_at: float
     not_sent: int = 0  # not-sent attempts in a row before this one
     traceparent: str | None = None  # the W3C trace context the effect was accepted under
+    recoveries: int = 0  # owners that died while its sink ran: such a claim is claimed alone
+    started: bool = True  # recorded as starting: its sink may be called now
 
     @classmethod
     def from_row(cls, row: Sequence[Any], lease_expires_at: float) -> Claim:
         """A row returned by a claim as ``id, key, kind, payload, attempts, max_attempts, fence,
-        maybe_sent, deadline, not_sent, traceparent``, on any backend."""
+        maybe_sent, deadline, not_sent, traceparent, recoveries, started_fence``, on any
+        backend."""
         return cls(
             id=row[0],
             key=row[1],
@@ -224,6 +236,8 @@ class Claim:
             lease_expires_at=lease_expires_at,
             not_sent=row[9],
             traceparent=row[10],
+            recoveries=row[11],
+            started=row[12] == row[6],
         )
 
 

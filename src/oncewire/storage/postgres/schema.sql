@@ -24,6 +24,8 @@ CREATE TABLE oncewire_effects (
     updated_at       DOUBLE PRECISION NOT NULL,
     not_sent         INTEGER          NOT NULL DEFAULT 0 CHECK (not_sent >= 0), -- in a row; 0004
     traceparent      TEXT, -- the accepting span's W3C traceparent; 0008
+    started_fence    BIGINT           NOT NULL DEFAULT 0 CHECK (started_fence >= 0), -- 0009
+    recoveries       INTEGER          NOT NULL DEFAULT 0 CHECK (recoveries >= 0), -- 0009
     CONSTRAINT oncewire_effects_lease_iff_claimed
         CHECK ((state = 'claimed') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
     CONSTRAINT oncewire_effects_result_only_done CHECK (result IS NULL OR state = 'done')
@@ -34,6 +36,10 @@ CREATE INDEX oncewire_effects_due ON oncewire_effects (not_before, id)
 
 CREATE INDEX oncewire_effects_leases ON oncewire_effects (lease_expires_at)
     WHERE state = 'claimed';
+
+-- Waiting effects an owner died on while their sink ran (0009): claimed first, alone.
+CREATE INDEX oncewire_effects_suspects ON oncewire_effects (not_before, id)
+    WHERE state IN ('pending', 'uncertain') AND recoveries > 0;
 
 -- Wake idle dispatchers when new work commits (delivered at commit, coalesced per transaction).
 CREATE FUNCTION oncewire_notify_effects() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -79,9 +79,12 @@ RETURNING id, fence
 
 -- name: claim
 -- Lease up to :limit due effects (of the kinds given, unless any_kind) to :owner, bumping the
--- fence and the attempt count. Past-deadline effects are not claimed.
+-- fence and the attempt count. Past-deadline effects are not claimed. With :mark the claims are
+-- recorded as starting (started_fence): their sinks are called as soon as this commits; without
+-- it, mark_started must record each one before its sink is called.
 UPDATE oncewire_effects
    SET state = 'claimed', attempts = attempts + 1, fence = fence + 1,
+       started_fence = CASE WHEN :mark THEN fence + 1 ELSE started_fence END,
        lease_owner = :owner, lease_expires_at = :expires_at, updated_at = :now
  WHERE id IN (SELECT id FROM oncewire_effects
                WHERE state IN ('pending', 'uncertain') AND not_before <= :now
@@ -90,7 +93,34 @@ UPDATE oncewire_effects
                ORDER BY not_before, id
                LIMIT :limit)
 RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, deadline, not_sent,
-          traceparent
+          traceparent, recoveries, started_fence
+
+-- name: claim_suspect
+-- Lease the first due effect an owner died on while its sink ran (recoveries > 0), alone and
+-- recorded as starting: if it is what kills its process, it takes nothing else down with it.
+UPDATE oncewire_effects
+   SET state = 'claimed', attempts = attempts + 1, fence = fence + 1, started_fence = fence + 1,
+       lease_owner = :owner, lease_expires_at = :expires_at, updated_at = :now
+ WHERE id IN (SELECT id FROM oncewire_effects
+               WHERE state IN ('pending', 'uncertain') AND recoveries > 0
+                 AND not_before <= :now AND (deadline IS NULL OR deadline >= :now)
+                 AND (:any_kind OR kind {in :kinds})
+               ORDER BY not_before, id
+               LIMIT 1)
+RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, deadline, not_sent,
+          traceparent, recoveries, started_fence
+
+-- name: mark_started
+-- Record that the sinks of the claims (id, fence) still held by :owner are about to be called.
+-- Only a claim returned here may have its sink called: one released or cancelled meanwhile is
+-- someone else's now.
+WITH v (v_id, v_fence) AS ({values :fences bigint, bigint})
+UPDATE oncewire_effects AS e
+   SET started_fence = e.fence
+  FROM v
+ WHERE e.id = v.v_id AND e.fence = v.v_fence AND e.state = 'claimed'
+   AND e.lease_owner = :owner
+RETURNING id
 
 -- name: renew_leases
 -- Extend the leases (id, fence) still held by :owner.
@@ -107,14 +137,30 @@ SELECT DISTINCT lease_owner FROM oncewire_effects WHERE state = 'claimed'
 
 -- name: record_released
 -- The attempt-history rows of the claims release_claims is about to release, written first,
--- while each claim still names its owner (and, on PostgreSQL, locked until the release).
+-- while each claim still names its owner (and, on PostgreSQL, locked until the release). A claim
+-- whose sink was never recorded as starting is 'not_started'.
 INSERT INTO oncewire_attempts ({attempt_columns})
 SELECT id, attempts, fence, lease_owner, maybe_sent,
-       CASE WHEN lease_expires_at < :now THEN 'lease_expired' ELSE 'owner_died' END,
-       CASE WHEN attempts >= max_attempts OR (deadline IS NOT NULL AND deadline < :now)
-            THEN 'dead' ELSE 'uncertain' END,
-       CASE WHEN attempts >= max_attempts
-                 THEN 'out of attempts (' || attempts || '); the outcome of the last attempt is unknown'
+       CASE WHEN started_fence <> fence THEN 'not_started'
+            WHEN lease_expires_at < :now THEN 'lease_expired' ELSE 'owner_died' END,
+       CASE WHEN deadline IS NOT NULL AND deadline < :now THEN 'dead'
+            WHEN started_fence <> fence
+                 THEN CASE WHEN maybe_sent THEN 'uncertain' ELSE 'pending' END
+            WHEN recoveries + 1 >= :max_recoveries THEN 'dead'
+            ELSE 'uncertain' END,
+       CASE WHEN started_fence <> fence AND deadline IS NOT NULL AND deadline < :now
+                 THEN CASE WHEN maybe_sent
+                           THEN 'deadline passed; an earlier attempt may have landed'
+                           ELSE 'deadline passed before delivery' END
+            WHEN started_fence <> fence
+                 THEN 'the claim of ' || lease_owner
+                      || ' was released before its sink was called; not an attempt'
+            WHEN recoveries + 1 >= :max_recoveries AND lease_expires_at < :now
+                 THEN 'its dispatcher died or lost its lease while its sink ran, '
+                      || (recoveries + 1) || ' times; the outcome of the last attempt is unknown'
+            WHEN recoveries + 1 >= :max_recoveries
+                 THEN 'its dispatcher died while its sink ran, ' || (recoveries + 1)
+                      || ' times; the outcome of the last attempt is unknown'
             WHEN deadline IS NOT NULL AND deadline < :now
                  THEN 'deadline passed; the outcome of the last attempt is unknown'
             WHEN lease_expires_at < :now
@@ -127,21 +173,40 @@ SELECT id, attempts, fence, lease_owner, maybe_sent,
 ON CONFLICT (effect_id, fence) DO NOTHING
 
 -- name: release_claims
--- Release claims whose lease expired or whose owner is known dead: the effect may have reached
--- its receiver, so it becomes uncertain (a redelivery next), or dead with no attempts or time
--- left. not_before is kept: it was due then, so it goes back to the head of the line.
+-- Release claims whose lease expired or whose owner is known dead. Only a claim whose sink was
+-- recorded as starting (started_fence = fence) may have reached its receiver: it becomes
+-- uncertain (its next attempt a redelivery) and counts a recovery, not an attempt; at
+-- :max_recoveries it is dead. A claim whose sink was never called gives its attempt back and
+-- goes back as it was (pending, or uncertain if an earlier attempt may have landed). not_before
+-- is kept: it was due then, so it goes back to the head of the line.
 UPDATE oncewire_effects
-   SET state = CASE WHEN attempts >= max_attempts OR (deadline IS NOT NULL AND deadline < :now)
-                    THEN 'dead' ELSE 'uncertain' END,
-       last_error = CASE
-            WHEN attempts >= max_attempts
-                 THEN 'out of attempts (' || attempts || '); the outcome of the last attempt is unknown'
+   SET state = CASE WHEN deadline IS NOT NULL AND deadline < :now THEN 'dead'
+            WHEN started_fence <> fence
+                 THEN CASE WHEN maybe_sent THEN 'uncertain' ELSE 'pending' END
+            WHEN recoveries + 1 >= :max_recoveries THEN 'dead'
+            ELSE 'uncertain' END,
+       last_error = CASE WHEN started_fence <> fence AND deadline IS NOT NULL AND deadline < :now
+                 THEN CASE WHEN maybe_sent
+                           THEN 'deadline passed; an earlier attempt may have landed'
+                           ELSE 'deadline passed before delivery' END
+            WHEN started_fence <> fence
+                 THEN 'the claim of ' || lease_owner
+                      || ' was released before its sink was called; not an attempt'
+            WHEN recoveries + 1 >= :max_recoveries AND lease_expires_at < :now
+                 THEN 'its dispatcher died or lost its lease while its sink ran, '
+                      || (recoveries + 1) || ' times; the outcome of the last attempt is unknown'
+            WHEN recoveries + 1 >= :max_recoveries
+                 THEN 'its dispatcher died while its sink ran, ' || (recoveries + 1)
+                      || ' times; the outcome of the last attempt is unknown'
             WHEN deadline IS NOT NULL AND deadline < :now
                  THEN 'deadline passed; the outcome of the last attempt is unknown'
             WHEN lease_expires_at < :now
                  THEN 'lease of ' || lease_owner || ' expired during attempt ' || attempts
             ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END,
-       maybe_sent = TRUE, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+       maybe_sent = (maybe_sent OR started_fence = fence),
+       recoveries = CASE WHEN started_fence = fence THEN recoveries + 1 ELSE recoveries END,
+       attempts = attempts - 1,
+       lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
  WHERE state = 'claimed' AND (lease_expires_at < :now OR lease_owner {in :dead_owners})
    -- exactly the claims record_released wrote a row for (and, on PostgreSQL, locked): a claim
    -- that started to match between the two statements is left for the next release
@@ -202,7 +267,7 @@ RETURNING {effect_columns}
 -- A deadline that has passed would kill the retry at once: the operator's retry lifts it. A
 -- deadline still ahead stays.
 UPDATE oncewire_effects
-   SET state = 'pending', attempts = 0, not_sent = 0, not_before = :now,
+   SET state = 'pending', attempts = 0, not_sent = 0, recoveries = 0, not_before = :now,
        deadline = CASE WHEN deadline < :now THEN NULL ELSE deadline END,
        last_error = NULL, updated_at = :now
  WHERE id = :id

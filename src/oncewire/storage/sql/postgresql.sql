@@ -16,11 +16,31 @@ WITH due AS (
      {skip_locked})
 UPDATE oncewire_effects AS e
    SET state = 'claimed', attempts = e.attempts + 1, fence = e.fence + 1,
+       started_fence = CASE WHEN :mark THEN e.fence + 1 ELSE e.started_fence END,
        lease_owner = :owner, lease_expires_at = :expires_at, updated_at = :now
   FROM due
  WHERE e.id = due.id
 RETURNING e.id, e.key, e.kind, e.payload, e.attempts, e.max_attempts, e.fence, e.maybe_sent,
-          e.deadline, e.not_sent, e.traceparent
+          e.deadline, e.not_sent, e.traceparent, e.recoveries, e.started_fence
+
+-- name: claim_suspect [postgresql]
+-- SKIP LOCKED, as claim.
+WITH due AS (
+    SELECT id FROM oncewire_effects
+     WHERE state IN ('pending', 'uncertain') AND recoveries > 0
+       AND not_before <= :now AND (deadline IS NULL OR deadline >= :now)
+       AND (:any_kind OR kind {in :kinds})
+     ORDER BY not_before, id
+     LIMIT 1
+     {skip_locked})
+UPDATE oncewire_effects AS e
+   SET state = 'claimed', attempts = e.attempts + 1, fence = e.fence + 1,
+       started_fence = e.fence + 1,
+       lease_owner = :owner, lease_expires_at = :expires_at, updated_at = :now
+  FROM due
+ WHERE e.id = due.id
+RETURNING e.id, e.key, e.kind, e.payload, e.attempts, e.max_attempts, e.fence, e.maybe_sent,
+          e.deadline, e.not_sent, e.traceparent, e.recoveries, e.started_fence
 
 -- name: backlog [postgresql]
 -- One scan with FILTER instead of four subqueries.

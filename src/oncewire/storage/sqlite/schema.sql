@@ -22,6 +22,8 @@ CREATE TABLE oncewire_effects (
     updated_at       REAL    NOT NULL,
     not_sent         INTEGER NOT NULL DEFAULT 0 CHECK (not_sent >= 0), -- in a row; 0004
     traceparent      TEXT, -- the accepting span's W3C traceparent; 0008
+    started_fence    INTEGER NOT NULL DEFAULT 0 CHECK (started_fence >= 0), -- 0009
+    recoveries       INTEGER NOT NULL DEFAULT 0 CHECK (recoveries >= 0), -- 0009
     -- A lease exists exactly while the effect is claimed.
     CHECK ((state = 'claimed') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
     -- Only a done effect carries a result.
@@ -35,6 +37,10 @@ CREATE INDEX oncewire_effects_due ON oncewire_effects (not_before, id)
 -- What lease expiry looks at.
 CREATE INDEX oncewire_effects_leases ON oncewire_effects (lease_expires_at)
     WHERE state = 'claimed';
+
+-- Waiting effects an owner died on while their sink ran (0009): claimed first, alone.
+CREATE INDEX oncewire_effects_suspects ON oncewire_effects (not_before, id)
+    WHERE state IN ('pending', 'uncertain') AND recoveries > 0;
 
 -- The attempt history (0004): one row per attempt closed, written in the transaction that
 -- closes it

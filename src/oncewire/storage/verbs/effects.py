@@ -9,6 +9,7 @@ backlog) or in the driver (how many settlement rows one statement carries).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.errors import EffectNotFound
@@ -24,7 +25,22 @@ from oncewire.storage.records import (
     cancelled_attempt,
 )
 
-__all__ = ["EffectVerbs"]
+__all__ = ["MAX_RECOVERIES", "DispatchStep", "EffectVerbs"]
+
+# How many times an owner may die while an effect's sink runs before the effect is dead: much
+# higher than attempts, because a crash is usually not the effect's fault (DBOS bounds its
+# recoveries the same way).
+MAX_RECOVERIES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchStep:
+    """What :meth:`EffectVerbs.dispatch_step` did."""
+
+    applied: list[bool]  # per settlement: it applied (its claim was still held)
+    started: set[int]  # ids of the ``starting`` claims recorded as starting
+    claims: list[Claim]  # the new claims, the ones recorded as starting first
+
 
 _CANCELLED_ATTEMPT = (
     "effect_id",
@@ -150,21 +166,61 @@ class EffectVerbs:
         limit: int,
         kinds: Sequence[str] | None = None,
     ) -> tuple[list[bool], list[Claim]]:
-        """In one transaction: apply ``settlements``, then claim up to ``limit`` due effects.
+        """In one transaction: apply ``settlements``, then claim up to ``limit`` due effects,
+        every claim recorded as starting (its sink is to be called as soon as this returns).
 
         ``kinds`` limits the claim to effects this worker has sinks for (None: any kind).
 
         Each settlement applies only if its effect is still claimed under its fence; the first
         list says which did. Claiming bumps the fence and the attempt count and leases the
         effect to ``owner`` until ``now + lease_seconds``. Past-deadline effects are not claimed.
+        An effect an owner died on while its sink ran (``recoveries``) is claimed alone, before
+        anything else that is due.
 
         A claimed payload stored around oncewire that is not UTF-8 is returned as undecodable
         text where the driver cannot read it otherwise (:meth:`Driver.tolerant`)."""
+        step = self.dispatch_step(
+            settlements,
+            owner=owner,
+            now=now,
+            lease_seconds=lease_seconds,
+            limit=limit,
+            kinds=kinds,
+            mark=limit,
+        )
+        return step.applied, step.claims
+
+    def dispatch_step(
+        self,
+        settlements: Sequence[Settlement],
+        *,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        kinds: Sequence[str] | None = None,
+        starting: Sequence[tuple[int, int]] = (),
+        mark: int = 0,
+    ) -> DispatchStep:
+        """A dispatcher's one transaction: apply ``settlements``, record the sinks of the
+        claims ``starting`` (id, fence) as about to be called, then claim up to ``limit``.
+
+        A claim's sink may be called only once it is recorded as starting (:attr:`Claim.
+        started`, or its id in :attr:`DispatchStep.started`), because a release counts an
+        attempt, and flags the next one a redelivery, only for a claim so recorded. The first
+        ``mark`` claims of a batch are recorded as starting in the claim itself. A due effect
+        an owner died on while its sink ran is claimed alone (and recorded as starting), so a
+        poison effect that kills its process takes no other effect down with it.
+
+        ``starting`` is fenced like a settlement: a claim released or cancelled meanwhile is
+        left out of :attr:`DispatchStep.started`, and its sink must not be called."""
         return self.db.tolerant(
-            lambda: self._settle_and_claim(settlements, owner, now, lease_seconds, limit, kinds)
+            lambda: self._dispatch_step(
+                settlements, owner, now, lease_seconds, limit, kinds, starting, mark
+            )
         )
 
-    def _settle_and_claim(
+    def _dispatch_step(
         self,
         settlements: Sequence[Settlement],
         owner: str,
@@ -172,26 +228,37 @@ class EffectVerbs:
         lease_seconds: float,
         limit: int,
         kinds: Sequence[str] | None,
-    ) -> tuple[list[bool], list[Claim]]:
+        starting: Sequence[tuple[int, int]],
+        mark: int,
+    ) -> DispatchStep:
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
+        started: set[int] = set()
+        rows: list[Any] = []
         with db.write("settling and claiming effects") as conn:
             applied = self._settle_in_tx(conn, settlements, now) if settlements else []
-            if limit <= 0:
-                return applied, []
-            rows = db.all(
-                conn,
-                q.claim,
-                owner=owner,
-                expires_at=expires,
-                now=now,
-                any_kind=kinds is None,
-                kinds=() if kinds is None else kinds,
-                limit=limit,
-            )
+            for begin in range(0, len(starting), db.values_chunk):
+                chunk = starting[begin : begin + db.values_chunk]
+                marked = db.all(conn, q.mark_started, fences=chunk, owner=owner)
+                started.update(row[0] for row in marked)
+            if limit > 0:
+                scope = {
+                    "owner": owner,
+                    "expires_at": expires,
+                    "now": now,
+                    "any_kind": kinds is None,
+                    "kinds": () if kinds is None else kinds,
+                }
+                rows = db.all(conn, q.claim_suspect, **scope)
+                if not rows:
+                    marked_now = min(max(mark, 0), limit)
+                    if marked_now:
+                        rows = db.all(conn, q.claim, mark=True, limit=marked_now, **scope)
+                    if limit > len(rows):
+                        rows += db.all(conn, q.claim, mark=False, limit=limit - len(rows), **scope)
         claims = [Claim.from_row(row, expires) for row in rows]
-        claims.sort(key=lambda claim: claim.id)
-        return applied, claims
+        claims.sort(key=lambda claim: (not claim.started, claim.id))
+        return DispatchStep(applied, started, claims)
 
     def _settle_in_tx(self, conn: Any, items: Sequence[Settlement], now: float) -> list[bool]:
         """Write the attempt history of each settlement that will apply (read from its claim
@@ -270,16 +337,26 @@ class EffectVerbs:
         """The distinct owners of claimed effects."""
         return [row[0] for row in self.db.read(self.db.queries.lease_holders)]
 
-    def release_claims(self, *, now: float, dead_owners: Sequence[str] = ()) -> int:
+    def release_claims(
+        self,
+        *,
+        now: float,
+        dead_owners: Sequence[str] = (),
+        max_recoveries: int = MAX_RECOVERIES,
+    ) -> int:
         """Release claims whose lease expired or whose owner is known dead.
 
-        A released effect may have reached its receiver: it becomes ``uncertain`` (its next
-        attempt is a redelivery), or ``dead`` when it has no attempts or time left."""
+        A claim whose sink was recorded as starting may have reached its receiver: it becomes
+        ``uncertain`` (its next attempt is a redelivery) and counts one recovery, not an
+        attempt; at ``max_recoveries`` recoveries, or with its deadline passed, it is ``dead``.
+        A claim whose sink was never called gives its attempt back and goes back as it was
+        (``pending``, or ``uncertain`` if an earlier attempt may have landed)."""
         db, q = self.db, self.db.queries
+        scope = {"now": now, "dead_owners": dead_owners, "max_recoveries": max_recoveries}
         with db.write("releasing claims") as conn:
             # The attempt history first, while each claim still names its owner.
-            db.run(conn, q.record_released, now=now, dead_owners=dead_owners)
-            return db.run(conn, q.release_claims, now=now, dead_owners=dead_owners)
+            db.run(conn, q.record_released, **scope)
+            return db.run(conn, q.release_claims, **scope)
 
     def expire_deadlines(self, now: float) -> int:
         """Move waiting effects whose deadline passed to ``dead``."""
@@ -324,7 +401,9 @@ class EffectVerbs:
         with db.write("cancelling an effect") as conn:
             effect = self._locked_effect(conn, key)
             effect.check_cancellable()
-            in_flight = effect.state is EffectState.CLAIMED
+            # Only a claim whose sink was recorded as starting may be in flight: the cancel
+            # bumps the fence, so one not yet started never will be.
+            in_flight = effect.state is EffectState.CLAIMED and effect.started_fence == effect.fence
             if in_flight:
                 reason += f" (while attempt {effect.attempts} was in flight: it may have landed)"
                 row = cancelled_attempt(effect, reason, now)
