@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common import (
+    BUSY_TIMEOUT_MS,
     KIND,
     PRAGMAS,
     effect_key,
@@ -297,6 +298,7 @@ def _claim_and_kill(db: str, count: int) -> dict[str, Any]:
         )
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        started = _started_claims(db)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -305,7 +307,21 @@ def _claim_and_kill(db: str, count: int) -> dict[str, Any]:
             if stream is not None:
                 stream.close()
     _expect("the claiming child's return code", proc.returncode, -signal.SIGKILL)
-    return {"killed_pid": proc.pid, "returncode": proc.returncode}
+    return {"killed_pid": proc.pid, "returncode": proc.returncode, "started_at_kill": started}
+
+
+def _started_claims(db: str) -> int:
+    """Claims the killed child had recorded as starting: only these may have reached the sink,
+    so only these are redelivered (the rest go out as first deliveries)."""
+    conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        row = conn.execute(
+            "SELECT COUNT(*) FROM oncewire_effects"
+            " WHERE state = 'claimed' AND started_fence = fence"
+        ).fetchone()
+        return int(row[0])
+    finally:
+        conn.close()
 
 
 def _dispatch_in_child(db: str, batch_size: int) -> tuple[float, dict[str, Any]]:
@@ -341,10 +357,10 @@ def _from(origin: float, instant: float | None, what: str) -> float:
     return instant - origin
 
 
-def _check_all_done(db: str, count: int, calls: int, redeliveries: int, crashed: bool) -> None:
+def _check_all_done(db: str, count: int, calls: int, redeliveries: int, started: int) -> None:
     _expect("effects by state after the dispatcher", effect_states(db), {"done": count})
     _expect("sink calls", calls, count)
-    _expect("calls flagged as redeliveries", redeliveries, count if crashed else 0)
+    _expect("calls flagged as redeliveries", redeliveries, started)
 
 
 def start_and_recovery(ctx: Context, *, crashed: bool) -> dict[str, Sample]:
@@ -361,7 +377,8 @@ def start_and_recovery(ctx: Context, *, crashed: bool) -> dict[str, Sample]:
         _prepared_pending(ctx, f"{prefix}-process.db")
     spawned, child = _dispatch_in_child(db, ctx.recovery_batch)
     first = child["first_redelivery"] if crashed else child["first_call"]
-    _check_all_done(db, ctx.recovery, child["calls"], child["redeliveries"], crashed)
+    started = killed.get("started_at_kill", 0)
+    _check_all_done(db, ctx.recovery, child["calls"], child["redeliveries"], started)
     common = {
         "effects": ctx.recovery,
         "batch_size": ctx.recovery_batch,
@@ -384,7 +401,8 @@ def start_and_recovery(ctx: Context, *, crashed: bool) -> dict[str, Sample]:
         _prepared_pending(ctx, f"{prefix}-run.db")
     timing = timed_dispatch(db, ctx.recovery_batch)
     first = timing.first_redelivery if crashed else timing.first_call
-    _check_all_done(db, ctx.recovery, timing.calls, timing.redeliveries, crashed)
+    started = killed.get("started_at_kill", 0)
+    _check_all_done(db, ctx.recovery, timing.calls, timing.redeliveries, started)
     common = {
         "effects": ctx.recovery,
         "batch_size": ctx.recovery_batch,

@@ -254,6 +254,7 @@ def test_effects_human_output(store_db: Path) -> None:
         "KIND",
         "STATE",
         "ATTEMPTS",
+        "RECOVERIES",
         "CREATED",
         "UPDATED",
         "LAST_ERROR",

@@ -174,10 +174,12 @@ def test_a_stale_workers_outcome_is_refused_and_the_new_owner_wins(
     assert (b.released, b.done, b.redeliveries) == (1, 1, 1)
     assert [(x.number, x.fence, x.redelivery) for x in b_seen] == [(2, 2, True)]
     effect = ledger.effects.get("k")
-    assert (effect.state, effect.result, effect.attempts, effect.fence) == (
+    # A's lost lease is a recovery, not one of the effect's attempts: B's is the only one.
+    assert (effect.state, effect.result, effect.attempts, effect.recoveries, effect.fence) == (
         EffectState.DONE,
         {"by": "B"},
-        2,
+        1,
+        1,
         2,
     )
 

@@ -81,7 +81,17 @@ def list_effects(
         counts = ledger.effects.counts(kind=kind)
     total = sum(n for s, n in counts.items() if not state or s.value in state)
     table(
-        ["id", "key", "kind", "state", "attempts", "created", "updated", "last_error"],
+        [
+            "id",
+            "key",
+            "kind",
+            "state",
+            "attempts",
+            "recoveries",
+            "created",
+            "updated",
+            "last_error",
+        ],
         [
             (
                 e.id,
@@ -89,6 +99,7 @@ def list_effects(
                 e.kind,
                 e.state,
                 f"{e.attempts}/{e.max_attempts}",
+                e.recoveries,
                 when(e.created_at),
                 when(e.updated_at),
                 e.last_error,

@@ -165,6 +165,7 @@ class Dispatcher:
         self._first_finished: float | None = None  # time.monotonic() of the oldest of those
         self._warned_kinds: set[str] = set()
         self._timeouts = any(spec.timeout_seconds is not None for spec in self.specs.values())
+        self._batching = any(spec.batch is not None for spec in self.specs.values())
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -341,7 +342,8 @@ class Dispatcher:
         settlements = self._finished
         if settlements:
             AFTER_SINK_BEFORE_RECORD.hit()
-        size = self._waves.size
+        # A batch sink is called with the whole batch: its claims all start together.
+        size = self.batch_size if self._batching else self._waves.size
         wave = marking.take_wave(self._unmarked, size) if self._mark_due() else []
         began = time.monotonic()
         step = self.ledger.store.dispatch_step(
@@ -389,7 +391,7 @@ class Dispatcher:
         with self._inflight_lock:
             for claim in claims:
                 self._inflight[claim.id] = claim.fence
-        by_kind: dict[tuple[bool, str], list[tuple[Claim, Attempt]]] = {}
+        by_kind: dict[str, list[tuple[Claim, Attempt]]] = {}
         for claim in claims:
             if claim.recoveries:
                 self._suspects.add(claim.id)
@@ -398,19 +400,22 @@ class Dispatcher:
             except Exception as exc:  # a row written by hand or by an older version
                 self._resolve([claim], [settling.undecodable(exc)], None)
                 continue
-            by_kind.setdefault((claim.started, claim.kind), []).append((claim, attempt))
-        calls: list[Call] = []
-        held: list[Call] = []
-        for (started, kind), group in by_kind.items():
+            by_kind.setdefault(claim.kind, []).append((claim, attempt))
+        formed: list[Call] = []
+        for kind, group in by_kind.items():
             spec = self.specs[kind]
-            into = calls if started else held
             if spec.batch is not None and (len(group) > 1 or spec.call is None):
-                into.append(Call(spec, [c for c, _ in group], [a for _, a in group], batch=True))
+                formed.append(Call(spec, [c for c, _ in group], [a for _, a in group], batch=True))
             else:
-                into.extend(Call(spec, [c], [a], batch=False) for c, a in group)
-        for call in (*calls, *held):
+                formed.extend(Call(spec, [c], [a], batch=False) for c, a in group)
+        calls: list[Call] = []
+        for call in formed:
             self._calls[call.id] = call
-        self._unmarked.extend(held)
+            # A batch call starts all its attempts at once: it waits until all are recorded.
+            if all(claim.started for claim in call.claims):
+                calls.append(call)
+            else:
+                self._unmarked.append(call)
         self._runner.submit(calls)
 
     def _mark_due(self) -> bool:
