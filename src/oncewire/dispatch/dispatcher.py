@@ -1,10 +1,12 @@
 """The dispatcher: claim due effects, call their sinks, record typed outcomes.
 
 One store transaction settles the attempts that finished and claims the next batch, so a steady
-stream costs about one commit per batch. A claim is durable before its sink is called: if this
-process dies mid-call, the claim says so, and the next attempt is flagged a redelivery. A
-dispatcher recognises a dead owner on the same host (pid and start time) at once, and any other
-owner when its lease runs out.
+stream costs about one commit per batch. A claim is recorded as starting before its sink is
+called (:mod:`oncewire.dispatch.marking`: a wave at a time, in those same commits): if this
+process dies mid-call, the store knows which sinks may have run; their next attempts are flagged
+redeliveries and count a recovery, and the claims whose sinks never ran go back as they were.
+A dispatcher recognises a dead owner on the same host (pid and start time) at once, and any
+other owner when its lease runs out.
 
 Sinks never run on the dispatcher's thread (:mod:`oncewire.dispatch.runner`): plain sinks run in
 worker threads, ``async def`` sinks on the dispatcher's event loop. Each outcome is recorded
@@ -346,16 +348,20 @@ class Dispatcher:
         size = self.batch_size if self._batching else self._waves.size
         wave = marking.take_wave(self._unmarked, size) if self._mark_due() else []
         began = time.monotonic()
-        step = self.ledger.store.dispatch_step(
-            settlements,
-            owner=self.owner,
-            now=self.clock.now(),
-            lease_seconds=self.lease_seconds,
-            limit=self.batch_size if claim else 0,
-            kinds=self.kinds,
-            starting=[(c.id, c.fence) for call in wave for c in call.claims],
-            mark=size,
-        )
+        try:
+            step = self.ledger.store.dispatch_step(
+                settlements,
+                owner=self.owner,
+                now=self.clock.now(),
+                lease_seconds=self.lease_seconds,
+                limit=self.batch_size if claim else 0,
+                kinds=self.kinds,
+                starting=[(c.id, c.fence) for call in wave for c in call.claims],
+                mark=size,
+            )
+        except BaseException:
+            self._unmarked.extendleft(reversed(wave))  # still held: recorded at the next step
+            raise
         if wave:  # what recording a wave costs, not a first claim's or a big settlement's
             self._waves.commit_took(time.monotonic() - began)
         self._finished = []
@@ -366,6 +372,7 @@ class Dispatcher:
         if wave:
             self._release_wave(wave, step.started)
         claims = step.claims
+        self._runner.low_water = size if self._unmarked or claims else 0
         if claims:
             self.stats.batches += 1
             self.stats.claimed += len(claims)

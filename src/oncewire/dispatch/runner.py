@@ -120,6 +120,9 @@ class SinkRunner:
         self._async_waiting: deque[Call] = deque()  # guarded by _lock
         self._async_running = 0  # only touched on the loop
         self._async_sinks: dict[int, Any] = {}  # the async sinks called, by id: closed at the end
+        # Starting a call that leaves fewer than this many waiting wakes the dispatcher (a None in
+        # completions), so it can record the next calls as starting while this one runs. 0: never.
+        self.low_water = 0
 
     # -- what the dispatcher looks at -----------------------------------------------------------
     def has_room(self) -> bool:
@@ -184,6 +187,8 @@ class SinkRunner:
             call = waiting.popleft()
             if not call.abandoned:  # left behind before it started: never call its sink
                 self._begin(call, now)
+                if len(self._waiting) + len(self._async_waiting) < self.low_water:
+                    self.completions.put(None)
                 return call
         return None
 
