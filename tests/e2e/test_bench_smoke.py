@@ -205,11 +205,13 @@ def test_quick_postgresql_run_reports_every_figure(tmp_path: Path) -> None:
     assert figures["duplicates_oncewire"]["value"] == 0
     assert duplicates["returncode"] == -9
     assert duplicates["downstream_rows"] == duplicates["effects"] == params["failover"]
-    # Failover: the survivor released and redelivered exactly what the killed worker held.
+    # Failover: the survivor released exactly what the killed worker held, and redelivered
+    # exactly the claims it had recorded as starting (the others' sinks never ran).
     for name in ("failover_same_host", "failover_lease_expiry"):
         details = figures[name]["rounds"][0]
         assert details["held"] > 0, name
-        assert details["released"] == details["redeliveries"] == details["held"], name
+        assert details["released"] == details["held"], name
+        assert details["redeliveries"] == details["started_at_kill"] <= details["held"], name
     assert figures["failover_lease_expiry"]["rounds"][0]["owner_host"] != "this host"
 
     assert _bench_schemas(url) <= before  # every schema the run created was dropped
