@@ -3,6 +3,8 @@ redelivery flags, stale fences and a thread pool."""
 
 from __future__ import annotations
 
+import logging
+import re
 import sqlite3
 import threading
 from collections import defaultdict
@@ -315,3 +317,29 @@ def test_an_outage_longer_than_the_patience_is_raised_and_nothing_is_lost(
     drain(impatient, {"work": again})
     assert again.flags("k") == [True]
     assert impatient.effects.get("k").state is EffectState.DONE
+
+
+def test_each_outage_backs_off_from_the_start(
+    impatient: Ledger, write_lock: WriteLock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that rode out one outage meets the next with its shortest wait, not with the
+    longest its lifetime's count of failures would give."""
+    impatient.accept("k1", "work", {})
+    impatient.accept("k2", "work", {})
+
+    def sink(attempt: Attempt) -> Any:
+        write_lock.take()  # each call makes the database unwritable for a while
+        threading.Timer(0.5, write_lock.release).start()
+        return "landed"
+
+    with caplog.at_level(logging.WARNING, logger="oncewire.dispatch"):
+        dispatcher = drain(impatient, {"work": sink}, storage_patience_seconds=30, batch_size=1)
+    assert [e.state for e in impatient.effects.list()] == [EffectState.DONE] * 2
+    delays = [
+        float(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r"retrying in ([0-9.]+)s", r.getMessage()))
+    ]
+    # Two outages, each of several failures; each starts over at the first step (0.1 s).
+    assert delays.count(0.1) == 2, delays
+    assert dispatcher.stats.storage_errors == len(delays) > 2

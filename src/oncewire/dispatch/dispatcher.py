@@ -240,6 +240,7 @@ class Dispatcher:
         # and bounds how long a dead peer's claims wait: at most a second on the same host.
         reap_every = min(self.lease_seconds / 2, 1.0)
         failing_since: float | None = None
+        failures = 0  # store calls failed in a row, this outage: the backoff's exponent
         stopped_at: float | None = None
         next_claim = -math.inf  # while calls run, when to look for more work again
         while True:
@@ -261,7 +262,7 @@ class Dispatcher:
                         self._leave(f"the grace period of {grace:g}s")
                         return
                     self._collect(min(left, self._next_timeout()))
-                    failing_since = None
+                    failing_since, failures = None, 0
                     continue
                 now = time.monotonic()
                 if now - last_reap >= reap_every:
@@ -275,7 +276,7 @@ class Dispatcher:
                 )
                 if not self._calls:
                     claims = self._store_step(claim=True)
-                    failing_since = None
+                    failing_since, failures = None, 0
                     if claims or self._calls or self._finished:
                         continue
                     if until_idle and self._reap():
@@ -290,7 +291,7 @@ class Dispatcher:
                 room = now >= next_claim and self._has_room()
                 if linger_over or room or self._mark_due():
                     claims = self._store_step(claim=room)
-                    failing_since = None
+                    failing_since, failures = None, 0
                     if room and not claims:
                         next_claim = time.monotonic() + self.poll_seconds
                     continue
@@ -309,10 +310,13 @@ class Dispatcher:
                     raise
                 now = time.monotonic()
                 failing_since = failing_since or now
+                failures += 1
                 self.stats.storage_errors += 1
                 if now - failing_since > self.storage_patience_seconds:
                     raise
-                delay = min(2.0, 0.05 * 2 ** min(self.stats.storage_errors, 6))
+                # Each outage backs off from the start: a worker that rode out one outage
+                # earlier does not meet the next with its longest wait.
+                delay = min(2.0, 0.05 * 2 ** min(failures, 6))
                 log.warning("store unavailable (%s); retrying in %.2fs", exc, delay)
                 deadline = time.monotonic() + delay
                 while not self._abort.is_set() and time.monotonic() < deadline:
