@@ -342,4 +342,4 @@ def test_each_outage_backs_off_from_the_start(
     ]
     # Two outages, each of several failures; each starts over at the first step (0.1 s).
     assert delays.count(0.1) == 2, delays
-    assert dispatcher.stats.storage_errors == len(delays) > 2
+    assert dispatcher.stats.storage_errors == len(delays) >= 2
