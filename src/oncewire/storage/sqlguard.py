@@ -367,7 +367,13 @@ def _check_pragma(statement: Statement) -> None:
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PG_WORD = re.compile(r"[A-Za-z_\u0080-\uffff][A-Za-z0-9_$\u0080-\uffff]*")
+
+
+@lru_cache(maxsize=1)
+def _pg_word() -> re.Pattern[str]:
+    """A PostgreSQL word, compiled on first use: the wide character range takes ~20 ms to
+    compile, which every process that imports the store paid, PostgreSQL or not."""
+    return re.compile(r"[A-Za-z_\u0080-\uffff][A-Za-z0-9_$\u0080-\uffff]*")
 
 
 @lru_cache(maxsize=1024)  # the caller's hot path: the same few statement texts, again and again
@@ -410,7 +416,7 @@ def named_to_pyformat(sql: str) -> str | None:
                 i = start = match.end()
             else:
                 i += 1
-        elif (match := _PG_WORD.match(sql, i)) is not None:
+        elif (match := _pg_word().match(sql, i)) is not None:
             i = match.end()  # a word, so that a '$' inside it opens no dollar quote
         else:
             i += 1
