@@ -1,8 +1,39 @@
-"""sinks: adapters that perform effects."""
+"""sinks: adapters that perform effects.
 
-from oncewire.sinks.http import HttpSink
-from oncewire.sinks.nats import NatsJetStreamSink
-from oncewire.sinks.receipts import ReceiptsSink
-from oncewire.sinks.subprocess import SubprocessSink
+Each sink loads on first use (PEP 562): the HTTP and NATS sinks bring asyncio and email with
+them, and a process that runs only a subprocess sink (the lab starts hundreds) should not pay
+for those.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oncewire.sinks.http import HttpSink
+    from oncewire.sinks.nats import NatsJetStreamSink
+    from oncewire.sinks.receipts import ReceiptsSink
+    from oncewire.sinks.subprocess import SubprocessSink
 
 __all__ = ["HttpSink", "NatsJetStreamSink", "ReceiptsSink", "SubprocessSink"]
+
+_HOME = {
+    "HttpSink": "oncewire.sinks.http",
+    "NatsJetStreamSink": "oncewire.sinks.nats",
+    "ReceiptsSink": "oncewire.sinks.receipts",
+    "SubprocessSink": "oncewire.sinks.subprocess",
+}
+
+if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
+
+    def __getattr__(name: str) -> object:
+        home = _HOME.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # the next lookup is a plain module attribute
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))
