@@ -27,26 +27,25 @@ import math
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from oncewire.core import crash
-from oncewire.core.canonical import loads
 from oncewire.core.clock import Clock
-from oncewire.core.errors import ConfigurationError, OncewireError, StorageError
-from oncewire.core.ids import owner_is_dead_locally, this_process_owner
+from oncewire.core.errors import ConfigurationError, StorageError
+from oncewire.core.ids import this_process_owner
 from oncewire.core.observe import ATTEMPT, CLAIMED, LISTENERS, RELEASED, emit
-from oncewire.dispatch import marking, settling
+from oncewire.dispatch import leases, marking, settling
+from oncewire.dispatch.outage import Outage
 from oncewire.dispatch.reporting import (
     DispatchStats,
+    count_attempt,
     count_settled,
-    say_attempt,
     shown,
     warn_waiting_kinds,
 )
 from oncewire.dispatch.retry import RetryPolicy
-from oncewire.dispatch.runner import Call, SinkRunner
+from oncewire.dispatch.runner import Call, SinkRunner, attempt_of, form_calls
 from oncewire.dispatch.settling import Label, Verdict
 from oncewire.dispatch.sinkspec import SinkSpec, inspect_sinks
 from oncewire.dispatch.stopping import (
@@ -154,20 +153,21 @@ class Dispatcher:
         self._abort = threading.Event()
         self._finished_run = threading.Event()  # the heartbeat renews leases until this is set
         self._wake = threading.Event()
-        self._inflight: dict[int, int] = {}  # effect id -> fence, for lease renewal
-        self._inflight_lock = threading.Lock()
+        self._inflight = leases.InFlight()  # the claims held, for the heartbeat's renewals
         self._runner: SinkRunner | None = None
         self._calls: dict[int, Call] = {}  # submitted and not yet resolved, by call id
         # Calls whose claims are not yet recorded as starting: held back from the runner until
         # a store step records them (marking.py says why and how many at a time).
-        self._unmarked: deque[Call] = deque()
-        self._waves = marking.Waves(concurrency, batch_size)  # how many to record at once
+        self._held = marking.Held(
+            concurrency,
+            batch_size,
+            batching=any(spec.batch is not None for spec in self.specs.values()),
+        )
         self._suspects: set[int] = set()  # claims an owner died on, in flight: claimed alone
         self._finished: list[Settlement] = []  # resolved, not yet recorded
         self._first_finished: float | None = None  # time.monotonic() of the oldest of those
         self._warned_kinds: set[str] = set()
         self._timeouts = any(spec.timeout_seconds is not None for spec in self.specs.values())
-        self._batching = any(spec.batch is not None for spec in self.specs.values())
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -211,7 +211,14 @@ class Dispatcher:
         self._finished_run.clear()
         self._runner = SinkRunner(self.concurrency, self.clock)
         restore = install_signals(self._stop, self.stop, self.abort) if handle_signals else None
-        heartbeat = threading.Thread(target=self._heartbeat, name="oncewire-lease", daemon=True)
+        heartbeat = threading.Thread(
+            target=leases.renew_until,
+            # Renews through the grace period too: attempts still running keep their leases.
+            args=(self._finished_run, self.ledger.store, self._inflight),
+            kwargs={"owner": self.owner, "lease_seconds": self.lease_seconds, "clock": self.clock},
+            name="oncewire-lease",
+            daemon=True,
+        )
         heartbeat.start()
         unsubscribe = self.ledger.store.subscribe(self.wake)
         try:
@@ -224,12 +231,11 @@ class Dispatcher:
             self._runner.close()
             self._runner = None
             self._calls.clear()
-            self._unmarked.clear()
+            self._held.drain()
             self._suspects.clear()
             self._finished = []
             self._first_finished = None
-            with self._inflight_lock:
-                self._inflight.clear()
+            self._inflight.clear()
             if restore is not None:
                 restore()
         return self.stats
@@ -239,8 +245,7 @@ class Dispatcher:
         # Reaping is cheap (a read of the lease holders, an update that usually matches nothing)
         # and bounds how long a dead peer's claims wait: at most a second on the same host.
         reap_every = min(self.lease_seconds / 2, 1.0)
-        failing_since: float | None = None
-        failures = 0  # store calls failed in a row, this outage: the backoff's exponent
+        outage = Outage(self.storage_patience_seconds)
         stopped_at: float | None = None
         next_claim = -math.inf  # while calls run, when to look for more work again
         while True:
@@ -262,21 +267,24 @@ class Dispatcher:
                         self._leave(f"the grace period of {grace:g}s")
                         return
                     self._collect(min(left, self._next_timeout()))
-                    failing_since, failures = None, 0
+                    outage.over()
                     continue
                 now = time.monotonic()
                 if now - last_reap >= reap_every:
                     self._reap()
                     last_reap = now
                 if now - last_kinds >= WAITING_KINDS_EVERY_SECONDS:
-                    self._warn_waiting_kinds()
+                    kinds = self.ledger.store.waiting_kinds()
+                    warn_waiting_kinds(
+                        kinds, handled=self.kinds, warned=self._warned_kinds, clock=self.clock
+                    )
                     last_kinds = now
                 linger_over = self._first_finished is not None and (
                     now - self._first_finished >= SETTLE_LINGER_SECONDS
                 )
                 if not self._calls:
                     claims = self._store_step(claim=True)
-                    failing_since, failures = None, 0
+                    outage.over()
                     if claims or self._calls or self._finished:
                         continue
                     if until_idle and self._reap():
@@ -291,7 +299,7 @@ class Dispatcher:
                 room = now >= next_claim and self._has_room()
                 if linger_over or room or self._mark_due():
                     claims = self._store_step(claim=room)
-                    failing_since, failures = None, 0
+                    outage.over()
                     if room and not claims:
                         next_claim = time.monotonic() + self.poll_seconds
                     continue
@@ -303,20 +311,14 @@ class Dispatcher:
                 wait = min(wait, last_reap + reap_every - now)
                 self._collect(max(wait, 0.0))
             except StorageError as exc:
-                # The database went away (restart, failover, network). Outcomes not yet
-                # recorded are kept and retried: they are fenced, so a retry after a commit
-                # whose answer was lost is refused rather than applied twice.
+                # The database went away (restart, failover, network): outage.py says how
+                # outcomes not yet recorded are kept and retried, and for how long.
                 if not exc.transient:  # a schema, a file or a statement that will not heal
                     raise
-                now = time.monotonic()
-                failing_since = failing_since or now
-                failures += 1
                 self.stats.storage_errors += 1
-                if now - failing_since > self.storage_patience_seconds:
+                delay = outage.failed(time.monotonic())
+                if delay is None:
                     raise
-                # Each outage backs off from the start: a worker that rode out one outage
-                # earlier does not meet the next with its longest wait.
-                delay = min(2.0, 0.05 * 2 ** min(failures, 6))
                 log.warning("store unavailable (%s); retrying in %.2fs", exc, delay)
                 deadline = time.monotonic() + delay
                 while not self._abort.is_set() and time.monotonic() < deadline:
@@ -328,18 +330,13 @@ class Dispatcher:
         """Every call claimed has started and a sink slot is free: more work can start. Not
         while a suspect runs: claimed alone, it must stay alone until it is settled."""
         assert self._runner is not None
-        return not self._unmarked and not self._suspects and self._runner.has_room()
+        return not self._held and not self._suspects and self._runner.has_room()
 
     def _next_timeout(self) -> float:
         """Seconds until the first running call times out (a poll interval at most)."""
-        wait = self.poll_seconds
         if self._timeouts and self._runner is not None:
-            now = time.monotonic()
-            for call in self._runner.timing():
-                deadline = call.deadline()
-                if deadline is not None:
-                    wait = min(wait, deadline - now)
-        return max(wait, 0.0)
+            return self._runner.until_timeout(self.poll_seconds)
+        return self.poll_seconds
 
     def _store_step(self, *, claim: bool) -> list[Claim]:
         """Record what finished, record the next wave of held calls as starting and, with
@@ -348,9 +345,8 @@ class Dispatcher:
         settlements = self._finished
         if settlements:
             AFTER_SINK_BEFORE_RECORD.hit()
-        # A batch sink is called with the whole batch: its claims all start together.
-        size = self.batch_size if self._batching else self._waves.size
-        wave = marking.take_wave(self._unmarked, size) if self._mark_due() else []
+        size = self._held.size
+        wave = self._held.take(self._runner.waiting())
         began = time.monotonic()
         try:
             step = self.ledger.store.dispatch_step(
@@ -364,10 +360,10 @@ class Dispatcher:
                 mark=size,
             )
         except BaseException:
-            self._unmarked.extendleft(reversed(wave))  # still held: recorded at the next step
+            self._held.put_back(wave)  # still held: recorded at the next step
             raise
         if wave:  # what recording a wave costs, not a first claim's or a big settlement's
-            self._waves.commit_took(time.monotonic() - began)
+            self._held.waves.commit_took(time.monotonic() - began)
         self._finished = []
         self._first_finished = None
         if settlements:
@@ -376,7 +372,6 @@ class Dispatcher:
         if wave:
             self._release_wave(wave, step.started)
         claims = step.claims
-        self._runner.low_water = size if self._unmarked or claims else 0
         if claims:
             self.stats.batches += 1
             self.stats.claimed += len(claims)
@@ -392,6 +387,9 @@ class Dispatcher:
                 )
             AFTER_CLAIM.hit()
             self._start(claims)
+        # While calls are held, the runner wakes this thread when it is about to run out of
+        # recorded ones (not otherwise: each wakeup costs this thread a turn per call).
+        self._runner.low_water = size if self._held else 0
         return claims
 
     # -- calling sinks -----------------------------------------------------------------------
@@ -399,41 +397,31 @@ class Dispatcher:
         """Call the sinks of the claims recorded as starting; hold the others back until a
         store step records them (:meth:`_store_step`)."""
         assert self._runner is not None
-        with self._inflight_lock:
-            for claim in claims:
-                self._inflight[claim.id] = claim.fence
-        by_kind: dict[str, list[tuple[Claim, Attempt]]] = {}
+        self._inflight.hold(claims)
+        pairs: list[tuple[Claim, Attempt]] = []
         for claim in claims:
             if claim.recoveries:
                 self._suspects.add(claim.id)
             try:
-                attempt = self._attempt_of(claim)
+                pairs.append((claim, attempt_of(claim)))
             except Exception as exc:  # a row written by hand or by an older version
                 self._resolve([claim], [settling.undecodable(exc)], None)
                 continue
-            by_kind.setdefault(claim.kind, []).append((claim, attempt))
-        formed: list[Call] = []
-        for kind, group in by_kind.items():
-            spec = self.specs[kind]
-            if spec.batch is not None and (len(group) > 1 or spec.call is None):
-                formed.append(Call(spec, [c for c, _ in group], [a for _, a in group], batch=True))
-            else:
-                formed.extend(Call(spec, [c], [a], batch=False) for c, a in group)
+            if claim.redelivery:
+                self.stats.redeliveries += 1
         calls: list[Call] = []
-        for call in formed:
+        for call in form_calls(self.specs, pairs):
             self._calls[call.id] = call
             # A batch call starts all its attempts at once: it waits until all are recorded.
             if all(claim.started for claim in call.claims):
                 calls.append(call)
             else:
-                self._unmarked.append(call)
+                self._held.hold(call)
         self._runner.submit(calls)
 
     def _mark_due(self) -> bool:
-        """Few enough recorded calls wait in the runner that the next wave should be recorded
-        now, while those run (so the runner seldom waits for a commit)."""
         assert self._runner is not None
-        return bool(self._unmarked) and self._runner.waiting() < self._waves.size
+        return self._held.due(self._runner.waiting())
 
     def _release_wave(self, wave: Sequence[Call], started: set[int]) -> None:
         """Hand the calls of a recorded wave to the runner; drop the claims the store would not
@@ -457,27 +445,9 @@ class Dispatcher:
         self._runner.submit(ready)
 
     def _forget(self, claims: Sequence[Claim]) -> None:
-        with self._inflight_lock:
-            for claim in claims:
-                self._inflight.pop(claim.id, None)
+        self._inflight.forget(claims)
         for claim in claims:
             self._suspects.discard(claim.id)
-
-    def _attempt_of(self, claim: Claim) -> Attempt:
-        payload = loads(claim.payload_json)
-        if claim.redelivery:
-            self.stats.redeliveries += 1
-        return Attempt(
-            key=claim.key,
-            kind=claim.kind,
-            payload=payload,
-            # Every call of a sink for this effect, not-sent ones included (they give their
-            # charge back, so claim.attempt can repeat): the fence grows with every claim.
-            number=claim.fence,
-            redelivery=claim.redelivery,
-            fence=claim.fence,
-            deadline=claim.deadline,
-        )
 
     def _collect(self, timeout: float) -> None:
         """Take what finished (waiting up to ``timeout`` for the first), then give up on the
@@ -498,22 +468,15 @@ class Dispatcher:
                 self._completed(item)
         if not self._timeouts:
             return
-        now = time.monotonic()
-        for call in runner.timing():
-            deadline = call.deadline()
-            if (
-                deadline is not None
-                and deadline <= now
-                and call.id in self._calls
-                and runner.abandon(call)
-            ):
+        for call in runner.overdue():
+            if call.id in self._calls and runner.abandon(call):
                 self._timed_out(call)
 
     def _completed(self, call: Call) -> None:
         if self._calls.pop(call.id, None) is None:
             return  # already resolved (timed out, or left behind)
         if call.started_at is not None and call.finished_at is not None:
-            self._waves.call_took(call.finished_at - call.started_at)
+            self._held.waves.call_took(call.finished_at - call.started_at)
         if call.error is not None:
             what = "batch sink" if call.batch else "sink"
             verdicts = [settling.raised(call.error, what)] * len(call.claims)
@@ -579,17 +542,8 @@ class Dispatcher:
             self._finished.append(item)
             if observed:
                 emit(ATTEMPT, settling.observed(claim, verdict, item, self.owner))
-            label = verdict.label
-            if label is Label.DONE:
-                if not info and verdict.result_error is None:
-                    continue  # nothing to count, nothing to say
-            elif label is Label.TIMEOUT:
-                stats.timeouts += 1
-            elif label is Label.ERROR:
-                stats.errors += 1
-            elif label is Label.UNDECODABLE:
-                stats.undecodable += 1
-            say_attempt(claim, verdict, item, started_at, finished_at)
+            if info or verdict.label is not Label.DONE or verdict.result_error is not None:
+                count_attempt(stats, claim, verdict, item, started_at, finished_at)
         if self._first_finished is None:
             self._first_finished = time.monotonic()
         self._forget(claims)
@@ -597,8 +551,7 @@ class Dispatcher:
     # -- stopping ----------------------------------------------------------------------------
     def _stopping(self, grace: float) -> None:
         assert self._runner is not None
-        held = list(self._unmarked)
-        self._unmarked.clear()
+        held = self._held.drain()
         self._not_started([*self._runner.take_unstarted(), *held])
         say_stopping(grace, [key for call in self._calls.values() for key in call.keys])
 
@@ -607,40 +560,26 @@ class Dispatcher:
         assert self._runner is not None
         left = abandon_running(self._runner, self._calls.values())
         self._calls.clear()
-        self._unmarked.clear()
+        self._held.drain()
         self._suspects.clear()
-        with self._inflight_lock:
-            self._inflight.clear()
+        self._inflight.clear()
         self.stats.abandoned += len(left)
         say_left(why, left)
 
     # -- recovery and waiting ----------------------------------------------------------------
     def _reap(self) -> int:
-        store = self.ledger.store
-        now = self.clock.now()
-        dead = [
-            owner
-            for owner in store.lease_holders()
-            if owner != self.owner and owner_is_dead_locally(owner)
-        ]
-        released = store.release_claims(
-            now=now, dead_owners=dead, max_recoveries=self.retry.max_recoveries
+        released, dead = leases.reap(
+            self.ledger.store,
+            owner=self.owner,
+            now=self.clock.now(),
+            max_recoveries=self.retry.max_recoveries,
         )
-        released += store.expire_deadlines(now)
         if released:
             log.info("released %d claim(s) (dead owners: %s)", released, dead or "none")
             self.stats.released += released
             if LISTENERS:
                 emit(RELEASED, {"owner": self.owner, "count": released})
         return released
-
-    def _warn_waiting_kinds(self) -> None:
-        warn_waiting_kinds(
-            self.ledger.store.waiting_kinds(),
-            handled=self.kinds,
-            warned=self._warned_kinds,
-            clock=self.clock,
-        )
 
     def _idle(self, backlog: Backlog) -> bool:
         """Nothing due, uncertain, claimed or waiting for a retry.
@@ -659,17 +598,3 @@ class Dispatcher:
         if wait > 0:
             self.clock.wait(self._wake, wait)
         self._wake.clear()
-
-    def _heartbeat(self) -> None:
-        interval = self.lease_seconds / 3
-        # Renews through the grace period too: attempts still running keep their leases.
-        while not self._finished_run.wait(interval):
-            with self._inflight_lock:
-                fences = list(self._inflight.items())
-            if not fences:
-                continue
-            now = self.clock.now()
-            try:
-                self.ledger.store.renew_leases(self.owner, fences, now + self.lease_seconds, now)
-            except OncewireError as exc:
-                log.warning("lease renewal failed: %s", exc)

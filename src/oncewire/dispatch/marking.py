@@ -25,7 +25,7 @@ from collections.abc import Collection
 from oncewire.dispatch.runner import Call
 from oncewire.storage.records import Claim
 
-__all__ = ["OVERHEAD", "Waves", "split", "take_wave"]
+__all__ = ["OVERHEAD", "Held", "Waves", "split", "take_wave"]
 
 # The share of a wave's sink time its commit may take. The commit runs on the dispatcher's
 # thread while the previous wave's sinks run, so up to this share it delays no sink.
@@ -59,6 +59,48 @@ class Waves:
             return self.batch_size
         rounds = math.ceil(self._commit / OVERHEAD / self._call)
         return max(low, min(self.batch_size, self.concurrency * rounds))
+
+
+class Held:
+    """The calls claimed but not yet recorded as starting, in claim order: held back from the
+    runner until a store step records them, a wave at a time."""
+
+    def __init__(self, concurrency: int, batch_size: int, *, batching: bool) -> None:
+        self.calls: deque[Call] = deque()
+        self.waves = Waves(concurrency, batch_size)  # how many to record at once
+        self._batch_size = batch_size
+        self._batching = batching
+
+    def __bool__(self) -> bool:
+        return bool(self.calls)
+
+    @property
+    def size(self) -> int:
+        """The claims the next store step records as starting, held or newly claimed. A batch
+        sink is called with the whole batch: its claims all start together."""
+        return self._batch_size if self._batching else self.waves.size
+
+    def due(self, waiting: int) -> bool:
+        """Few enough recorded calls are ``waiting`` in the runner that the next wave should be
+        recorded now, while those run (so the runner seldom waits for a commit)."""
+        return bool(self.calls) and waiting < self.waves.size
+
+    def take(self, waiting: int) -> list[Call]:
+        """The next wave to record (:attr:`size` claims), if one is due; else nothing."""
+        return take_wave(self.calls, self.size) if self.due(waiting) else []
+
+    def put_back(self, wave: list[Call]) -> None:
+        """A wave whose store step failed: held again, first in line for the next step."""
+        self.calls.extendleft(reversed(wave))
+
+    def hold(self, call: Call) -> None:
+        self.calls.append(call)
+
+    def drain(self) -> list[Call]:
+        """Every held call, no longer held (the dispatcher stops: none of them will start)."""
+        held = list(self.calls)
+        self.calls.clear()
+        return held
 
 
 def _average(old: float | None, new: float) -> float:

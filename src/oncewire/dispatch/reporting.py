@@ -22,6 +22,7 @@ __all__ = [
     "DispatchStats",
     "Status",
     "StatusSource",
+    "count_attempt",
     "count_settled",
     "read_status",
     "say_attempt",
@@ -64,6 +65,26 @@ def shown(keys: Sequence[str]) -> str:
     """Keys for a log line: the first few, and how many more."""
     more = f" and {len(keys) - _KEYS_SHOWN} more" if len(keys) > _KEYS_SHOWN else ""
     return ", ".join(keys[:_KEYS_SHOWN]) + more
+
+
+def count_attempt(
+    stats: DispatchStats,
+    claim: Claim,
+    verdict: Verdict,
+    item: Settlement,
+    started_at: float | None,
+    finished_at: float,
+) -> None:
+    """Count an attempt that failed, and say any attempt in the log (:func:`say_attempt`).
+    The dispatcher skips the call for an attempt that is done, when INFO is off."""
+    label = verdict.label
+    if label is Label.TIMEOUT:
+        stats.timeouts += 1
+    elif label is Label.ERROR:
+        stats.errors += 1
+    elif label is Label.UNDECODABLE:
+        stats.undecodable += 1
+    say_attempt(claim, verdict, item, started_at, finished_at)
 
 
 def say_attempt(

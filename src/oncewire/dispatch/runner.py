@@ -26,15 +26,17 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncewire.core.canonical import loads
 from oncewire.core.clock import Clock
 from oncewire.dispatch.sinkspec import SinkSpec
 from oncewire.effects.attempt import Attempt
 from oncewire.storage.records import Claim
 
-__all__ = ["Call", "SinkRunner"]
+__all__ = ["Call", "SinkRunner", "attempt_of", "form_calls"]
 
 log = logging.getLogger("oncewire.dispatch")
 
@@ -77,6 +79,37 @@ class Call:
         if timeout is None or self.started_monotonic is None:
             return None
         return self.started_monotonic + timeout
+
+
+def attempt_of(claim: Claim) -> Attempt:
+    """What the sink of ``claim`` is called with; raises if its payload does not decode."""
+    return Attempt(
+        key=claim.key,
+        kind=claim.kind,
+        payload=loads(claim.payload_json),
+        # Every call of a sink for this effect, not-sent ones included (they give their
+        # charge back, so claim.attempt can repeat): the fence grows with every claim.
+        number=claim.fence,
+        redelivery=claim.redelivery,
+        fence=claim.fence,
+        deadline=claim.deadline,
+    )
+
+
+def form_calls(specs: Mapping[str, SinkSpec], pairs: Sequence[tuple[Claim, Attempt]]) -> list[Call]:
+    """The calls for claimed attempts: one per attempt, except that the attempts of a kind
+    whose sink has ``call_batch`` go in one call (a lone one too, if it has no plain call)."""
+    by_kind: dict[str, list[tuple[Claim, Attempt]]] = {}
+    for claim, attempt in pairs:
+        by_kind.setdefault(claim.kind, []).append((claim, attempt))
+    calls: list[Call] = []
+    for kind, group in by_kind.items():
+        spec = specs[kind]
+        if spec.batch is not None and (len(group) > 1 or spec.call is None):
+            calls.append(Call(spec, [c for c, _ in group], [a for _, a in group], batch=True))
+        else:
+            calls.extend(Call(spec, [c], [a], batch=False) for c, a in group)
+    return calls
 
 
 # What the completion queue carries: a finished call, or None (look at the world again).
@@ -141,6 +174,24 @@ class SinkRunner:
         """The running calls that have a deadline (see :meth:`Call.deadline`)."""
         with self._lock:
             return [call for call in self._running.values() if call.started_monotonic is not None]
+
+    def overdue(self) -> list[Call]:
+        """The running calls whose timeout has passed."""
+        now = time.monotonic()
+        return [
+            call
+            for call in self.timing()
+            if (deadline := call.deadline()) is not None and deadline <= now
+        ]
+
+    def until_timeout(self, longest: float) -> float:
+        """Seconds until the first running call times out: ``longest`` at most, 0 at least."""
+        now = time.monotonic()
+        for call in self.timing():
+            deadline = call.deadline()
+            if deadline is not None:
+                longest = min(longest, deadline - now)
+        return max(longest, 0.0)
 
     # -- submitting --------------------------------------------------------------------------
     def submit(self, calls: list[Call]) -> None:
