@@ -6,10 +6,11 @@ A connection the server dropped (restart, ``pg_terminate_backend``) is discarded
 the next call; the error of the call that found it broken reaches the caller as a
 :class:`StorageError`, because a commit whose answer was lost is not known to have failed. A
 read outside a transaction is run again once on a fresh connection; inside one (a read snapshot)
-it is not, because the answer would come from another moment. Errors are translated by SQLSTATE,
-migrations run under an advisory lock, and the PostgreSQL-only forms of statements are in
-``storage/sql/postgresql.sql`` (SKIP LOCKED, FILTER, ``unnest``, the locks concurrent writers
-need).
+it is not, because the answer would come from another moment. Errors are translated by SQLSTATE
+(:mod:`~oncewire.storage.postgres.errors`), migrations run under an advisory lock, a caller's
+own connection is read through :mod:`~oncewire.storage.postgres.caller`, and the
+PostgreSQL-only forms of statements are in ``storage/sql/postgresql.sql`` (SKIP LOCKED, FILTER,
+``unnest``, the locks concurrent writers need).
 """
 
 from __future__ import annotations
@@ -24,15 +25,12 @@ from oncewire.core.errors import (
     ConfigurationError,
     InvalidState,
     SchemaError,
-    StatementError,
-    StorageError,
-    StoreBusy,
-    StoreUnreachable,
-    StoreUnusable,
 )
 from oncewire.storage import migrate as runner
-from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction, Pipeline
+from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline
 from oncewire.storage.inspection import Inspection
+from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
+from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
 from oncewire.storage.sqlguard import check_statement, named_to_pyformat
 
 __all__ = [
@@ -42,30 +40,11 @@ __all__ = [
     "fresh_schema",
     "migrate",
     "migrations",
-    "psycopg",
-    "translate_errors",
-    "translated",
 ]
-
-psycopg: Any
-try:
-    import psycopg
-except ImportError:  # pragma: no cover - exercised only without the extra installed
-    psycopg = None
 
 T = TypeVar("T")
 
 CHANNEL = "oncewire_effects"
-
-# SQLSTATE classes and codes (never the message text).
-_RETRYABLE = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
-_CONNECTION_CLASS = "08"  # connection exception
-_SHUTDOWN = {"57P01", "57P02", "57P03"}  # admin shutdown / crash shutdown / cannot connect now
-# No access, no such database, a read-only server, corrupt data: retrying will not help.
-_UNUSABLE_CLASSES = ("28", "3D", "3F")  # authorization, catalog (database), schema name
-_UNUSABLE = {"42501", "25006", "XX001", "XX002"}  # privilege, read-only, data/index corrupted
-# The statement is wrong: syntax or access rule, data exception, integrity constraint.
-_STATEMENT_CLASSES = ("42", "22", "23", "21", "0A")
 
 _IDLE, _INTRANS, _INERROR = 0, 2, 3  # libpq's PQtransactionStatus
 
@@ -73,41 +52,6 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
 
 _PACKAGE = "oncewire.storage.postgres"
 SCHEMA_LOCK = 0x6F6E6365  # advisory lock key held while migrating ("once")
-
-
-def require_driver() -> Any:
-    if psycopg is None:
-        raise ConfigurationError(
-            "the PostgreSQL backend needs psycopg 3: pip install 'oncewire[postgres]'"
-        )
-    return psycopg
-
-
-def translated(what: str, exc: Exception) -> StorageError:
-    """The error-tree exception for a driver error, by SQLSTATE and class (never its text)."""
-    state = getattr(exc, "sqlstate", None) or ""
-    if state in _RETRYABLE:
-        return StoreBusy(f"{what}: {type(exc).__name__} (SQLSTATE {state})")
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if state.startswith(_CONNECTION_CLASS) or state in _SHUTDOWN:
-        return StoreUnreachable(f"{what}: the database connection failed: {detail}")
-    if state in _UNUSABLE or state.startswith(_UNUSABLE_CLASSES):
-        return StoreUnusable(f"{what}: {detail} (SQLSTATE {state})")
-    if state.startswith(_STATEMENT_CLASSES):
-        return StatementError(f"{what}: the statement was refused: {detail} (SQLSTATE {state})")
-    if not state:
-        # The driver's own checks (wrong number of parameters, a value it cannot adapt) carry
-        # no SQLSTATE, and neither does a connection that failed or broke.
-        if isinstance(
-            exc, psycopg.ProgrammingError | psycopg.DataError | psycopg.NotSupportedError
-        ):
-            return StatementError(f"{what}: the statement was refused: {detail}")
-        return StoreUnreachable(f"{what}: the database connection failed: {detail}")
-    return StorageError(f"{what}: {exc} (SQLSTATE {state})")
-
-
-def translate_errors(what: str) -> ErrorTranslation:
-    return ErrorTranslation(() if psycopg is None else psycopg.Error, translated, what)
 
 
 def connect_timeout_seconds(url: str) -> int:
@@ -182,66 +126,6 @@ fresh_schema = DIALECT.fresh_schema
 
 
 # -- transactions ------------------------------------------------------------------------------
-class _TupleRows:
-    """The caller's connection as oncewire's verbs read it: rows as tuples, whatever
-    ``row_factory`` the caller gave the connection (``dict_row`` is common)."""
-
-    __slots__ = ("_conn",)
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    @property
-    def info(self) -> Any:
-        return self._conn.info
-
-    def execute(self, sql: Any, params: Any = None) -> Any:
-        cursor = self._conn.cursor(row_factory=psycopg.rows.tuple_row)
-        return cursor.execute(sql, params)
-
-
-class _Answered:
-    """A statement's rows, already read: what a verb reads of a cursor."""
-
-    __slots__ = ("rowcount", "rows")
-
-    def __init__(self, rows: list[Any], rowcount: int) -> None:
-        self.rows, self.rowcount = rows, rowcount
-
-    def fetchone(self) -> Any:
-        return self.rows[0] if self.rows else None
-
-    def fetchall(self) -> list[Any]:
-        return self.rows
-
-
-class _AwaitedRows:
-    """The caller's ``psycopg.AsyncConnection`` as oncewire's verbs read it from a thread of
-    their own: each statement is awaited on the connection's event loop through ``run`` (which
-    blocks the verb's thread until it is answered) and its rows are read there, as tuples."""
-
-    __slots__ = ("_conn", "_run")
-
-    def __init__(self, conn: Any, run: Callable[[Any], Any]) -> None:
-        self._conn, self._run = conn, run
-
-    @property
-    def info(self) -> Any:
-        return self._conn.info
-
-    def execute(self, sql: Any, params: Any = None) -> _Answered:
-        conn = self._conn
-
-        async def statement() -> _Answered:
-            cursor = conn.cursor(row_factory=psycopg.rows.tuple_row)
-            await cursor.execute(sql, params)
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            return _Answered(rows, cursor.rowcount)
-
-        answered: _Answered = self._run(statement())
-        return answered
-
-
 class PostgresTransaction(GuardedTransaction):
     """The caller's view of an open PostgreSQL transaction.
 
@@ -552,7 +436,7 @@ class PostgresDriver(Driver):
                 "enter conn.transaction() first; a failed transaction cannot take the effect); "
                 "nothing was written"
             )
-        return PostgresTransaction(_TupleRows(conn), is_open=True)
+        return PostgresTransaction(TupleRows(conn), is_open=True)
 
     def awaited_caller_transaction(
         self, conn: Any, run: Callable[[Any], Any]
@@ -573,7 +457,7 @@ class PostgresDriver(Driver):
                 "enter conn.transaction() first; a failed transaction cannot take the effect); "
                 "nothing was written"
             )
-        return PostgresTransaction(_AwaitedRows(conn, run), is_open=True)
+        return PostgresTransaction(AwaitedRows(conn, run), is_open=True)
 
     # -- statements --------------------------------------------------------------------------
     def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:

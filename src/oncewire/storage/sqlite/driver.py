@@ -3,8 +3,9 @@
 The SQLite backend (:mod:`oncewire.storage.driver`): connecting and the pragmas every connection
 runs with, opening a file (checked before anything changes it, then migrated), the transaction
 the caller shares with oncewire (:class:`SQLiteTransaction`, guarded by
-:mod:`oncewire.storage.sqlguard`), errors translated by SQLite's result code, reads that survive a
-stored text which is not UTF-8, and the group commit that flushes many commits with one fsync.
+:mod:`oncewire.storage.sqlguard`), errors translated by SQLite's result code
+(:mod:`~oncewire.storage.sqlite.errors`), reads that survive a stored text which is not UTF-8,
+and the group commit that flushes many commits with one fsync.
 """
 
 from __future__ import annotations
@@ -21,16 +22,14 @@ from oncewire.core.errors import (
     ConfigurationError,
     InvalidState,
     SchemaError,
-    StatementError,
     StorageError,
-    StoreBusy,
-    StoreFull,
     StoreUnusable,
 )
 from oncewire.storage import migrate as runner
 from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
+from oncewire.storage.sqlite.errors import translate_errors, translated
 
 __all__ = [
     "SCHEMA_TABLE",
@@ -41,41 +40,12 @@ __all__ = [
     "migrations",
     "path_from_url",
     "split_statements",
-    "translate_errors",
-    "translated",
 ]
 
 T = TypeVar("T")
 
 _PACKAGE = "oncewire.storage.sqlite"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-# Primary result codes (extended codes carry them in the low byte).
-_SQLITE_ERROR = 1
-_SQLITE_PERM = 3
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_READONLY = 8
-_SQLITE_CORRUPT = 11
-_SQLITE_FULL = 13
-_SQLITE_CANTOPEN = 14
-_SQLITE_CONSTRAINT = 19
-_SQLITE_MISMATCH = 20
-_SQLITE_AUTH = 23
-_SQLITE_RANGE = 25
-_SQLITE_NOTADB = 26
-
-# Codes that say the file cannot be used as it is: retrying will not help.
-_UNUSABLE = {
-    _SQLITE_PERM: "permission denied",
-    _SQLITE_READONLY: "the database is read-only (file, directory or mount)",
-    _SQLITE_CORRUPT: "the database file is malformed (corrupt)",
-    _SQLITE_CANTOPEN: "cannot open the database file",
-    _SQLITE_AUTH: "access denied",
-    _SQLITE_NOTADB: "the file is not a SQLite database",
-}
-# Codes that say the statement itself is wrong: a programming error, not an outage.
-_STATEMENT = {_SQLITE_ERROR, _SQLITE_CONSTRAINT, _SQLITE_MISMATCH, _SQLITE_RANGE}
 
 
 def path_from_url(url: str) -> str:
@@ -84,37 +54,6 @@ def path_from_url(url: str) -> str:
             rest = url[len(prefix) :]
             return "/" + rest if prefix == "sqlite:///" and not rest.startswith("/") else rest
     return url
-
-
-def translated(what: str, exc: sqlite3.Error, store: str | None = None) -> StorageError:
-    """The error-tree exception for a driver error, by SQLite's result code (never its text).
-
-    ``store`` (the file's path) is named by the errors an operator acts on outside the program:
-    a full disk is one (free space, or move the file), and the message says so.
-    """
-    code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
-    if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        return StoreBusy(f"{what}: the database stayed locked by another writer")
-    if code == _SQLITE_FULL:
-        # SQLite undid the statement (and, on a full disk, may have rolled the whole
-        # transaction back): nothing of this write is in the file.
-        return StoreFull(
-            f"{what}: disk full: SQLite cannot grow {store or 'the database'} (SQLITE_FULL); "
-            "nothing of this write was stored"
-        )
-    if code in _UNUSABLE:
-        return StoreUnusable(f"{what}: {_UNUSABLE[code]}")
-    if code in _STATEMENT or isinstance(
-        exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.IntegrityError
-    ):
-        # Wrong placeholders or parameters (the driver's own check has no result code), a
-        # syntax error, an unknown table, a constraint.
-        return StatementError(f"{what}: the statement was refused: {exc}")
-    return StorageError(f"{what}: {exc}")
-
-
-def translate_errors(what: str) -> ErrorTranslation:
-    return ErrorTranslation(sqlite3.Error, translated, what)
 
 
 def lenient_text(data: bytes) -> str:

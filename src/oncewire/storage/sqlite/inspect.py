@@ -17,8 +17,8 @@ from oncewire.storage.sqlite.driver import (
     SCHEMA_TABLE,
     fresh_schema,
     split_statements,
-    translated,
 )
+from oncewire.storage.sqlite.errors import translated
 
 __all__ = ["inspect"]
 
