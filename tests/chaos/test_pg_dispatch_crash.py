@@ -179,19 +179,26 @@ def _check_stores(outbox: str, downstream: str, keys: list[str]) -> None:
         tickets[key] += 1
     assert dict(tickets) == dict.fromkeys(keys, 1)
 
-    # The attempt history: one done attempt per key, the last; every earlier one possibly
-    # landed (uncertain); a redelivery flag exactly where an earlier attempt may have landed.
-    history: dict[str, list[tuple[int, bool, str]]] = defaultdict(list)
-    for effect_id, fence, redelivery, state in _rows(
-        outbox, "SELECT effect_id, fence, redelivery, state FROM oncewire_attempts ORDER BY fence"
+    # The attempt history: one done attempt per key, the last. Every earlier one possibly
+    # landed (uncertain), or was a claim given back before its sink was called (outcome
+    # not_started: a worker that exited left it). A redelivery flag exactly where an earlier
+    # attempt may have landed.
+    history: dict[str, list[tuple[int, bool, str, str]]] = defaultdict(list)
+    for effect_id, fence, redelivery, state, outcome in _rows(
+        outbox,
+        "SELECT effect_id, fence, redelivery, state, outcome FROM oncewire_attempts ORDER BY fence",
     ):
-        history[key_of[effect_id]].append((fence, redelivery, state))
+        history[key_of[effect_id]].append((fence, redelivery, state, outcome))
     for key in keys:
         attempts = history[key]
         assert [a[2] for a in attempts][-1] == "done", (key, attempts)
-        assert all(a[2] == "uncertain" for a in attempts[:-1]), (key, attempts)
-        for index, (_, redelivery, _) in enumerate(attempts):
-            assert redelivery == (index > 0), (key, attempts)
+        for index, (_, redelivery, state, outcome) in enumerate(attempts):
+            may_have_landed = any(a[3] != "not_started" for a in attempts[:index])
+            assert redelivery == may_have_landed, (key, attempts)
+            if index < len(attempts) - 1:
+                assert state == "uncertain" or outcome == "not_started", (key, attempts)
+                if outcome == "not_started":
+                    assert state == ("uncertain" if may_have_landed else "pending"), attempts
 
     # The calls the receiver saw: after a key's first, every call was flagged; a flagged call
     # came after an earlier attempt of that key.
@@ -241,3 +248,61 @@ def test_four_workers_survive_repeated_postgres_crashes(
         down_seconds=8.0,
         crashes=4,
     )
+
+
+def test_a_worker_gives_up_after_its_storage_patience_and_the_next_one_finishes(
+    pg_cluster: PrivateCluster, outbox: str, downstream: str, tmp_path: Path
+) -> None:
+    """``--storage-patience``: a worker whose store stays down longer than that exits non-zero
+    with one clear line (a supervisor starts another), leaving its claims for recovery; once the
+    server is back, the next worker finishes every effect, each done once."""
+    keys = [f"op-{i:05d}" for i in range(40)]
+    with Ledger(outbox) as ledger, ledger.transaction() as tx:
+        for key in keys:
+            tx.accept(key, "ticket", {"key": key})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_")}
+    env.update(PYTHONUNBUFFERED="1", CHAOS_DOWNSTREAM=downstream, CHAOS_SINK_DELAY="0.1")
+    argv = [
+        sys.executable, "-m", "oncewire", "dispatch", "--db", outbox,
+        "--app", "tests.chaos.app:sinks", "--concurrency", "2", "--batch-size", "8",
+        "--lease-seconds", "5", "--poll-seconds", "0.2", "--status-every", "0",
+    ]  # fmt: skip
+    err = tmp_path / "patient.err"
+    with err.open("w") as stderr:
+        worker = subprocess.Popen(
+            [*argv, "--storage-patience", "2"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        _wait(
+            lambda: _rows(downstream, "SELECT COUNT(*) FROM chaos_tickets")[0][0] >= 8,
+            60,
+            "the first tickets",
+            err,
+        )
+        pg_cluster.crash()
+        crashed = time.monotonic()
+        code = worker.wait(timeout=60)
+        gave_up_after = time.monotonic() - crashed
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=10)
+        if not pg_cluster.running():
+            pg_cluster.start()
+    log = err.read_text()
+    assert code not in (0, -signal.SIGKILL), log[-3000:]
+    assert gave_up_after >= 2.0, log[-3000:]  # not before its patience ran out
+    assert "Traceback" not in log, log[-3000:]
+    assert "store unavailable" in log, log[-3000:]
+    assert "longer than storage_patience_seconds (2s): giving up" in log, log[-3000:]
+    assert _rows(downstream, "SELECT COUNT(*) FROM chaos_tickets")[0][0] < len(keys)
+
+    finished = subprocess.run(
+        [*argv, "--until-idle"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    _check_stores(outbox, downstream, keys)

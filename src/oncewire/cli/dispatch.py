@@ -95,6 +95,7 @@ def _run_one(
     attempt_timeout: float | None,
     grace: float,
     status_every: float = 0.0,
+    storage_patience: float = 60.0,
 ) -> int:
     from oncewire.dispatch import Dispatcher
     from oncewire.ledger import Ledger
@@ -110,6 +111,7 @@ def _run_one(
             poll_seconds=poll_seconds,
             attempt_timeout=attempt_timeout,
             grace_seconds=grace,
+            storage_patience_seconds=storage_patience,
         )
         kinds = ", ".join(sorted(sinks))
         if logformat.current() == "json":  # stderr holds JSON lines only
@@ -346,6 +348,18 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
     "start; in flight, waiting and the oldest waiting one's age in the store), and once at "
     "exit. 0: never.",
 )
+@click.option(
+    "--storage-patience",
+    envvar="ONCEWIRE_STORAGE_PATIENCE",
+    show_envvar=True,
+    type=click.FloatRange(0.0),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="While the store is unreachable, a worker keeps its unrecorded outcomes and retries "
+    "with backoff; after this long it exits non-zero (its supervisor starts another). "
+    "'inf': never give up.",
+)
 @click.option("--until-idle", is_flag=True, help="Drain what is due, then exit.")
 @logformat.log_format_option
 def command(
@@ -359,6 +373,7 @@ def command(
     attempt_timeout: float | None,
     grace: float,
     status_every: float,
+    storage_patience: float,
     until_idle: bool,
 ) -> None:
     """Run dispatchers: claim due effects, call the app's sinks, record their outcomes."""
@@ -378,6 +393,7 @@ def command(
             attempt_timeout,
             grace,
             status_every,
+            storage_patience,
         )
         if code:
             raise click.exceptions.Exit(code)
@@ -398,7 +414,7 @@ def command(
         str(poll_seconds),
     ]
     argv += ["--grace", str(grace), "--log-format", logformat.current()]
-    argv += ["--status-every", str(status_every)]
+    argv += ["--status-every", str(status_every), "--storage-patience", str(storage_patience)]
     if attempt_timeout is not None:
         argv += ["--attempt-timeout", str(attempt_timeout)]
     if until_idle:

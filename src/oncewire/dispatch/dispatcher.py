@@ -318,6 +318,7 @@ class Dispatcher:
                 self.stats.storage_errors += 1
                 delay = outage.failed(time.monotonic())
                 if delay is None:
+                    log.error("%s: giving up", outage.too_long(time.monotonic()))
                     raise
                 log.warning("store unavailable (%s); retrying in %.2fs", exc, delay)
                 deadline = time.monotonic() + delay

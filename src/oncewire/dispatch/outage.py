@@ -30,6 +30,14 @@ class Outage:
         """A store call succeeded: the next failure starts a new outage."""
         self.since, self.failures = None, 0
 
+    def too_long(self, now: float) -> str:
+        """What to say when the worker gives up at ``now``."""
+        lasted = 0.0 if self.since is None else now - self.since
+        return (
+            f"store unavailable for {lasted:.1f}s, longer than storage_patience_seconds "
+            f"({self.patience_seconds:g}s)"
+        )
+
     def failed(self, now: float) -> float | None:
         """Count a failure at ``now`` (time.monotonic); the seconds to wait before trying
         again, or None once the outage has lasted longer than the patience (give up)."""
