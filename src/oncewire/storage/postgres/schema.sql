@@ -259,7 +259,7 @@ CREATE SEQUENCE oncewire_run_events_id_seq;
 -- head, the pin MACed with the key, so that a ledger opened with the key still verifies them
 -- (with the keyless algorithm) and nobody without the key can add or re-hash one.
 CREATE TABLE oncewire_run_key_pins (
-    run_id     TEXT             PRIMARY KEY REFERENCES oncewire_runs (run_id),
+    run_id     TEXT COLLATE "C" PRIMARY KEY REFERENCES oncewire_runs (run_id),
     key_id     TEXT             NOT NULL,
     head_seq   BIGINT           NOT NULL,
     head_hash  TEXT             NOT NULL,
@@ -269,7 +269,7 @@ CREATE TABLE oncewire_run_key_pins (
 
 CREATE TABLE oncewire_run_events (
     id              BIGINT           PRIMARY KEY,
-    run_id          TEXT             NOT NULL REFERENCES oncewire_runs (run_id),
+    run_id          TEXT COLLATE "C" NOT NULL REFERENCES oncewire_runs (run_id),
     scope           TEXT             NOT NULL,
     branch          TEXT             NOT NULL,
     seq             BIGINT           NOT NULL CHECK (seq >= 1),
@@ -293,7 +293,7 @@ CREATE UNIQUE INDEX oncewire_run_events_one_terminal ON oncewire_run_events (run
 
 -- Phases (reviews, repairs): at most one open per run.
 CREATE TABLE oncewire_run_phases (
-    run_id        TEXT             NOT NULL REFERENCES oncewire_runs (run_id),
+    run_id        TEXT COLLATE "C" NOT NULL REFERENCES oncewire_runs (run_id),
     phase_id      TEXT             NOT NULL,
     kind          TEXT             NOT NULL,
     status        TEXT             NOT NULL,
@@ -314,7 +314,7 @@ CREATE UNIQUE INDEX oncewire_run_phases_one_open ON oncewire_run_phases (run_id)
     WHERE status = 'open';
 
 CREATE TABLE oncewire_run_findings (
-    run_id       TEXT NOT NULL REFERENCES oncewire_runs (run_id),
+    run_id       TEXT COLLATE "C" NOT NULL REFERENCES oncewire_runs (run_id),
     finding_id   TEXT COLLATE "C" NOT NULL,
     phase_id     TEXT NOT NULL,
     candidate_id TEXT NOT NULL,
@@ -325,7 +325,7 @@ CREATE TABLE oncewire_run_findings (
 
 -- Tool calls made inside a run: proposed before they run, resolved after.
 CREATE TABLE oncewire_run_actions (
-    run_id            TEXT   NOT NULL REFERENCES oncewire_runs (run_id),
+    run_id            TEXT COLLATE "C" NOT NULL REFERENCES oncewire_runs (run_id),
     action_id         TEXT   NOT NULL,
     phase_id          TEXT,
     kind              TEXT   NOT NULL,
@@ -466,7 +466,7 @@ CREATE TABLE oncewire_run_deliveries (
     scope            TEXT             NOT NULL,
     branch           TEXT             NOT NULL,
     turn             TEXT,
-    run_id           TEXT,
+    run_id           TEXT COLLATE "C",
     content          TEXT             NOT NULL,
     content_sha256   TEXT             NOT NULL,
     manifest         TEXT             NOT NULL,
@@ -506,7 +506,7 @@ CREATE TABLE oncewire_run_reports (
     pass_id     TEXT             NOT NULL,
     subject     TEXT             NOT NULL CHECK (subject IN ('run', 'delivery')),
     subject_id  TEXT             NOT NULL,
-    run_id      TEXT,
+    run_id      TEXT COLLATE "C",
     owner       TEXT             NOT NULL,
     outcome     TEXT             NOT NULL,
     status      TEXT,

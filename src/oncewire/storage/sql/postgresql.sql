@@ -63,3 +63,33 @@ SELECT oncewire_run_scope_lock(:scope, TRUE)
 -- SHARE ROW EXCLUSIVE conflicts with itself and with writers, not with readers. EXPLAIN cannot
 -- plan a LOCK: the statement test runs it instead, in a transaction it rolls back.
 LOCK TABLE oncewire_run_key_pins IN SHARE ROW EXCLUSIVE MODE
+
+-- name: command_context_locked [postgresql]
+-- The head event is read by a LATERAL subquery, planned on its own, that walks the run's
+-- (run_id, seq) index backwards from the head's seq and stops at the first row: in the order
+-- that index gives, no plan can do better, whatever the table's statistics say. Joined
+-- directly, a cached generic plan (psycopg prepares a statement from its fifth run, and
+-- PostgreSQL then keeps one plan) made while the events table was small and not yet analyzed
+-- could read all of the run's events and keep the one whose seq matched, so that each command
+-- on a run took longer with every event until autovacuum analyzed the table. A head event
+-- that is missing still reads as missing: a row of another seq is not the head.
+SELECT {run_columns:r}, {event_columns:h}, {event_columns:p}, {barrier_columns:b}
+  FROM oncewire_runs AS r
+  LEFT JOIN LATERAL (SELECT * FROM oncewire_run_events AS e
+                      WHERE e.run_id = r.run_id AND e.seq <= r.head_seq
+                      ORDER BY e.seq DESC LIMIT 1) AS h ON TRUE
+  LEFT JOIN oncewire_run_events AS p ON p.run_id = r.run_id AND p.idempotency_key = :key
+  LEFT JOIN oncewire_run_barriers AS b ON b.scope = r.scope AND b.state <> 'resolved'
+ WHERE r.run_id = :run_id
+ FOR UPDATE OF r
+
+-- name: command_context [postgresql]
+-- command_context_locked without the lock; the head event read as there.
+SELECT {run_columns:r}, {event_columns:h}, {event_columns:p}, {barrier_columns:b}
+  FROM oncewire_runs AS r
+  LEFT JOIN LATERAL (SELECT * FROM oncewire_run_events AS e
+                      WHERE e.run_id = r.run_id AND e.seq <= r.head_seq
+                      ORDER BY e.seq DESC LIMIT 1) AS h ON TRUE
+  LEFT JOIN oncewire_run_events AS p ON p.run_id = r.run_id AND p.idempotency_key = :key
+  LEFT JOIN oncewire_run_barriers AS b ON b.scope = r.scope AND b.state <> 'resolved'
+ WHERE r.run_id = :run_id
