@@ -257,15 +257,21 @@ def command_traffic(path: Path | str) -> dict[str, dict[str, int]]:
         return seen
 
 
-def command_steps(path: Path | str, chunk: int, seen: dict[str, Any]) -> Iterator[float]:
+def command_steps(
+    path: Path | str, chunk: int, seen: dict[str, Any], analyze_after: int | None = None
+) -> Iterator[float]:
     """Through the public API, actions proposed then resolved on one run: the seconds each
-    ``chunk`` commands take (``chunk`` even), for as long as asked; ``seen``: the pragmas."""
+    ``chunk`` commands take (``chunk`` even), for as long as asked; ``seen``: the pragmas;
+    ``analyze_after``: ANALYZE once that many commands are done."""
     with Ledger(str(path)) as ledger:
         seen.update(pragmas(ledger))
         runs = ledger.runs
         runs.start("bench-run", key="start", scope="bench", owner="bench", lease_seconds=3600)
         i = 0
         while True:
+            if analyze_after is not None and 2 * i >= analyze_after:
+                analyze(ledger)
+                analyze_after = None
             started = time.perf_counter()
             for n in range(i, i + chunk // 2):
                 runs.review.propose_action(
@@ -283,14 +289,26 @@ def command_steps(path: Path | str, chunk: int, seen: dict[str, Any]) -> Iterato
             i += chunk // 2
 
 
-def candidate_steps(path: Path | str, chunk: int) -> Iterator[float]:
+def analyze(ledger: Ledger) -> None:
+    """``ANALYZE``, untimed: the statistics autovacuum gathers on a database in service."""
+    with ledger.store.transaction() as tx:
+        tx.execute("ANALYZE")
+
+
+def candidate_steps(
+    path: Path | str, chunk: int, analyze_after: int | None = None
+) -> Iterator[float]:
     """Through the public API, a new candidate recorded on one run (each command writes its
-    event and the run row, and nothing else): the seconds each ``chunk`` commands take."""
+    event and the run row, and nothing else): the seconds each ``chunk`` commands take;
+    ``analyze_after``: ANALYZE once that many commands are done."""
     with Ledger(str(path)) as ledger:
         runs = ledger.runs
         runs.start("bench-run", key="start", scope="bench", owner="bench", lease_seconds=3600)
         i = 0
         while True:
+            if analyze_after is not None and i >= analyze_after:
+                analyze(ledger)
+                analyze_after = None
             started = time.perf_counter()
             for n in range(i, i + chunk):
                 runs.review.record_candidate(
@@ -450,6 +468,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("commands",),
         help="run the command workloads alone (no verification, no reconciliation)",
     )
+    parser.add_argument(
+        "--analyze-after",
+        type=int,
+        metavar="N",
+        help="ANALYZE (untimed) once each command workload has run N commands, as autovacuum "
+        "does on a database in service; without it the run tables are new and never analyzed",
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -471,8 +496,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"and candidates, {CHUNK} at a time in turn"
             )
             floor_gen = measure_floor(target("floor" + tag), CHUNK)
-            command_gen = command_steps(target("commands" + tag), CHUNK, seen)
-            candidate_gen = candidate_steps(target("candidates" + tag), CHUNK)
+            command_gen = command_steps(target("commands" + tag), CHUNK, seen, args.analyze_after)
+            candidate_gen = candidate_steps(target("candidates" + tag), CHUNK, args.analyze_after)
             spent = {"floor": 0.0, "commands": 0.0, "candidates": 0.0}
             try:
                 for _ in range(n_commands // CHUNK):
@@ -581,6 +606,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.repeat} round(s): medians of per-round values and ratios; bound: the ratio if each "
         "command's one commit cost one floor commit and nothing else cost anything"
+        + (
+            f"; tables analyzed after {args.analyze_after:,} commands"
+            if args.analyze_after is not None
+            else "; tables never analyzed"
+        )
     )
     print("  ".join(h.upper().ljust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
@@ -607,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
                     "commands_ratio_to_floor": ratio,
                     "bound": 1.0,
                     "repeat": args.repeat,
+                    "analyze_after": args.analyze_after,
                     "rounds": rounds,
                     "per_command": counted,
                     "verification": verify,
