@@ -34,15 +34,16 @@ def test_every_query_is_accepted_by_the_database(store: Store) -> None:
     else:
         psycopg = pytest.importorskip("psycopg")
         with psycopg.connect(store.url) as conn:
-            for name, query in rendered.items():
-                text, params = query.render(query.dummy_params())
+            # An {in} list of one value is `= %s`, of any other length `= ANY(%s)`: both forms.
+            for name, query, in_length in [(n, q, k) for n, q in rendered.items() for k in (0, 1)]:
+                text, params = query.render(query.dummy_params(in_length))
                 try:
                     if text.lstrip().upper().startswith("LOCK "):
                         conn.execute(text, params)  # type: ignore[arg-type]
                     else:
                         conn.execute(f"EXPLAIN {text}", params).fetchall()  # type: ignore[arg-type]
                 except psycopg.Error as exc:
-                    failures.append(f"{name}: {exc}")
+                    failures.append(f"{name} ({in_length}): {exc}")
                 conn.rollback()
     assert not failures, "\n".join(failures)
     assert len(rendered) >= 20

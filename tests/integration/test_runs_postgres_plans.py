@@ -51,50 +51,78 @@ def _scans(plan: dict[str, Any], table: str) -> Iterator[dict[str, Any]]:
 
 
 def _prepared(conn: psycopg.Connection[Any], name: str, text: str, params: list[Any]) -> None:
-    """``PREPARE name`` of a rendered statement whose parameters are texts (psycopg's ``%s``
-    become ``$1, $2, ...``), as psycopg prepares it."""
-    assert all(isinstance(value, str) for value in params)
+    """``PREPARE name`` of a rendered statement whose parameters are texts or lists of texts
+    (psycopg's ``%s`` become ``$1, $2, ...``), as psycopg prepares it."""
+    assert all(isinstance(value, str | list) for value in params)
     numbered = iter(range(1, 100))
     body = re.sub(r"%s", lambda _: f"${next(numbered)}", text)
-    types = ", ".join(["text"] * len(params))
+    types = ", ".join("text[]" if isinstance(value, list) else "text" for value in params)
     conn.execute(f"PREPARE {name} ({types}) AS {body}")  # type: ignore[arg-type]
+
+
+def _plan_after_growth(url: str, query: str, params: dict[str, Any], grow: Any) -> dict[str, Any]:
+    """The plan PostgreSQL executes for ``query`` after ``grow(ledger)``, when the generic plan
+    was made before it, on a run with one event and tables never analyzed."""
+    with Ledger(url, clock=ManualClock()) as ledger:
+        ledger.runs.start("run-1", key="start", scope="scope", owner="owner", lease_seconds=3600)
+        text, bound = getattr(ledger.store.db.queries, query).render(params)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            _prepared(conn, "q", text, list(bound))
+            execute = sql.SQL("EXECUTE q ({})").format(sql.SQL(", ").join(map(sql.Literal, bound)))
+            with conn.transaction():
+                conn.execute(execute)  # the generic plan is made now, and kept
+            grow(ledger)
+            with conn.transaction():
+                row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + execute).fetchone()
+    assert row is not None
+    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return dict(document[0]["Plan"])
+
+
+def _read_only_what_they_return(plan: dict[str, Any], table: str, scans: int) -> None:
+    found = list(_scans(plan, table))
+    assert len(found) == scans, json.dumps(plan, indent=1)
+    for scan in found:
+        # At most one row each (the head; none for a key or an id not used), none read and
+        # thrown away.
+        assert scan["Actual Rows"] <= 1, json.dumps(scan, indent=1)
+        assert scan.get("Rows Removed by Filter", 0) == 0, json.dumps(scan, indent=1)
+        assert "Index" in scan["Node Type"], json.dumps(scan, indent=1)
 
 
 @pytest.mark.parametrize("query", ["command_context_locked", "command_context"])
 def test_a_plan_cached_on_a_new_table_reads_one_head_event_of_a_long_run(
     url: str, query: str
 ) -> None:
-    with Ledger(url, clock=ManualClock()) as ledger:
-        runs = ledger.runs
-        runs.start("run-1", key="start", scope="scope", owner="owner", lease_seconds=3600)
-        text, params = getattr(ledger.store.db.queries, query).render(
-            {"run_id": "run-1", "key": "none"}
-        )
-        with psycopg.connect(url, autocommit=True) as conn:
-            # The generic plan, made now, while the run has one event and nothing is analyzed.
-            conn.execute("SET plan_cache_mode = force_generic_plan")
-            _prepared(conn, "ctx", text, list(params))
-            execute = sql.SQL("EXECUTE ctx ({})").format(
-                sql.SQL(", ").join(map(sql.Literal, params))
+    def candidates(ledger: Ledger) -> None:
+        for n in range(EVENTS):
+            ledger.runs.review.record_candidate(
+                "run-1", key=f"c{n}", candidate_id=f"candidate-{n}", **CANDIDATE
             )
-            with conn.transaction():
-                conn.execute(execute)
-            for n in range(EVENTS):
-                runs.review.record_candidate(
-                    "run-1", key=f"c{n}", candidate_id=f"candidate-{n}", **CANDIDATE
-                )
-            with conn.transaction():
-                row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + execute).fetchone()
-    assert row is not None
-    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    plan = document[0]["Plan"]
-    scans = list(_scans(plan, "oncewire_run_events"))
-    assert len(scans) == 2, json.dumps(plan, indent=1)  # the head event and the key's event
-    for scan in scans:
-        # One row read for the head (none for a key not used), none read and thrown away.
-        assert scan["Actual Rows"] <= 1, json.dumps(scan, indent=1)
-        assert scan.get("Rows Removed by Filter", 0) == 0, json.dumps(scan, indent=1)
-        assert "Index" in scan["Node Type"], json.dumps(scan, indent=1)
+
+    plan = _plan_after_growth(url, query, {"run_id": "run-1", "key": "none"}, candidates)
+    _read_only_what_they_return(plan, "oncewire_run_events", 2)  # the head and the key's event
+
+
+def test_a_plan_cached_on_a_new_table_looks_one_action_id_up_in_a_long_run(url: str) -> None:
+    """A proposal checks that its action id is not used yet: one id, looked up, not the run's
+    actions filtered (``{in}`` of one value renders ``= %s``; ``= ANY`` read all 600)."""
+
+    def proposals(ledger: Ledger) -> None:
+        for n in range(EVENTS):
+            ledger.runs.review.propose_action(
+                "run-1",
+                key=f"p{n}",
+                action_id=f"a{n}",
+                kind="write_file",
+                arguments={"path": "notes.txt"},
+                side_effect_class="workspace_write",
+            )
+
+    params = {"run_id": "run-1", "phases": [], "findings": [], "actions": ["a-new"]}
+    plan = _plan_after_growth(url, "used_ids", params, proposals)
+    _read_only_what_they_return(plan, "oncewire_run_actions", 1)
 
 
 def test_every_run_id_compares_bytewise_in_a_new_and_in_a_migrated_store(url: str) -> None:

@@ -60,6 +60,13 @@ def test_in_lists_expand_on_sqlite_and_bind_one_array_on_postgresql() -> None:
         "SELECT x FROM t WHERE k = ANY(%s) AND y = %s",
         (["a", "b"], 3),
     )
+    assert pg.render({"ks": [], "y": 3}) == (
+        "SELECT x FROM t WHERE k = ANY(%s) AND y = %s",
+        ([], 3),
+    )
+    # One value is looked up as one: a cached plan for = ANY of an unknown length may filter.
+    assert pg.render({"ks": ["a"], "y": 3}) == ("SELECT x FROM t WHERE k = %s AND y = %s", ("a", 3))
+    assert pg.render({"ks": ("a", "b"), "y": 4})[0].endswith("= ANY(%s) AND y = %s")
 
 
 def test_values_pad_to_a_power_of_two_on_sqlite_and_unnest_on_postgresql() -> None:

@@ -13,7 +13,12 @@ between the dialects (the rest is the same SQL text):
    ``%s``) bound from keyword arguments in the order they appear; a literal ``%`` is doubled
    for PostgreSQL. ``::`` casts are left alone.
 2. ``{in :xs}`` binds a list: ``IN (?, ?, ...)`` on SQLite (one text per length, cached; an
-   empty list is ``IN (NULL)``, which matches nothing), ``= ANY(%s)`` on PostgreSQL (one plan).
+   empty list is ``IN (NULL)``, which matches nothing), ``= ANY(%s)`` on PostgreSQL, and
+   ``= %s`` there for a list of one. A prepared statement keeps the plan PostgreSQL made at its
+   sixth run, and in a plan made for ``= ANY`` of an array of unknown length it prefers to
+   filter what a leading column finds over looking each value up (10 values, it assumes): made
+   while the tables were new, such a plan reads a whole run's actions to check one id.
+   ``= %s`` is looked up in every plan.
 3. ``{values :rows type, type, ...}`` binds a list of rows as a table: ``VALUES (?, ...), ...``
    on SQLite, padded with rows of NULLs to a power of two so that a few prepared texts serve
    every size, and ``SELECT * FROM unnest(%s::type[], ...)`` on PostgreSQL (one plan, the rows
@@ -110,19 +115,22 @@ class Query:
         self._parts.append(_literal(source[last:], pg))
         self._slots = [part for part in self._parts if isinstance(part, _Slot)]
         lists = any(slot.how != "one" for slot in self._slots)
-        # The text never changes unless SQLite expands a list in it (on PostgreSQL a list is one
-        # parameter); a statement whose parameters are all values binds with one C call.
-        self._text: str | None = None if lists and not pg else self._build(())
+        # The text never changes unless SQLite expands a list in it, or a PostgreSQL {in} list
+        # has one value (a list is one parameter there); a statement whose parameters are all
+        # values binds with one C call.
+        shaped = not pg or any(slot.how == "in" for slot in self._slots)
+        self._text: str | None = None if lists and shaped else self._build(())
         self._fast: tuple[str, Callable[[Mapping[str, Any]], tuple[Any, ...]]] | None = None
         if self._text is not None and not lists:
             self._fast = (self._text, _getter(tuple(slot.name for slot in self._slots)))
 
-    def dummy_params(self) -> dict[str, Any]:
-        """Parameters of the right shape (NULLs, empty or one-row lists) to prepare it with."""
+    def dummy_params(self, in_length: int = 0) -> dict[str, Any]:
+        """Parameters of the right shape (NULLs, ``{in}`` lists of ``in_length`` NULLs, one-row
+        lists) to prepare it with."""
         params: dict[str, Any] = {}
         for slot in self._slots:
-            empty = [] if slot.how == "in" else [(None,) * len(slot.types)]
-            params[slot.name] = None if slot.how == "one" else empty
+            listed = [None] * in_length if slot.how == "in" else [(None,) * len(slot.types)]
+            params[slot.name] = None if slot.how == "one" else listed
         return params
 
     def render(self, params: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
@@ -137,7 +145,9 @@ class Query:
             if slot.how == "one":
                 bound.append(value)
             elif pg and slot.how == "in":
-                bound.append(list(value))
+                values = list(value)
+                shape.append(int(len(values) == 1))
+                bound.append(values[0] if len(values) == 1 else values)
             elif pg:  # one array per column
                 rows = list(value)
                 bound.extend([row[i] for row in rows] for i in range(len(slot.types)))
@@ -159,7 +169,8 @@ class Query:
         return text, tuple(bound)
 
     def _build(self, shape: tuple[int, ...]) -> str:
-        """The text for list lengths ``shape`` (SQLite; PostgreSQL's has none)."""
+        """The text for list lengths ``shape`` (SQLite), or for which ``{in}`` lists hold one
+        value (PostgreSQL)."""
         pg = self.dialect == "postgresql"
         sizes = iter(shape)
         out: list[str] = []
@@ -169,7 +180,7 @@ class Query:
             elif part.how == "one":
                 out.append("%s" if pg else "?")
             elif part.how == "in" and pg:
-                out.append("= ANY(%s)")
+                out.append("= %s" if next(sizes, 0) else "= ANY(%s)")
             elif part.how == "in":
                 size = next(sizes)
                 out.append(f"IN ({', '.join('?' * size)})" if size else "IN (NULL)")
