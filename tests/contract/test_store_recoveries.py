@@ -130,6 +130,27 @@ def test_an_effect_an_owner_died_on_is_claimed_alone_first(
     assert sorted(c.key for c in after.claims) == ["y", "z"]
 
 
+def test_a_batch_never_takes_an_effect_an_owner_died_on(
+    store: Store, raw: RawDatabase, arrange: Arrange
+) -> None:
+    """A dispatcher that does not look for suspects in a step (it looks at least once a
+    second, and whenever it finds nothing else) claims the rest and leaves the suspect alone,
+    even when the suspect is due first."""
+    arrange.add("suspect")
+    arrange.add("y", not_before=T0 + 1)
+    first = store.dispatch_step([], owner="w2", now=T0 + 5, lease_seconds=600.0, limit=1, mark=1)
+    assert [c.key for c in first.claims] == ["suspect"]
+    assert store.release_claims(now=T0 + 6, dead_owners=["w2"]) == 1  # it died in the sink
+    arrange.add("z", not_before=T0 + 2)
+    step = store.dispatch_step(
+        [], owner="w3", now=T0 + 6, lease_seconds=30.0, limit=10, mark=10, suspects=False
+    )
+    assert sorted(c.key for c in step.claims) == ["y", "z"]
+    assert raw.effect_row("suspect")["state"] == "uncertain"
+    alone = store.dispatch_step([], owner="w3", now=T0 + 6, lease_seconds=30.0, limit=10)
+    assert [(c.key, c.recoveries) for c in alone.claims] == [("suspect", 1)]
+
+
 def test_an_operators_retry_gives_the_recoveries_back(
     store: Store, raw: RawDatabase, arrange: Arrange
 ) -> None:

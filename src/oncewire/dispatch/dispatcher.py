@@ -80,6 +80,9 @@ AFTER_RECORD = crash.register(
 SETTLE_LINGER_SECONDS = 0.02
 # How often the dispatcher looks for waiting effects of kinds it has no sink for.
 WAITING_KINDS_EVERY_SECONDS = 60.0
+# How often a busy dispatcher looks for an effect an owner died on (claimed alone; a batch never
+# takes one). An idle one, or one that has just released a dead owner's claims, looks at once.
+SUSPECTS_EVERY_SECONDS = 1.0
 
 
 class Dispatcher:
@@ -164,6 +167,7 @@ class Dispatcher:
             batching=any(spec.batch is not None for spec in self.specs.values()),
         )
         self._suspects: set[int] = set()  # claims an owner died on, in flight: claimed alone
+        self._look_for_suspects_at = 0.0  # time.monotonic() of the next claim_suspect
         self._finished: list[Settlement] = []  # resolved, not yet recorded
         self._first_finished: float | None = None  # time.monotonic() of the oldest of those
         self._warned_kinds: set[str] = set()
@@ -349,6 +353,7 @@ class Dispatcher:
         size = self._held.size
         wave = self._held.take(self._runner.waiting())
         began = time.monotonic()
+        look = claim and began >= self._look_for_suspects_at
         try:
             step = self.ledger.store.dispatch_step(
                 settlements,
@@ -359,6 +364,7 @@ class Dispatcher:
                 kinds=self.kinds,
                 starting=[(c.id, c.fence) for call in wave for c in call.claims],
                 mark=size,
+                suspects=look,
             )
         except BaseException:
             self._held.put_back(wave)  # still held: recorded at the next step
@@ -373,6 +379,9 @@ class Dispatcher:
         if wave:
             self._release_wave(wave, step.started)
         claims = step.claims
+        if look or (claim and not claims):  # after nothing, or a suspect: look first next time
+            again = not claims or claims[0].recoveries > 0
+            self._look_for_suspects_at = 0.0 if again else began + SUSPECTS_EVERY_SECONDS
         if claims:
             self.stats.batches += 1
             self.stats.claimed += len(claims)
@@ -576,6 +585,7 @@ class Dispatcher:
             max_recoveries=self.retry.max_recoveries,
         )
         if released:
+            self._look_for_suspects_at = 0.0
             log.info("released %d claim(s) (dead owners: %s)", released, dead or "none")
             self.stats.released += released
             if LISTENERS:

@@ -79,15 +79,16 @@ RETURNING id, fence
 
 -- name: claim
 -- Lease up to :limit due effects (of the kinds given, unless any_kind) to :owner, bumping the
--- fence and the attempt count. Past-deadline effects are not claimed. With :mark the claims are
--- recorded as starting (started_fence): their sinks are called as soon as this commits; without
--- it, mark_started must record each one before its sink is called.
+-- fence and the attempt count. Past-deadline effects are not claimed, nor those an owner died
+-- on while their sink ran (recoveries > 0): claim_suspect takes those, one at a time. With :mark
+-- the claims are recorded as starting (started_fence): their sinks are called as soon as this
+-- commits; without it, mark_started must record each one before its sink is called.
 UPDATE oncewire_effects
    SET state = 'claimed', attempts = attempts + 1, fence = fence + 1,
        started_fence = CASE WHEN :mark THEN fence + 1 ELSE started_fence END,
        lease_owner = :owner, lease_expires_at = :expires_at, updated_at = :now
  WHERE id IN (SELECT id FROM oncewire_effects
-               WHERE state IN ('pending', 'uncertain') AND not_before <= :now
+               WHERE state IN ('pending', 'uncertain') AND not_before <= :now AND recoveries = 0
                  AND (deadline IS NULL OR deadline >= :now)
                  AND (:any_kind OR kind {in :kinds})
                ORDER BY not_before, id

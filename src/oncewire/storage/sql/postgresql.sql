@@ -8,7 +8,7 @@
 -- same rows.
 WITH due AS (
     SELECT id FROM oncewire_effects
-     WHERE state IN ('pending', 'uncertain') AND not_before <= :now
+     WHERE state IN ('pending', 'uncertain') AND not_before <= :now AND recoveries = 0
        AND (deadline IS NULL OR deadline >= :now)
        AND (:any_kind OR kind {in :kinds})
      ORDER BY not_before, id

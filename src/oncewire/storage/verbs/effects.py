@@ -201,6 +201,7 @@ class EffectVerbs:
         kinds: Sequence[str] | None = None,
         starting: Sequence[tuple[int, int]] = (),
         mark: int = 0,
+        suspects: bool = True,
     ) -> DispatchStep:
         """A dispatcher's one transaction: apply ``settlements``, record the sinks of the
         claims ``starting`` (id, fence) as about to be called, then claim up to ``limit``.
@@ -210,13 +211,15 @@ class EffectVerbs:
         attempt, and flags the next one a redelivery, only for a claim so recorded. The first
         ``mark`` claims of a batch are recorded as starting in the claim itself. A due effect
         an owner died on while its sink ran is claimed alone (and recorded as starting), so a
-        poison effect that kills its process takes no other effect down with it.
+        poison effect that kills its process takes no other effect down with it: with
+        ``suspects``, such an effect is looked for first and, if one is due, claimed alone;
+        without, none is claimed (a batch never takes one).
 
         ``starting`` is fenced like a settlement: a claim released or cancelled meanwhile is
         left out of :attr:`DispatchStep.started`, and its sink must not be called."""
         return self.db.tolerant(
             lambda: self._dispatch_step(
-                settlements, owner, now, lease_seconds, limit, kinds, starting, mark
+                settlements, owner, now, lease_seconds, limit, kinds, starting, mark, suspects
             )
         )
 
@@ -230,6 +233,7 @@ class EffectVerbs:
         kinds: Sequence[str] | None,
         starting: Sequence[tuple[int, int]],
         mark: int,
+        suspects: bool,
     ) -> DispatchStep:
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
@@ -249,7 +253,7 @@ class EffectVerbs:
                     "any_kind": kinds is None,
                     "kinds": () if kinds is None else kinds,
                 }
-                rows = db.all(conn, q.claim_suspect, **scope)
+                rows = db.all(conn, q.claim_suspect, **scope) if suspects else []
                 if not rows:
                     marked_now = min(max(mark, 0), limit)
                     if marked_now:
