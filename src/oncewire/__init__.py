@@ -20,10 +20,10 @@ for (``oncewire.StoreBusy`` raises an ``AttributeError`` naming ``oncewire.error
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from oncewire import errors as errors
+from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:  # what a type checker and an editor see; at run time see _HOME below
     from oncewire.core.errors import (
@@ -174,23 +174,17 @@ _RENAMED: dict[str, str] = {
     "RepliesView": "oncewire.replies.Replies",
 }
 
+
+def _gone(name: str) -> NoReturn:
+    """For a name that left the top level: where it lives now, or what it is called now."""
+    if name in _RENAMED:
+        raise AttributeError(f"oncewire.{name} was renamed: use {_RENAMED[name]}", name=name)
+    if name in _MOVED:
+        raise AttributeError(
+            f"oncewire.{name} is not at the top level: use {_MOVED[name]}", name=name
+        )
+    raise AttributeError(f"module 'oncewire' has no attribute {name!r}", name=name)
+
+
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
-
-    def __getattr__(name: str) -> object:
-        """Load a top-level name on first use; for one that left the top level, say where it
-        lives now, or what it is called now."""
-        home = _HOME.get(name)
-        if home is not None:
-            value = getattr(importlib.import_module(home), name)
-            globals()[name] = value  # the next lookup is a plain module attribute
-            return value
-        if name in _RENAMED:
-            raise AttributeError(f"oncewire.{name} was renamed: use {_RENAMED[name]}", name=name)
-        if name in _MOVED:
-            raise AttributeError(
-                f"oncewire.{name} is not at the top level: use {_MOVED[name]}", name=name
-            )
-        raise AttributeError(f"module 'oncewire' has no attribute {name!r}", name=name)
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = _lazy.names(globals(), _HOME, _gone)

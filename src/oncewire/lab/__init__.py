@@ -10,8 +10,9 @@ on its way to :mod:`oncewire.lab.children`, and needs none of the machinery that
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:
     from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
@@ -19,13 +20,4 @@ if TYPE_CHECKING:
 __all__ = ["LabContext", "ProcessRecord", "ScenarioResult", "Suite"]
 
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
-
-    def __getattr__(name: str) -> object:
-        if name not in __all__:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module("oncewire.lab.framework"), name)
-        globals()[name] = value  # the next lookup is a plain module attribute
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = _lazy.names(globals(), dict.fromkeys(__all__, "oncewire.lab.framework"))

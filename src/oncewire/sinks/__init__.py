@@ -7,8 +7,9 @@ for those.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:
     from oncewire.sinks.http import HttpSink
@@ -26,14 +27,4 @@ _HOME = {
 }
 
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
-
-    def __getattr__(name: str) -> object:
-        home = _HOME.get(name)
-        if home is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(home), name)
-        globals()[name] = value  # the next lookup is a plain module attribute
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = _lazy.names(globals(), _HOME)
