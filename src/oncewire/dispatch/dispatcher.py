@@ -80,9 +80,6 @@ AFTER_RECORD = crash.register(
 SETTLE_LINGER_SECONDS = 0.02
 # How often the dispatcher looks for waiting effects of kinds it has no sink for.
 WAITING_KINDS_EVERY_SECONDS = 60.0
-# How often a busy dispatcher looks for an effect an owner died on (claimed alone; a batch never
-# takes one). An idle one, or one that has just released a dead owner's claims, looks at once.
-SUSPECTS_EVERY_SECONDS = 1.0
 
 
 class Dispatcher:
@@ -166,8 +163,7 @@ class Dispatcher:
             batch_size,
             batching=any(spec.batch is not None for spec in self.specs.values()),
         )
-        self._suspects: set[int] = set()  # claims an owner died on, in flight: claimed alone
-        self._look_for_suspects_at = 0.0  # time.monotonic() of the next claim_suspect
+        self._suspects = leases.Suspects()  # claims an owner died on: claimed alone
         self._finished: list[Settlement] = []  # resolved, not yet recorded
         self._first_finished: float | None = None  # time.monotonic() of the oldest of those
         self._warned_kinds: set[str] = set()
@@ -236,7 +232,7 @@ class Dispatcher:
             self._runner = None
             self._calls.clear()
             self._held.drain()
-            self._suspects.clear()
+            self._suspects.running.clear()
             self._finished = []
             self._first_finished = None
             self._inflight.clear()
@@ -335,7 +331,7 @@ class Dispatcher:
         """Every call claimed has started and a sink slot is free: more work can start. Not
         while a suspect runs: claimed alone, it must stay alone until it is settled."""
         assert self._runner is not None
-        return not self._held and not self._suspects and self._runner.has_room()
+        return not self._held and not self._suspects.running and self._runner.has_room()
 
     def _next_timeout(self) -> float:
         """Seconds until the first running call times out (a poll interval at most)."""
@@ -353,7 +349,7 @@ class Dispatcher:
         size = self._held.size
         wave = self._held.take(self._runner.waiting())
         began = time.monotonic()
-        look = claim and began >= self._look_for_suspects_at
+        look = claim and self._suspects.due(began)
         try:
             step = self.ledger.store.dispatch_step(
                 settlements,
@@ -379,9 +375,8 @@ class Dispatcher:
         if wave:
             self._release_wave(wave, step.started)
         claims = step.claims
-        if look or (claim and not claims):  # after nothing, or a suspect: look first next time
-            again = not claims or claims[0].recoveries > 0
-            self._look_for_suspects_at = 0.0 if again else began + SUSPECTS_EVERY_SECONDS
+        if look or (claim and not claims):
+            self._suspects.stepped(began, claims)
         if claims:
             self.stats.batches += 1
             self.stats.claimed += len(claims)
@@ -411,7 +406,7 @@ class Dispatcher:
         pairs: list[tuple[Claim, Attempt]] = []
         for claim in claims:
             if claim.recoveries:
-                self._suspects.add(claim.id)
+                self._suspects.running.add(claim.id)
             try:
                 pairs.append((claim, attempt_of(claim)))
             except Exception as exc:  # a row written by hand or by an older version
@@ -457,7 +452,7 @@ class Dispatcher:
     def _forget(self, claims: Sequence[Claim]) -> None:
         self._inflight.forget(claims)
         for claim in claims:
-            self._suspects.discard(claim.id)
+            self._suspects.running.discard(claim.id)
 
     def _collect(self, timeout: float) -> None:
         """Take what finished (waiting up to ``timeout`` for the first), then give up on the
@@ -571,7 +566,7 @@ class Dispatcher:
         left = abandon_running(self._runner, self._calls.values())
         self._calls.clear()
         self._held.drain()
-        self._suspects.clear()
+        self._suspects.running.clear()
         self._inflight.clear()
         self.stats.abandoned += len(left)
         say_left(why, left)
@@ -585,7 +580,7 @@ class Dispatcher:
             max_recoveries=self.retry.max_recoveries,
         )
         if released:
-            self._look_for_suspects_at = 0.0
+            self._suspects.look_soon()
             log.info("released %d claim(s) (dead owners: %s)", released, dead or "none")
             self.stats.released += released
             if LISTENERS:

@@ -1,4 +1,5 @@
-"""Leases: this dispatcher's renewed while its sinks run, dead or expired owners' released.
+"""Leases: this dispatcher's renewed while its sinks run, dead or expired owners' released,
+and the effects an owner died on (suspects) claimed alone.
 
 A claim is leased to its dispatcher for ``lease_seconds``. A heartbeat thread renews the leases
 of the claims in flight every third of a lease, so a sink that takes longer than a lease keeps
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from oncewire.core.errors import OncewireError
@@ -90,3 +91,32 @@ def reap(store: Store, *, owner: str, now: float, max_recoveries: int) -> tuple[
     released = store.release_claims(now=now, dead_owners=dead, max_recoveries=max_recoveries)
     released += store.expire_deadlines(now)
     return released, dead
+
+
+# How often a busy dispatcher looks for an effect an owner died on. An idle one, or one that has
+# just released a dead owner's claims or settled such an effect, looks at its next claim.
+SUSPECTS_EVERY_SECONDS = 1.0
+
+
+class Suspects:
+    """Effects an owner died on while their sink ran (recoveries > 0): each is claimed alone
+    (a batch claim never takes one), and nothing more is claimed while it runs, so an effect
+    that kills its process takes no other effect down with it. Looking for one is a statement
+    of its own, which a dispatcher claiming one effect at a time would otherwise pay for every
+    effect; it looks when it starts, when told to (:meth:`look_soon`), after a step that found
+    nothing or a suspect, and at least every :data:`SUSPECTS_EVERY_SECONDS` while busy."""
+
+    def __init__(self) -> None:
+        self.running: set[int] = set()  # claim ids of the suspects in flight
+        self._look_at = 0.0  # time.monotonic() of the next look
+
+    def due(self, now: float) -> bool:
+        return now >= self._look_at
+
+    def look_soon(self) -> None:
+        self._look_at = 0.0
+
+    def stepped(self, began: float, claims: Sequence[Claim]) -> None:
+        """After a claim step that looked, or that found nothing."""
+        again = not claims or claims[0].recoveries > 0
+        self._look_at = 0.0 if again else began + SUSPECTS_EVERY_SECONDS
