@@ -180,7 +180,7 @@ class Query:
             elif part.how == "one":
                 out.append("%s" if pg else "?")
             elif part.how == "in" and pg:
-                out.append("= %s" if next(sizes, 0) else "= ANY(%s)")
+                out.append("= %s" if next(sizes) else "= ANY(%s)")
             elif part.how == "in":
                 size = next(sizes)
                 out.append(f"IN ({', '.join('?' * size)})" if size else "IN (NULL)")
