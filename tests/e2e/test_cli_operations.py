@@ -82,6 +82,21 @@ def test_dispatch_refuses_a_bad_app_in_one_line(app_dir: Path, app: str, message
     assert "Traceback" not in ran.stderr
 
 
+@pytest.mark.parametrize("patience", ["nan", "-1", "soon"])
+def test_dispatch_refuses_a_bad_storage_patience_before_opening_the_store(
+    app_dir: Path, patience: str
+) -> None:
+    db = app_dir / "app.db"
+    ran = oncewire(
+        "dispatch", "--db", str(db), "--app", "myapp:SINKS", "--storage-patience", patience,
+        cwd=app_dir,
+    )  # fmt: skip
+    assert ran.returncode == 2
+    assert "--storage-patience" in ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert not db.exists()  # nothing was created
+
+
 def test_supervised_workers_stop_gracefully_on_sigterm(app_dir: Path) -> None:
     db = app_dir / "app.db"
     Ledger(str(db)).close()

@@ -135,6 +135,10 @@ def test_a_sink_that_cannot_be_called_is_refused_naming_its_kind(
         {"attempt_timeouts": {"send": 0}},
         {"grace_seconds": -1.0},
         {"grace_seconds": float("nan")},
+        {"storage_patience_seconds": -1.0},
+        {"storage_patience_seconds": float("nan")},
+        {"storage_patience_seconds": "60"},
+        {"storage_patience_seconds": True},
     ],
 )
 def test_invalid_timeouts_are_refused(ledger: Ledger, options: dict[str, Any]) -> None:

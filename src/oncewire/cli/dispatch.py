@@ -143,6 +143,16 @@ def _run_one(
     return EXIT_LEFT_CLAIMED if stats.abandoned else 0
 
 
+def _patience(seconds: float) -> float:
+    """NaN passes click's range check; refuse it before a store is opened."""
+    from oncewire.dispatch.outage import check_patience
+
+    try:
+        return check_patience(seconds)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _say_status(dispatcher: Any, *, final: bool = False) -> None:
     from oncewire.dispatch.reporting import read_status
 
@@ -359,6 +369,7 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
     help="While the store is unreachable, a worker keeps its unrecorded outcomes and retries "
     "with backoff; after this long it exits non-zero (its supervisor starts another). "
     "'inf': never give up.",
+    callback=lambda ctx, param, value: _patience(value),
 )
 @click.option("--until-idle", is_flag=True, help="Drain what is due, then exit.")
 @logformat.log_format_option

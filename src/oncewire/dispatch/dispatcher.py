@@ -36,7 +36,7 @@ from oncewire.core.errors import ConfigurationError, StorageError
 from oncewire.core.ids import this_process_owner
 from oncewire.core.observe import ATTEMPT, CLAIMED, LISTENERS, RELEASED, emit
 from oncewire.dispatch import leases, marking, settling
-from oncewire.dispatch.outage import Outage
+from oncewire.dispatch.outage import Outage, check_patience
 from oncewire.dispatch.reporting import (
     DispatchStats,
     count_attempt,
@@ -146,7 +146,7 @@ class Dispatcher:
         self.poll_seconds = poll_seconds
         self.retry = retry or RetryPolicy()
         self.owner = owner or this_process_owner()
-        self.storage_patience_seconds = storage_patience_seconds
+        self.storage_patience_seconds = check_patience(storage_patience_seconds)
         self.grace_seconds = check_grace(grace_seconds)
         self.stats = DispatchStats()
         self._stop = threading.Event()

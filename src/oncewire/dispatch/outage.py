@@ -12,10 +12,22 @@ does not meet the next with its longest wait.
 
 from __future__ import annotations
 
-__all__ = ["MAX_DELAY_SECONDS", "Outage"]
+from oncewire.core.errors import ConfigurationError
+
+__all__ = ["MAX_DELAY_SECONDS", "Outage", "check_patience"]
 
 MAX_DELAY_SECONDS = 2.0
 _FIRST_DELAY_SECONDS = 0.05  # doubled before the first wait: the first retry comes after 0.1 s
+
+
+def check_patience(seconds: float) -> float:
+    """A patience of 0 or more seconds (``inf``: never give up); NaN, which no outage would
+    ever exceed, is refused with the rest."""
+    if isinstance(seconds, bool) or not (isinstance(seconds, int | float) and seconds >= 0):
+        raise ConfigurationError(
+            "storage_patience_seconds must be 0 or more seconds (inf: never give up)"
+        )
+    return float(seconds)
 
 
 class Outage:
