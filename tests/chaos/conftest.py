@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,14 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from oncewire.lab.ports import stable_port
+
 BIN = Path(os.environ.get("ONCEWIRE_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 USER = "postgres"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class PrivateCluster:
@@ -39,7 +34,7 @@ class PrivateCluster:
         self.root = root
         self.data = root / "data"
         self.log = root / "server.log"
-        self.port = _free_port()
+        self.port = stable_port()
         self.url = f"postgresql://{USER}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

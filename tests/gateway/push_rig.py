@@ -5,8 +5,9 @@ OpenAI-compatible server as the model. Every piece is a child process; what the 
 read from the fakes' journals (ChatView), what happened from the store.
 
 How the harness learns the gateway's port: ``[webhooks] bind`` names a port chosen here before
-the fakes start (:func:`free_port`), so the webhook fake's ``--deliver-to`` and the Bot API
-fake's webhook URL are known up front and survive a gateway restart on the same port. With
+the fakes start (:func:`~oncewire.lab.ports.stable_port`, below the ephemeral range so nothing
+else takes it while the gateway is down), so the webhook fake's ``--deliver-to`` and the Bot
+API fake's webhook URL are known up front and survive a gateway restart on the same port. With
 ``bind`` port 0 the gateway prints the port it bound on its ready line (``ready port=N``;
 :attr:`GatewayProcess.port`); the Bot API's webhook can then be set afterwards
 (:meth:`PushRig.set_telegram_webhook`)."""
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +25,12 @@ from typing import Any
 import httpx2
 
 from oncewire import Ledger
+from oncewire.gateway.config import RESUME_NOTE
 from oncewire.gateway.platforms.telegram import TelegramBot
 from oncewire.gateway.platforms.webhook import sign
 from oncewire.gateway.webhooks import TELEGRAM_SECRET_HEADER, telegram_webhook_path
 from oncewire.inbound import Inbound, InboundState
+from oncewire.lab.ports import stable_port
 from oncewire.platforms.fake import ChatView, VisibleMessage
 from oncewire.replies import ReplyState
 from tests.conftest import _child_env, wait_for
@@ -52,13 +54,6 @@ def by_token(answers: dict[str, str]) -> dict[str, Any]:
     return {
         "by_token": {token: [{"kind": "text", "text": text}] for token, text in answers.items()}
     }
-
-
-def free_port() -> int:
-    """A loopback port free right now (the gateway binds it with SO_REUSEADDR)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class GatewayProcess:
@@ -140,10 +135,10 @@ class PushRig:
     ) -> None:
         self.tmp_path = tmp_path
         self.db = db
-        self.port = free_port() if port is None else port
+        self.port = stable_port() if port is None else port
         self.model = FakeOpenAI(tmp_path / "openai", script)
         self.telegram = FakeTelegram(tmp_path / "tg", *telegram_faults)
-        deliver_to = f"http://127.0.0.1:{self.port or free_port()}/webhook/{NE}"
+        deliver_to = f"http://127.0.0.1:{self.port or stable_port()}/webhook/{NE}"
         self.hook = FakeWebhook(tmp_path / "ne", deliver_to)
         self.config = tmp_path / "gateway.toml"
         self.config.write_text(
@@ -258,12 +253,15 @@ bind = "127.0.0.1:{self.port}"
         return [i for i in self.inbounds() if (i.platform, i.chat) == (platform, chat)]
 
     def model_requests_for(self, token: str) -> int:
-        """The model requests with ``token`` in a user message (a resumed turn's request
-        carries it before the resume note)."""
+        """The model requests of the turn whose message carries ``token``: its newest user
+        message has it, or, in a resumed turn's request, the one before the resume note. (The
+        earlier messages of the chat are the request's history, not its turn.)"""
         count = 0
         for request in self.model.requests():
-            users = [m for m in request["body"]["messages"] if m["role"] == "user"]
-            if any(token in str(m["content"]) for m in users):
+            users = [str(m["content"]) for m in request["body"]["messages"] if m["role"] == "user"]
+            if users and users[-1] == RESUME_NOTE:
+                users.pop()
+            if users and token in users[-1]:
                 count += 1
         return count
 

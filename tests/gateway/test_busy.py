@@ -102,7 +102,11 @@ def test_a_new_message_interrupts_the_running_turn_and_is_answered_once(
     assert_answered_once(r, 2, SECOND)
     requests = r.model.requests()
     assert len(requests) == 2
-    assert requests[1]["body"]["messages"][-1] == {"role": "user", "content": "second question"}
+    # The interrupted message is the history of the one that interrupted it, with no answer.
+    assert requests[1]["body"]["messages"] == [
+        {"role": "user", "content": "first question"},
+        {"role": "user", "content": "second question"},
+    ]
     assert gateway.terminate() == 0
 
 
@@ -136,7 +140,11 @@ def test_a_queued_message_waits_and_both_are_answered_in_order(
     assert_answered_once(r, 2, SECOND)
     requests = r.model.requests()
     assert len(requests) == 2
-    assert requests[1]["body"]["messages"][-1] == {"role": "user", "content": seen}
+    assert requests[1]["body"]["messages"] == [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": seen},
+    ]
     assert gateway.terminate() == 0
 
 

@@ -29,6 +29,8 @@ max_concurrent = 8
 max_steps = 16
 max_starts = 3
 resume_note = "Note: resumed."
+history_messages = 12
+history_chars = 8000
 
 [[platforms]]
 name = "tg"
@@ -96,6 +98,7 @@ def test_the_documented_example_reads_into_typed_values() -> None:
     assert config.model.system_prompt_file == Path("/etc/oncewire/system.md")
     assert (config.turns.busy_mode, config.turns.max_starts) == ("interrupt", 3)
     assert config.turns.resume_note == "Note: resumed."
+    assert (config.turns.history_messages, config.turns.history_chars) == (12, 8000)
     tg, dc, hook = config.platforms
     assert (tg.kind, tg.inbound, tg.allowed_users, tg.token_env) == (
         "telegram",
@@ -134,6 +137,7 @@ def test_every_omitted_key_takes_its_documented_default() -> None:
         16,
     )
     assert config.turns.resume_note == RESUME_NOTE
+    assert (config.turns.history_messages, config.turns.history_chars) == (20, 24_000)
     (tg,) = config.platforms
     assert (tg.api_base, tg.inbound, tg.streaming, tg.edit_interval_seconds) == (
         "https://api.telegram.org",

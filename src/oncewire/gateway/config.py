@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.ratelimit import TELEGRAM_DEFAULTS
+from oncewire.replies.service import HISTORY_LIMIT
 
 __all__ = [
     "GatewayConfig",
@@ -79,6 +80,10 @@ class TurnsConfig:
     max_steps: int
     max_starts: int  # then the message is quarantined
     resume_note: str
+    # The chat history the model sees before the message: at most this many earlier messages
+    # of the session (with their answers), the oldest left out first past history_chars.
+    history_messages: int = 20
+    history_chars: int = 24_000
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,15 @@ def parse_config(text: str, path: str | Path) -> GatewayConfig:
         "max_retries",
         "system_prompt_file",
     )
-    turns.only("busy_mode", "max_concurrent", "max_steps", "max_starts", "resume_note")
+    turns.only(
+        "busy_mode",
+        "max_concurrent",
+        "max_steps",
+        "max_starts",
+        "resume_note",
+        "history_messages",
+        "history_chars",
+    )
     webhooks.only("bind")
     leases.only("bot_lease_seconds", "turn_lease_seconds")
     host, port = _bind(webhooks)
@@ -215,6 +228,8 @@ def parse_config(text: str, path: str | Path) -> GatewayConfig:
             max_steps=turns.integer("max_steps", 16, minimum=1),
             max_starts=turns.integer("max_starts", 3, minimum=1),
             resume_note=turns.text("resume_note", RESUME_NOTE),
+            history_messages=_history_messages(turns),
+            history_chars=turns.integer("history_chars", 24_000, minimum=0),
         ),
         platforms=platforms,
         tools=tools,
@@ -309,6 +324,14 @@ def _tool(t: _Table) -> ToolConfig:
         timeout_seconds=t.seconds("timeout_seconds", 30.0),
         max_attempts=t.integer("max_attempts", 3, minimum=1),
     )
+
+
+def _history_messages(turns: _Table) -> int:
+    """``[turns] history_messages``: 0 (the message alone) to HISTORY_LIMIT."""
+    count = turns.integer("history_messages", 20, minimum=0)
+    if count > HISTORY_LIMIT:
+        raise turns.error("history_messages", f"{count} is more than {HISTORY_LIMIT}")
+    return count
 
 
 def _busy_mode(turns: _Table) -> str:

@@ -235,6 +235,8 @@ class Runner:
                     max_starts=config.turns.max_starts,
                     resume_note=config.turns.resume_note,
                     system_prompt=system_prompt,
+                    history_messages=config.turns.history_messages,
+                    history_chars=config.turns.history_chars,
                     max_steps=config.turns.max_steps,
                     lease_seconds=config.leases.turn_seconds,
                 ),

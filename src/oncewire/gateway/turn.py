@@ -8,9 +8,10 @@ A turn answers one inbound message on its session (``platform, bot, chat, thread
    ``turn:{inbound}`` starts (``runs.turn.start_in_tx``, refused with :class:`BranchBusy` while
    another turn holds the session) or, for a turn a dead process left, is taken over under the
    next fence (``runs.turn.resume_in_tx``).
-2. **The model stream**: the system prompt and the message's text (history is the current
-   message only, for now) and the tools (:mod:`oncewire.gateway.tools`); a resumed turn's
-   request ends with ``[turns] resume_note``. Text deltas go to a
+2. **The model stream**: the system prompt, the session's history (its earlier messages and
+   the answers committed for them, ``[turns] history_messages`` and ``history_chars``), the
+   message's text and the tools (:mod:`oncewire.gateway.tools`); a resumed turn's request ends
+   with ``[turns] resume_note``. Text deltas go to a
    :class:`~oncewire.gateway.preview.Previewer` when the platform streams. A failure is retried
    up to ``[model] max_retries`` times, waiting as a 429 asks (or an exponential backoff), and
    every wait ends at once when the turn is interrupted.
@@ -134,6 +135,8 @@ class TurnSettings:
     max_starts: int
     resume_note: str
     system_prompt: str | None = None
+    history_messages: int = 20  # earlier messages of the session the model sees, at most
+    history_chars: int = 24_000  # and their texts' length, at most (the oldest left out first)
     max_steps: int = 16
     tool_poll_seconds: float = 0.05  # how often a waiting turn reads its tool effects
     lease_seconds: float = 600.0
@@ -343,8 +346,32 @@ class TurnWorker:
         messages: list[dict[str, Any]] = []
         if self.settings.system_prompt:
             messages.append({"role": "system", "content": self.settings.system_prompt})
+        messages.extend(self._history(inbound))
         messages.append({"role": "user", "content": model_text(inbound.payload)})
         return messages
+
+    def _history(self, inbound: Inbound) -> list[dict[str, Any]]:
+        """The session's earlier messages and the answers their user was given, read from the
+        ledger (what was committed is what the chat shows), newest kept first within
+        ``history_chars``; ``/stop`` and its confirmation are left out."""
+        limit = self.settings.history_messages
+        earlier = self.ledger.replies.history(inbound.id, limit=limit) if limit else []
+        kept: list[dict[str, Any]] = []
+        room = self.settings.history_chars
+        for exchange in reversed(earlier):
+            if is_stop(exchange.inbound):
+                continue
+            text = model_text(exchange.inbound.payload)
+            if not text and exchange.answer is None:
+                continue  # nothing the model could read
+            pair = [{"role": "user", "content": text}]
+            if exchange.answer is not None:
+                pair.append({"role": "assistant", "content": exchange.answer})
+            room -= sum(len(m["content"]) for m in pair)
+            if room < 0:
+                break
+            kept[:0] = pair
+        return kept
 
     def _converse(
         self, loop: Conversation, interrupt: Interrupt, previewer: Previewer | None

@@ -25,7 +25,6 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from typing import Any
 
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.lab.framework import ProcessRecord
+from oncewire.lab.ports import stable_port
 from oncewire.platforms.fake import ChatView
 from oncewire.replies import NON_EDITABLE, TELEGRAM_LIKE
 
@@ -111,12 +111,6 @@ def _read_line(process: subprocess.Popen[str], what: str) -> str:
     return process.stdout.readline()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _stop(process: subprocess.Popen[str] | None) -> None:
     if process is not None and process.poll() is None:
         process.kill()
@@ -166,7 +160,7 @@ class GatewayRig:
         self.model: subprocess.Popen[str] | None = None
         self.gateway: subprocess.Popen[str] | None = None
         self.platform_base = ""
-        self.webhook_port = _free_port() if platform == "webhook" else 0
+        self.webhook_port = stable_port() if platform == "webhook" else 0
         self.model_base = ""
         self.starts = 0
         self.processes: list[ProcessRecord] = []  # every gateway that ended, for the evidence

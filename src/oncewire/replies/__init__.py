@@ -25,6 +25,7 @@ from oncewire.replies.wire import (
     idempotency_key,
 )
 from oncewire.storage.replies import (
+    Exchange,
     OpKind,
     OpState,
     Reply,
@@ -42,6 +43,7 @@ __all__ = [
     "Chunk",
     "Delivered",
     "DeliveryPass",
+    "Exchange",
     "Gone",
     "MaybeDelivered",
     "NotDelivered",

@@ -26,11 +26,31 @@ from oncewire.inbound.service import Inbox
 from oncewire.replies.splitting import Chunk, split_text
 from oncewire.replies.wire import PlatformProfile
 from oncewire.storage import Store, Transaction
-from oncewire.storage.replies import Inbound, Reply, ReplyOp, ReplyState, SendRequest
+from oncewire.storage.replies import (
+    Exchange,
+    Inbound,
+    InboundState,
+    Reply,
+    ReplyOp,
+    ReplyState,
+    SendRequest,
+)
 
-__all__ = ["DEFAULT_REPLY_ATTEMPTS", "Replies", "plan_chunks"]
+__all__ = ["DEFAULT_REPLY_ATTEMPTS", "HISTORY_LIMIT", "Replies", "plan_chunks"]
 
 DEFAULT_REPLY_ATTEMPTS = 8
+HISTORY_LIMIT = 1000  # earlier messages one history() call returns at most
+
+# The earlier messages a history shows: those answered, and those another message's answer
+# stands for (superseded: interrupted by a newer one; merged into one). Not the ones still
+# waiting, nor a quarantined one: it failed to be answered again and again, and carrying it into
+# every later turn would carry its failure too.
+_HISTORY_STATUSES = (
+    InboundState.ANSWERED,
+    InboundState.DELIVERED,
+    InboundState.SUPERSEDED,
+    InboundState.MERGED,
+)
 
 COMMIT_BEFORE_COMMIT = crash.register(
     "replies.commit_before_commit",
@@ -220,6 +240,28 @@ class Replies:
 
     def for_inbound(self, inbound_id: int) -> Reply | None:
         return self._store.reply_for_inbound(inbound_id)
+
+    def history(self, inbound_id: int, *, limit: int = 20) -> builtins.list[Exchange]:
+        """What came before ``inbound_id`` on its session (platform, bot, chat, thread), oldest
+        first: at most ``limit`` earlier messages, each with the answer its user was given.
+
+        The messages are those answered or delivered, and those superseded or merged (their
+        ``answer`` is ``None``: a newer message's reply answers them). The answer is the
+        committed final text, as the user sees it; ``None`` while none is committed, for a
+        withdrawn reply and for a reply whose delivery was given up."""
+        check_count("limit", limit, 0, HISTORY_LIMIT)
+        inbound = self._inbound(inbound_id)
+        if limit == 0:
+            return []
+        return self._store.session_history(
+            platform=inbound.platform,
+            bot=inbound.bot,
+            chat=inbound.chat,
+            thread=inbound.thread,
+            before_id=inbound.id,
+            statuses=_HISTORY_STATUSES,
+            limit=limit,
+        )
 
     def ops(self, reply_id: int) -> list[ReplyOp]:
         return self._store.reply_ops(reply_id)

@@ -13,11 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core.canonical import loads
+
 __all__ = [
     "INBOUND_COLUMNS",
     "OP_COLUMNS",
     "REPLY_COLUMNS",
     "WITHDRAWAL_PLAN",
+    "Exchange",
     "Inbound",
     "InboundState",
     "OpKind",
@@ -139,8 +142,6 @@ class Inbound:
 
     @property
     def payload(self) -> Any:
-        from oncewire.core.canonical import loads
-
         return loads(self.payload_json)
 
     @classmethod
@@ -179,6 +180,27 @@ class Inbound:
             "last_error": self.last_error,
             "answered_by": self.answered_by,
         }
+
+
+_INBOUND_WIDTH = len(INBOUND_COLUMNS.split(", "))
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """An earlier message of a session and the answer its user was given, if any."""
+
+    inbound: Inbound
+    # The reply's final text while it is committed or delivered; None when no answer was
+    # committed, the reply was withdrawn (a withdrawal commits an empty text), or its delivery
+    # was given up (dead: the user may never have seen it).
+    answer: str | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Exchange:
+        """From a row selected as :data:`INBOUND_COLUMNS`, then the reply's state and text."""
+        state, text = row[_INBOUND_WIDTH], row[_INBOUND_WIDTH + 1]
+        shown = state in (ReplyState.COMMITTED, ReplyState.DELIVERED) and bool(text)
+        return cls(Inbound.from_row(row[:_INBOUND_WIDTH]), text if shown else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +262,6 @@ class Reply:
 
     @property
     def plan(self) -> list[dict[str, str]]:
-        from oncewire.core.canonical import loads
-
         return [] if self.plan_json is None else list(loads(self.plan_json))
 
     def as_dict(self) -> dict[str, Any]:

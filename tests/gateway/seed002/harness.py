@@ -45,7 +45,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -59,6 +58,7 @@ import httpx2
 
 from oncewire.gateway.platforms.discord import DISCORD
 from oncewire.lab.fixtures import dialect_of, rows
+from oncewire.lab.ports import stable_port
 from oncewire.platforms.base import NON_EDITABLE, TELEGRAM_LIKE, PlatformProfile
 from oncewire.platforms.fake import ChatView
 from tests.conftest import _child_env, wait_for
@@ -119,12 +119,6 @@ def answer(aid: str, body: str, **kw: Any) -> dict[str, Any]:
 def norm(text: str) -> str:
     """Whitespace-normalised, as the seed compares visible and persisted text."""
     return " ".join(text.split())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class GatewayProcess:
@@ -243,7 +237,7 @@ class Seed002:
         self._injected: dict[tuple[str, str], list[str]] = {}  # (platform, chat) -> message ids
         self._next_message_id = 1
         env = _child_env(**{HOOK_SECRET_ENV: HOOK_SECRET})
-        self.webhook_port = _free_port()
+        self.webhook_port = stable_port()
         self.tg_dir, self.ne_dir, self.dc_dir, self.model_dir = (
             folder / n for n in ("tg", "ne", "dc", "model")
         )

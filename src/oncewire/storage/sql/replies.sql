@@ -102,6 +102,19 @@ SELECT {reply_columns} FROM oncewire_replies WHERE id = :reply_id
 -- name: reply_for_inbound
 SELECT {reply_columns} FROM oncewire_replies WHERE inbound_id = :inbound_id
 
+-- name: session_history
+-- The session's messages before before_id whose status is in statuses, newest first, each with
+-- its reply's state and final text (NULL: no reply). The session is given as values, not
+-- joined from before_id's row: so the read walks its index backwards from before_id and stops
+-- after limit rows, however long the chat.
+SELECT {inbound_columns:i}, r.state, r.final_text
+  FROM oncewire_inbound i
+  LEFT JOIN oncewire_replies r ON r.inbound_id = i.id
+ WHERE i.platform = :platform AND i.bot = :bot AND i.chat = :chat AND i.thread = :thread
+   AND i.id < :before_id AND i.status {in :statuses}
+ ORDER BY i.id DESC
+ LIMIT :limit
+
 -- name: list_replies
 -- Oldest first after after_id; any_state TRUE lists every state.
 SELECT {reply_columns} FROM oncewire_replies

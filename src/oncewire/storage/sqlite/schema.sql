@@ -63,6 +63,9 @@ CREATE TABLE oncewire_attempts (
     PRIMARY KEY (effect_id, fence)
 ) WITHOUT ROWID;
 
+-- The attempts closed lately, across every effect (the dashboard's chart); 0010.
+CREATE INDEX oncewire_attempts_finished ON oncewire_attempts (finished_at);
+
 CREATE TABLE oncewire_receipts (
     key        TEXT PRIMARY KEY,
     digest     TEXT NOT NULL,
@@ -103,6 +106,9 @@ CREATE TABLE oncewire_inbound (
 -- What recovery asks: admitted but unanswered, answered but undelivered.
 CREATE INDEX oncewire_inbound_open ON oncewire_inbound (status, id)
     WHERE status IN ('received', 'answering', 'answered');
+
+-- A session's earlier messages, newest first (the gateway's chat history for the model); 0010.
+CREATE INDEX oncewire_inbound_session ON oncewire_inbound (platform, bot, chat, thread, id);
 
 CREATE TABLE oncewire_replies (
     id               INTEGER PRIMARY KEY,

@@ -14,6 +14,7 @@ from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, S
 from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.replies import (
     WITHDRAWAL_PLAN,
+    Exchange,
     Inbound,
     InboundState,
     OpKind,
@@ -330,6 +331,31 @@ class InboundReplyVerbs:
     def reply_for_inbound(self, inbound_id: int) -> Reply | None:
         rows = self.db.read(self.db.queries.reply_for_inbound, inbound_id=inbound_id)
         return Reply.from_row(rows[0]) if rows else None
+
+    def session_history(
+        self,
+        *,
+        platform: str,
+        bot: str,
+        chat: str,
+        thread: str,
+        before_id: int,
+        statuses: Sequence[InboundState],
+        limit: int,
+    ) -> list[Exchange]:
+        """The session's ``limit`` latest messages before ``before_id`` whose status is in
+        ``statuses``, oldest first, each with the answer its user was given."""
+        rows = self.db.read(
+            self.db.queries.session_history,
+            platform=platform,
+            bot=bot,
+            chat=chat,
+            thread=thread,
+            before_id=before_id,
+            statuses=[str(s) for s in statuses],
+            limit=limit,
+        )
+        return [Exchange.from_row(row) for row in reversed(rows)]
 
     def list_replies(
         self,
