@@ -138,8 +138,12 @@ SELECT DISTINCT lease_owner FROM oncewire_effects WHERE state = 'claimed'
 
 -- name: record_released
 -- The attempt-history rows of the claims release_claims is about to release, written first,
--- while each claim still names its owner (and, on PostgreSQL, locked until the release). A claim
--- whose sink was never recorded as starting is 'not_started'.
+-- while each claim still names its owner (and, on PostgreSQL, locked until the release). Each
+-- row's state and error are what the release sets on its effect, decided here only. Only a
+-- claim whose sink was recorded as starting (started_fence = fence) may have reached its
+-- receiver: it becomes uncertain (its next attempt a redelivery), dead at :max_recoveries or
+-- past its deadline. A claim whose sink was never called is 'not_started' and goes back as it
+-- was (pending, or uncertain if an earlier attempt may have landed), or dead past its deadline.
 INSERT INTO oncewire_attempts ({attempt_columns})
 SELECT id, attempts, fence, lease_owner, maybe_sent,
        CASE WHEN started_fence <> fence THEN 'not_started'
@@ -174,45 +178,21 @@ SELECT id, attempts, fence, lease_owner, maybe_sent,
 ON CONFLICT (effect_id, fence) DO NOTHING
 
 -- name: release_claims
--- Release claims whose lease expired or whose owner is known dead. Only a claim whose sink was
--- recorded as starting (started_fence = fence) may have reached its receiver: it becomes
--- uncertain (its next attempt a redelivery) and counts a recovery, not an attempt; at
--- :max_recoveries it is dead. A claim whose sink was never called gives its attempt back and
--- goes back as it was (pending, or uncertain if an earlier attempt may have landed). not_before
--- is kept: it was due then, so it goes back to the head of the line.
-UPDATE oncewire_effects
-   SET state = CASE WHEN deadline IS NOT NULL AND deadline < :now THEN 'dead'
-            WHEN started_fence <> fence
-                 THEN CASE WHEN maybe_sent THEN 'uncertain' ELSE 'pending' END
-            WHEN recoveries + 1 >= :max_recoveries THEN 'dead'
-            ELSE 'uncertain' END,
-       last_error = CASE WHEN started_fence <> fence AND deadline IS NOT NULL AND deadline < :now
-                 THEN CASE WHEN maybe_sent
-                           THEN 'deadline passed; an earlier attempt may have landed'
-                           ELSE 'deadline passed before delivery' END
-            WHEN started_fence <> fence
-                 THEN 'the claim of ' || lease_owner
-                      || ' was released before its sink was called; not an attempt'
-            WHEN recoveries + 1 >= :max_recoveries AND lease_expires_at < :now
-                 THEN 'its dispatcher died or lost its lease while its sink ran, '
-                      || (recoveries + 1) || ' times; the outcome of the last attempt is unknown'
-            WHEN recoveries + 1 >= :max_recoveries
-                 THEN 'its dispatcher died while its sink ran, ' || (recoveries + 1)
-                      || ' times; the outcome of the last attempt is unknown'
-            WHEN deadline IS NOT NULL AND deadline < :now
-                 THEN 'deadline passed; the outcome of the last attempt is unknown'
-            WHEN lease_expires_at < :now
-                 THEN 'lease of ' || lease_owner || ' expired during attempt ' || attempts
-            ELSE 'owner ' || lease_owner || ' died during attempt ' || attempts END,
-       maybe_sent = (maybe_sent OR started_fence = fence),
-       recoveries = CASE WHEN started_fence = fence THEN recoveries + 1 ELSE recoveries END,
-       attempts = attempts - 1,
+-- Release the claims record_released wrote an attempt-history row for (and, on PostgreSQL,
+-- locked; a claim that started to match between the two statements is left for the next
+-- release): each takes the state and the error its row records. A claim whose sink started
+-- counts a recovery, not an attempt; one whose sink was never called gives its attempt back.
+-- not_before is kept: it was due then, so it goes back to the head of the line.
+UPDATE oncewire_effects AS e
+   SET state = a.state, last_error = a.error,
+       maybe_sent = (e.maybe_sent OR e.started_fence = e.fence),
+       recoveries = CASE WHEN e.started_fence = e.fence THEN e.recoveries + 1
+                         ELSE e.recoveries END,
+       attempts = e.attempts - 1,
        lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
- WHERE state = 'claimed' AND (lease_expires_at < :now OR lease_owner {in :dead_owners})
-   -- exactly the claims record_released wrote a row for (and, on PostgreSQL, locked): a claim
-   -- that started to match between the two statements is left for the next release
-   AND EXISTS (SELECT 1 FROM oncewire_attempts AS a
-                WHERE a.effect_id = oncewire_effects.id AND a.fence = oncewire_effects.fence)
+  FROM oncewire_attempts AS a
+ WHERE a.effect_id = e.id AND a.fence = e.fence
+   AND e.state = 'claimed' AND (e.lease_expires_at < :now OR e.lease_owner {in :dead_owners})
 
 -- name: expire_deadlines
 UPDATE oncewire_effects
