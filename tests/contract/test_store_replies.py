@@ -235,3 +235,20 @@ def test_an_edit_ack_can_ride_on_the_next_write(store: Store) -> None:
     ]
     store.finish_reply(reply_id, state=ReplyState.DELIVERED, now=T0, settle=(again.id, "m1"))
     assert all(op.state is OpState.ACKED for op in store.reply_ops(reply_id))
+
+
+def test_a_quarantined_message_stays_quarantined_when_its_reply_is_delivered(
+    store: Store, raw: RawDatabase
+) -> None:
+    """Its reply is the note that it was set aside: delivering it does not make the message
+    ``delivered`` (nor does committing it make it ``answered``)."""
+    inbound_id = _admit(store)
+    store.start_inbound(inbound_id, now=T0)
+    store.quarantine_inbound(inbound_id, reason="answering started 3 times", now=T0)
+    reply_id = _commit(store, inbound_id, "set aside")
+    assert raw.query("SELECT status FROM oncewire_inbound") == [("quarantined",)]
+    store.finish_reply(reply_id, state=ReplyState.DELIVERED, now=T0 + 1)
+    assert raw.query("SELECT status, last_error FROM oncewire_inbound") == [
+        ("quarantined", "answering started 3 times")
+    ]
+    assert raw.query("SELECT state FROM oncewire_replies") == [("delivered",)]

@@ -20,6 +20,7 @@ import pytest
 
 from oncewire.gateway.sessions import STOPPED_NOTE
 from oncewire.gateway.status import session_status
+from oncewire.gateway.turn import SET_ASIDE_TEXT
 from oncewire.inbound import InboundState
 from oncewire.platforms.fake import ChatView
 from oncewire.replies import NON_EDITABLE, TELEGRAM_LIKE, ReplyState
@@ -77,7 +78,8 @@ def test_a_poison_message_is_quarantined_on_its_own_while_others_go_on(
 ) -> None:
     """A message whose turn takes the gateway down every time (here: the model hangs and the
     process is SIGKILLed, twice) is set aside at the start past ``max_starts``, without asking
-    the model again; the message queued behind it in its chat and another chat are answered."""
+    the model again, and its reply says so; the message queued behind it in its chat and
+    another chat are answered."""
     hang = {"kind": "hang", "seconds": 600}
     script: dict[str, Any] = {"by_token": {"[poison]": [hang]}, "resume": {"[poison]": [hang]}}
     script["by_token"].update(
@@ -117,7 +119,7 @@ def test_a_poison_message_is_quarantined_on_its_own_while_others_go_on(
         assert (status.chat, status.quarantined, status.active_turn) == ("31", 1, None)
     assert r.model_requests_for("[poison]") == 2  # the third start did not ask again
     assert r.model_requests_for("[next]") == 1
-    assert [m.text for m in r.shown(TG, "31")] == ["Next."]
+    assert [m.text for m in r.shown(TG, "31")] == [SET_ASIDE_TEXT.format(starts=2), "Next."]
     r.assert_delivered_once(NE, "other", "Another chat goes on.")
     assert third.terminate() == 0
 

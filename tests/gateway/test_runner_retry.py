@@ -18,7 +18,9 @@ from oncewire import Ledger
 from oncewire.gateway.config import load_config
 from oncewire.gateway.model_results import DeltaCallback, Interrupt, ModelResponse
 from oncewire.gateway.runner import Runner
+from oncewire.gateway.turn import SET_ASIDE_TEXT
 from oncewire.inbound import InboundState
+from oncewire.replies import ReplyState
 from tests.conftest import wait_for
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
 
@@ -146,9 +148,14 @@ def test_a_turn_that_keeps_raising_is_quarantined_and_frees_its_session(
             run = ledger.runs.get("turn:1")
             assert (run.status, run.terminal_reason) == ("failed", "quarantined")
             assert all(v.ok for v in ledger.runs.verify())
+            # Its reply says it was set aside; the message stays quarantined once that is shown.
+            reply = ledger.replies.for_inbound(1)
+            assert reply is not None and reply.state is ReplyState.DELIVERED
+            assert reply.final_text == SET_ASIDE_TEXT.format(starts=2)
+            assert ledger.inbound.get(1).status is InboundState.QUARANTINED
     finally:
         stop(runner, thread)
-    assert telegram.texts() == ["echo: the next question"]
+    assert telegram.texts() == [SET_ASIDE_TEXT.format(starts=2), "echo: the next question"]
     assert model.calls.count("a poison message") == 2
 
 

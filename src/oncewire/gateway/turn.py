@@ -3,7 +3,8 @@
 A turn answers one inbound message on its session (``platform, bot, chat, thread``):
 
 1. **T2, one transaction**: the inbox counts one more start (``inbound.start_in_tx``; past
-   ``[turns] max_starts`` the message is quarantined on its own and the turn does not run), the
+   ``[turns] max_starts`` the message is quarantined on its own, its reply commits a note that
+   it was set aside, and the turn does not run), the
    reply record is opened (``replies.open_in_tx``: it exists before any preview) and the run
    ``turn:{inbound}`` starts (``runs.turn.start_in_tx``, refused with :class:`BranchBusy` while
    another turn holds the session) or, for a turn a dead process left, is taken over under the
@@ -121,6 +122,10 @@ FAILURE_TEXT = (
     "Please send it again later."
 )
 EMPTY_ANSWER_TEXT = "(The model returned an empty answer.)"
+SET_ASIDE_TEXT = (
+    "Sorry: answering this message failed {starts} times, so I have set it aside and will not "
+    "try again. Please rephrase it, or send it again later."
+)
 STOPPED_TEXT = (
     "(I stopped after {steps} without a final answer: that is the limit of model steps for "
     "one message.)"
@@ -144,13 +149,15 @@ class TurnSettings:
     retry_cap_seconds: float = 30.0
     preview_join_seconds: float = 10.0
     failure_text: str = FAILURE_TEXT
+    set_aside_text: str = SET_ASIDE_TEXT  # a quarantined message's reply ({starts}: max_starts)
 
 
 @dataclass(frozen=True, slots=True)
 class TurnResult:
     """How a turn ended here: ``answered``, ``failed`` (an honest failure note was committed),
     ``outcome_unknown`` (answered, but a world-changing tool call's outcome is unknown),
-    ``quarantined``, ``busy`` (another turn holds the session; nothing was written),
+    ``quarantined`` (set aside past ``max_starts``; its reply says so), ``busy`` (another
+    turn holds the session; nothing was written),
     ``interrupted`` (its recorded interrupt ended it, its reply withdrawn; or stopped
     mid-stream by a drain, without a terminal: the next process takes it over) or ``lost``
     (its lease was taken over by another process: stopped, nothing more written)."""
@@ -202,8 +209,8 @@ class TurnWorker:
                     tx, inbound_id, max_starts=self.settings.max_starts
                 )
                 if resume_fence is None and started is None:
-                    return TurnResult(inbound_id, "quarantined")
-                if resume_fence is None:
+                    self._set_aside_in_tx(tx, inbound_id, profile)
+                elif resume_fence is None:
                     self.ledger.replies.open_in_tx(tx, inbound_id, profile)
                     result = turn.start_in_tx(
                         tx,
@@ -225,10 +232,13 @@ class TurnWorker:
                         turn.terminate_in_tx(
                             tx, inbound_id, "failed", reason="quarantined", fence=result.run.fence
                         )
-                        return TurnResult(inbound_id, "quarantined")
-                    self.ledger.replies.open_in_tx(tx, inbound_id, profile)
+                        self._set_aside_in_tx(tx, inbound_id, profile)
+                    else:
+                        self.ledger.replies.open_in_tx(tx, inbound_id, profile)
         except BranchBusy:
             return TurnResult(inbound_id, "busy")  # rolled back: the inbox's count too
+        if started is None:
+            return self._deliver_set_aside(inbound_id)
         if result.run.status == "interrupting":
             # Taken over after its interrupt was recorded (a turn that raised): never resumed.
             return self._end_interrupted(inbound_id, result.run, profile)
@@ -324,6 +334,20 @@ class TurnWorker:
         log.info("turn interrupted inbound=%s withdrawn=%s", inbound_id, delivery)
         return TurnResult(inbound_id, "interrupted", delivery)
 
+    def _set_aside_in_tx(self, tx: Transaction, inbound_id: int, profile: PlatformProfile) -> None:
+        """The message was quarantined in ``tx`` (past ``max_starts``): its reply commits, in
+        the same transaction, a note saying so. An inbound is never left silent, and the
+        previews an earlier attempt left on the screen become that note instead of staying a
+        fragment of an answer that never came. The message stays ``quarantined``."""
+        text = self.settings.set_aside_text.format(starts=self.settings.max_starts)
+        self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
+
+    def _deliver_set_aside(self, inbound_id: int) -> TurnResult:
+        reply = self.engine.open(inbound_id)
+        delivery = self.engine.deliver(reply.id)
+        log.warning("turn set aside inbound=%s delivery=%s", inbound_id, delivery.status)
+        return TurnResult(inbound_id, "quarantined", delivery.status)
+
     def _confirm_stop(self, inbound_id: int, profile: PlatformProfile) -> TurnResult:
         """``/stop``: its interrupt was recorded at admission; the scheduler starts it once the
         session's turn has ended. Its reply is a one-line confirmation, committed (started,
@@ -334,9 +358,12 @@ class TurnWorker:
                 tx, inbound_id, max_starts=self.settings.max_starts
             )
             if started is None:
-                return TurnResult(inbound_id, "quarantined")
-            self.ledger.replies.open_in_tx(tx, inbound_id, profile)
-            self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
+                self._set_aside_in_tx(tx, inbound_id, profile)
+            else:
+                self.ledger.replies.open_in_tx(tx, inbound_id, profile)
+                self.ledger.replies.commit_in_tx(tx, inbound_id, text, profile)
+        if started is None:
+            return self._deliver_set_aside(inbound_id)
         reply = self.engine.open(inbound_id)
         delivery = self.engine.deliver(reply.id)
         log.info("stop confirmed inbound=%s delivery=%s", inbound_id, delivery.status)

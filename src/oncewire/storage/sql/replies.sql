@@ -66,7 +66,10 @@ UPDATE oncewire_inbound SET status = 'answered', updated_at = :now
  WHERE id = :inbound_id AND status IN ('received', 'answering')
 
 -- name: inbound_delivered
-UPDATE oncewire_inbound SET status = 'delivered', updated_at = :now WHERE id = :inbound_id
+-- Its reply is delivered; a quarantined message keeps its status (its reply says it was set
+-- aside).
+UPDATE oncewire_inbound SET status = 'delivered', updated_at = :now
+ WHERE id = :inbound_id AND status <> 'quarantined'
 
 -- ---------------------------------------------------------------------------------------------
 -- reply records

@@ -466,7 +466,8 @@ class InboundReplyVerbs:
         last_error: str | None = None,
         settle: tuple[int, str] | None = None,
     ) -> Reply:
-        """``delivered`` (the inbound becomes ``delivered``), ``dead`` (it stays ``answered``) or
+        """``delivered`` (the inbound becomes ``delivered``, unless it is ``quarantined``: then
+        the reply said it was set aside, and it stays so), ``dead`` (it stays ``answered``) or
         ``withdrawn`` (a withdrawal whose messages are deleted; the inbound is left as it is);
         the lease ends."""
         if state not in (ReplyState.DELIVERED, ReplyState.DEAD, ReplyState.WITHDRAWN):
