@@ -157,6 +157,61 @@ def test_supervised_workers_stop_gracefully_on_sigterm(app_dir: Path) -> None:
     assert "supervising 2 workers" in stderr
 
 
+STUCK_APP = """
+import threading, time
+
+def keep_waiting_for_nothing():
+    while True:
+        time.sleep(0.1)
+
+# Not a daemon: the interpreter waits for it at exit, so a worker that stopped never leaves.
+threading.Thread(target=keep_waiting_for_nothing, name="the-app-thread").start()
+SINKS = {"note": lambda attempt: None}
+"""
+
+
+def test_a_worker_that_does_not_stop_shows_its_stacks_before_it_is_killed(
+    tmp_path: Path,
+) -> None:
+    """The supervisor gives a worker its grace, plus 10 s, after SIGTERM; then it asks for
+    every thread's stack (SIGUSR1, faulthandler) and kills it: the log says where it was stuck,
+    here an application thread the interpreter waits for at exit."""
+    (tmp_path / "stuckapp.py").write_text(STUCK_APP)
+    db = tmp_path / "app.db"
+    Ledger(str(db)).close()
+    argv = ["--db", str(db), "--app", "stuckapp:SINKS", "--workers", "2", "--grace", "0.5"]
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "oncewire", "dispatch", *argv],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    assert supervisor.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(supervisor.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while sum(line.startswith("dispatching note") for line in list(lines)) < 2:
+            assert time.monotonic() < deadline, lines
+            assert supervisor.poll() is None, lines
+            time.sleep(0.05)
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.wait(timeout=60)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait(timeout=30)
+    reader.join(timeout=10)
+    supervisor.stderr.close()
+    stderr = "".join(lines)
+    assert supervisor.returncode == 1, stderr  # the killed workers count as failures
+    assert stderr.count("did not stop within 10.5s: its stacks (SIGUSR1), then SIGKILL") == 2
+    assert stderr.count("in keep_waiting_for_nothing") >= 2, stderr  # each worker's dump
+    assert "_shutdown" in stderr, stderr  # the main thread, waiting for it at exit
+
+
 def test_doctor_on_a_healthy_sqlite_store(tmp_path: Path) -> None:
     db = tmp_path / "app.db"
     with Ledger(str(db)) as ledger:

@@ -19,6 +19,7 @@ two small queries.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import json
 import logging
@@ -101,6 +102,10 @@ def _run_one(
     from oncewire.ledger import Ledger
 
     _configure_logging()
+    if logformat.current() != "json":  # the dump is plain text: not inside a JSON-lines stderr
+        # SIGUSR1 writes every thread's stack to stderr: where a worker that does not stop is
+        # stuck (the supervisor asks before it kills one that outlived its grace).
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     with Ledger(db) as ledger:
         dispatcher = Dispatcher(
             ledger,
@@ -262,7 +267,16 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
                 if child.poll() is None:
                     child.send_signal(signal.SIGTERM)
         if time.monotonic() > deadline:
-            for child in live:
+            stuck = [child for child in live if child.poll() is None]
+            for child in stuck:
+                log.warning(
+                    "worker %d did not stop within %gs: its stacks (SIGUSR1), then SIGKILL",
+                    child.pid,
+                    grace + 10.0,
+                )
+                child.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            for child in stuck:
                 if child.poll() is None:
                     child.kill()
         time.sleep(0.05)
@@ -431,5 +445,10 @@ def command(
     if until_idle:
         argv.append("--until-idle")
     code = _supervise(argv, workers, grace)
-    if code:
-        raise click.exceptions.Exit(code)
+    # The app was imported here only to check it; whatever it started at import (a thread the
+    # interpreter would wait for at exit, an atexit hook) serves nothing in the supervisor and
+    # must not keep it from reporting its workers' exit.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
