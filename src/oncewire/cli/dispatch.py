@@ -277,8 +277,8 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
                 child.send_signal(signal.SIGUSR1)
             time.sleep(1.0)
             for child in stuck:
-                if child.poll() is None:
-                    child.kill()
+                child.kill()
+                child.wait()  # reaped here: the next round does not find it stuck again
         time.sleep(0.05)
     failed = sum(child.wait() not in (0, -signal.SIGTERM) for child in live)
     return 1 if failed else 0
