@@ -2,8 +2,9 @@
 
 An inbound message is admitted once under (platform, bot, chat, thread, platform message id).
 Each inbound has at most one reply record, which owns every wire operation sent for it. The
-verbs that read and write them (:mod:`oncewire.storage.verbs.replies`) are the only way the
-inbound and replies ledgers and the reply engine touch them.
+verbs that read and write them (:mod:`oncewire.storage.verbs.inbound` and
+:mod:`oncewire.storage.verbs.replies`) are the only way the inbound and replies ledgers and the
+reply engine touch them.
 """
 
 from __future__ import annotations

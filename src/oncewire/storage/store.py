@@ -2,8 +2,8 @@
 
 One seam per ledger: the verbs of each ledger are one class in :mod:`oncewire.storage.verbs`,
 written once over the backend's driver, whose docstrings are the contract (``EffectVerbs`` for
-the outbox, ``ReceiptVerbs`` for the receiver, ``InboundReplyVerbs`` for the inbox and the
-replies, ``RunLedgerVerbs`` for the run ledger, ``LeaseVerbs`` for named leases such as a
+the outbox, ``ReceiptVerbs`` for the receiver, ``InboundVerbs`` for the inbox, ``ReplyVerbs``
+for the replies, ``RunLedgerVerbs`` for the run ledger, ``LeaseVerbs`` for named leases such as a
 gateway's bot leases). :class:`Store` inherits them and holds the lifecycle once (opening
 with retries, transactions, savepoints, notifications, health); a backend is a
 :class:`~oncewire.storage.driver.Driver` and a constructor (``SQLiteStore``,
@@ -33,15 +33,16 @@ from oncewire.storage.opening import (
 )
 from oncewire.storage.records import Effect, EffectState
 from oncewire.storage.verbs.effects import EffectVerbs
+from oncewire.storage.verbs.inbound import InboundVerbs
 from oncewire.storage.verbs.leases import LeaseVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
-from oncewire.storage.verbs.replies import InboundReplyVerbs
+from oncewire.storage.verbs.replies import ReplyVerbs
 from oncewire.storage.verbs.runs import RunLedgerVerbs
 
 __all__ = ["Store", "Transaction"]
 
 
-class Store(EffectVerbs, ReceiptVerbs, InboundReplyVerbs, RunLedgerVerbs, LeaseVerbs):
+class Store(EffectVerbs, ReceiptVerbs, InboundVerbs, ReplyVerbs, RunLedgerVerbs, LeaseVerbs):
     """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
 
     Opening checks and migrates the database; a transient failure while opening is retried for

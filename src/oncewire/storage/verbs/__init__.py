@@ -5,7 +5,7 @@ only way that ledger touches a database, and their docstrings are the contract.
 :class:`~oncewire.storage.store.Store` inherits them all and adds the lifecycle, once, over the
 driver (open, transaction, caller transaction, inspect, close). Their statements are named
 queries of :mod:`oncewire.storage.sql`: effects (with the attempt history), receipts, inbound
-messages with their replies, and the run ledger (``runs`` and ``run_scopes``). A new verb is
+messages, replies, and the run ledger (``runs`` and ``run_scopes``). A new verb is
 written the same way, as the module docstring of :mod:`oncewire.storage.sql` describes; what
 differs per dialect goes into ``postgresql.sql`` or the driver (:mod:`oncewire.storage.driver`),
 never into a verb.

@@ -1,8 +1,8 @@
-"""The inbound and reply verbs, written once (statements in ``storage/sql/replies.sql``).
+"""The reply verbs, written once (statements in ``storage/sql/replies.sql``).
 
-Inbound messages are admitted once under their platform identity; each has at most one reply
-record, which owns every wire operation sent for it (see :mod:`oncewire.storage.replies` for
-the records and the seam these verbs implement).
+Each inbound message (:mod:`oncewire.storage.verbs.inbound`) has at most one reply record, which
+owns every wire operation sent for it (see :mod:`oncewire.storage.replies` for the records and
+the seam these verbs implement).
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ from oncewire.core.errors import InboundNotFound, InvalidState, ReplyNotFound, S
 from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.replies import (
     WITHDRAWAL_PLAN,
-    Exchange,
-    Inbound,
-    InboundState,
     OpKind,
     OpState,
     Reply,
@@ -25,142 +22,14 @@ from oncewire.storage.replies import (
     SendRequest,
 )
 
-__all__ = ["InboundReplyVerbs"]
+__all__ = ["ReplyVerbs"]
 
 
-class InboundReplyVerbs:
-    """The inbox's and the replies' seam: admit inbound messages, open and commit replies, lease
-    them, record wire operations; written once over ``self.db``, each docstring the contract."""
+class ReplyVerbs:
+    """The replies' seam: open, commit and withdraw replies, lease them, record their wire
+    operations; written once over ``self.db``, each docstring the contract."""
 
     db: Driver
-
-    # -- inbound -----------------------------------------------------------------------------
-    def admit_inbound(
-        self,
-        *,
-        platform: str,
-        bot: str,
-        chat: str,
-        thread: str,
-        platform_message_id: str,
-        payload_json: str,
-        digest: str,
-        now: float,
-    ) -> tuple[Inbound, bool]:
-        """Insert the inbound unless its key exists (then count a re-delivery); (row, new)."""
-        db, q = self.db, self.db.queries
-        key = {
-            "platform": platform,
-            "bot": bot,
-            "chat": chat,
-            "thread": thread,
-            "platform_message_id": platform_message_id,
-        }
-        with db.write("admitting an inbound message") as conn:
-            row = db.one(conn, q.admit_inbound, **key, payload=payload_json, digest=digest, now=now)
-            if row is not None:
-                return Inbound.from_row(row), True
-            row = db.one(conn, q.redeliver_inbound, **key, now=now)
-        assert row is not None  # the insert conflicted with it, in this transaction
-        return Inbound.from_row(row), False
-
-    def get_inbound(self, inbound_id: int) -> Inbound | None:
-        rows = self.db.read(self.db.queries.get_inbound, inbound_id=inbound_id)
-        return Inbound.from_row(rows[0]) if rows else None
-
-    def list_inbound(
-        self, *, statuses: Sequence[InboundState] = (), limit: int = 100, after_id: int = 0
-    ) -> list[Inbound]:
-        rows = self.db.read(
-            self.db.queries.list_inbound,
-            after_id=after_id,
-            any_status=not statuses,
-            statuses=[str(s) for s in statuses],
-            limit=limit,
-        )
-        return [Inbound.from_row(row) for row in rows]
-
-    def start_inbound(self, inbound_id: int, *, now: float) -> Inbound:
-        """Count one start of answering; ``received`` becomes ``answering``."""
-        db = self.db
-        with db.write("starting an inbound message") as conn:
-            row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
-        return _found_inbound(row, inbound_id)
-
-    def start_inbound_in_tx(self, tx: Transaction, inbound_id: int, *, now: float) -> Inbound:
-        """:meth:`start_inbound` in the caller's transaction."""
-        db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("starting an inbound message"):
-            row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
-        return _found_inbound(row, inbound_id)
-
-    def quarantine_inbound(self, inbound_id: int, *, reason: str, now: float) -> Inbound:
-        db = self.db
-        with db.write("quarantining an inbound message") as conn:
-            row = db.one(
-                conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
-            )
-        return _found_inbound(row, inbound_id)
-
-    def quarantine_inbound_in_tx(
-        self, tx: Transaction, inbound_id: int, *, reason: str, now: float
-    ) -> Inbound:
-        """:meth:`quarantine_inbound` in the caller's transaction."""
-        db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("quarantining an inbound message"):
-            row = db.one(
-                conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
-            )
-        return _found_inbound(row, inbound_id)
-
-    def link_inbound_in_tx(
-        self,
-        tx: Transaction,
-        inbound_id: int,
-        *,
-        status: InboundState,
-        answered_by: int,
-        now: float,
-    ) -> tuple[Inbound, bool]:
-        """Mark the inbound ``superseded`` or ``merged``, answered by ``answered_by``; (row,
-        changed).
-
-        ``superseded`` is reached from ``received`` or ``answering`` (its answer was not
-        committed), ``merged`` from ``received`` only (its own turn never started). Asking
-        again with the same link changes nothing; any other transition raises
-        :class:`InvalidState`, and an unknown inbound (either one) :class:`InboundNotFound`."""
-        if status not in (InboundState.SUPERSEDED, InboundState.MERGED):
-            raise InvalidState(f"an inbound message is superseded or merged, not {status}")
-        if answered_by == inbound_id:
-            raise InvalidState(f"inbound {inbound_id} cannot be answered by itself")
-        db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("linking an inbound message"):
-            if db.one(conn, q.inbound_exists, inbound_id=answered_by) is None:
-                raise InboundNotFound(f"no inbound message {answered_by}", inbound_id=answered_by)
-            row = db.one(
-                conn,
-                q.link_inbound,
-                status=str(status),
-                answered_by=answered_by,
-                from_answering=status is InboundState.SUPERSEDED,
-                inbound_id=inbound_id,
-                now=now,
-            )
-            if row is not None:
-                return Inbound.from_row(row), True
-            current = db.one(conn, q.get_inbound, inbound_id=inbound_id)
-        inbound = _found_inbound(current, inbound_id)
-        if inbound.status is status and inbound.answered_by == answered_by:
-            return inbound, False  # asked again: already so
-        linked = "" if inbound.answered_by is None else f" by {inbound.answered_by}"
-        raise InvalidState(
-            f"inbound {inbound_id} is {inbound.status}{linked}: it cannot become {status} "
-            f"by {answered_by}",
-            inbound_id=inbound_id,
-        )
 
     # -- replies -----------------------------------------------------------------------------
     def _insert_reply(
@@ -331,31 +200,6 @@ class InboundReplyVerbs:
     def reply_for_inbound(self, inbound_id: int) -> Reply | None:
         rows = self.db.read(self.db.queries.reply_for_inbound, inbound_id=inbound_id)
         return Reply.from_row(rows[0]) if rows else None
-
-    def session_history(
-        self,
-        *,
-        platform: str,
-        bot: str,
-        chat: str,
-        thread: str,
-        before_id: int,
-        statuses: Sequence[InboundState],
-        limit: int,
-    ) -> list[Exchange]:
-        """The session's ``limit`` latest messages before ``before_id`` whose status is in
-        ``statuses``, oldest first, each with the answer its user was given."""
-        rows = self.db.read(
-            self.db.queries.session_history,
-            platform=platform,
-            bot=bot,
-            chat=chat,
-            thread=thread,
-            before_id=before_id,
-            statuses=[str(s) for s in statuses],
-            limit=limit,
-        )
-        return [Exchange.from_row(row) for row in reversed(rows)]
 
     def list_replies(
         self,
@@ -603,9 +447,3 @@ class InboundReplyVerbs:
             if deliver:
                 self._finish_reply_in(conn, op.reply_id, ReplyState.DELIVERED, now, None)
         return op
-
-
-def _found_inbound(row: Any, inbound_id: int) -> Inbound:
-    if row is None:
-        raise InboundNotFound(f"no inbound message {inbound_id}", inbound_id=inbound_id)
-    return Inbound.from_row(row)
