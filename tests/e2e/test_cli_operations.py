@@ -97,25 +97,14 @@ def test_dispatch_refuses_a_bad_storage_patience_before_opening_the_store(
     assert not db.exists()  # nothing was created
 
 
-def test_supervised_workers_stop_gracefully_on_sigterm(app_dir: Path) -> None:
-    db = app_dir / "app.db"
-    Ledger(str(db)).close()
+def _supervised(
+    cwd: Path, *args: str, deadline: float
+) -> tuple[subprocess.Popen[str], list[str], threading.Thread]:
+    """``oncewire dispatch --workers 2 ARGS``, its stderr read into a list, returned once both
+    workers say they dispatch (SIGTERM is graceful from then on), by ``deadline``."""
     supervisor = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "oncewire",
-            "dispatch",
-            "--db",
-            str(db),
-            "--app",
-            "myapp:SINKS",
-            "--workers",
-            "2",
-            "--poll-seconds",
-            "0.05",
-        ],
-        cwd=app_dir,
+        [sys.executable, "-m", "oncewire", "dispatch", *args, "--workers", "2"],
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -124,13 +113,30 @@ def test_supervised_workers_stop_gracefully_on_sigterm(app_dir: Path) -> None:
     assert supervisor.stderr is not None
     reader = threading.Thread(target=lambda: lines.extend(supervisor.stderr), daemon=True)  # type: ignore[arg-type]
     reader.start()
+    while sum(line.startswith("dispatching note") for line in list(lines)) < 2:
+        if time.monotonic() > deadline or supervisor.poll() is not None:
+            supervisor.kill()
+            supervisor.wait(timeout=30)
+            raise AssertionError(f"the workers did not start: {lines}")
+        time.sleep(0.05)
+    return supervisor, lines, reader
+
+
+def test_supervised_workers_stop_gracefully_on_sigterm(app_dir: Path) -> None:
+    db = app_dir / "app.db"
+    Ledger(str(db)).close()
+    deadline = time.monotonic() + 60
+    supervisor, lines, reader = _supervised(
+        app_dir,
+        "--db",
+        str(db),
+        "--app",
+        "myapp:SINKS",
+        "--poll-seconds",
+        "0.05",
+        deadline=deadline,
+    )
     try:
-        # SIGTERM is graceful once a worker runs its dispatcher; wait until both say so.
-        deadline = time.monotonic() + 60
-        while sum(line.startswith("dispatching note") for line in list(lines)) < 2:
-            assert time.monotonic() < deadline, lines
-            assert supervisor.poll() is None, lines
-            time.sleep(0.05)
         with Ledger(str(db)) as ledger:
             for i in range(20):
                 ledger.accept(f"k{i:02d}", "note", {"i": i})
@@ -179,24 +185,12 @@ def test_a_worker_that_does_not_stop_shows_its_stacks_before_it_is_killed(
     (tmp_path / "stuckapp.py").write_text(STUCK_APP)
     db = tmp_path / "app.db"
     Ledger(str(db)).close()
-    argv = ["--db", str(db), "--app", "stuckapp:SINKS", "--workers", "2", "--grace", "0.5"]
-    supervisor = subprocess.Popen(
-        [sys.executable, "-m", "oncewire", "dispatch", *argv],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    supervisor, lines, reader = _supervised(
+        tmp_path,
+        *("--db", str(db), "--app", "stuckapp:SINKS", "--grace", "0.5"),
+        deadline=time.monotonic() + 60,
     )
-    lines: list[str] = []
-    assert supervisor.stderr is not None
-    reader = threading.Thread(target=lambda: lines.extend(supervisor.stderr), daemon=True)  # type: ignore[arg-type]
-    reader.start()
     try:
-        deadline = time.monotonic() + 60
-        while sum(line.startswith("dispatching note") for line in list(lines)) < 2:
-            assert time.monotonic() < deadline, lines
-            assert supervisor.poll() is None, lines
-            time.sleep(0.05)
         supervisor.send_signal(signal.SIGTERM)
         supervisor.wait(timeout=60)
     finally:
@@ -204,6 +198,8 @@ def test_a_worker_that_does_not_stop_shows_its_stacks_before_it_is_killed(
             supervisor.kill()
             supervisor.wait(timeout=30)
     reader.join(timeout=10)
+    assert supervisor.stdout is not None and supervisor.stderr is not None
+    supervisor.stdout.close()
     supervisor.stderr.close()
     stderr = "".join(lines)
     assert supervisor.returncode == 1, stderr  # the killed workers count as failures
