@@ -18,6 +18,7 @@ and an error message. The gateway's tools speak through the same messages.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -155,12 +156,19 @@ def accept_in_tx(
     return accepted
 
 
-def _wait(ledger: Ledger, key: str, deadline: float | None, poll_seconds: float) -> Effect:
+def _wait(
+    ledger: Ledger, key: str, deadline: float | None, poll_seconds: float, changed: threading.Event
+) -> Effect:
     effect = ledger.effects.get(key)
     while effect.state not in TERMINAL_STATES:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise ToolCallPending(key, effect.state)
-        time.sleep(poll_seconds)
+        timeout = poll_seconds
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ToolCallPending(key, effect.state)
+            timeout = min(timeout, left)
+        changed.wait(timeout)
+        changed.clear()
         effect = ledger.effects.get(key)
     return effect
 
@@ -174,15 +182,28 @@ def results(
 ) -> list[dict[str, Any]]:
     """One ``{"role": "tool", "tool_call_id", "content"}`` message per call, in order, once
     each effect has ended, read from the store (whichever process ran it). Waits at most
-    ``wait_seconds`` in all (None: until they end), then :class:`ToolCallPending`."""
+    ``wait_seconds`` in all (None: until they end), then :class:`ToolCallPending`.
+
+    The store wakes the wait when something commits where the backend can tell (SQLite: any
+    commit to the file, within milliseconds); ``poll_seconds`` is the longest it sleeps
+    without being woken."""
     deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
     messages: list[dict[str, Any]] = []
-    for item in accepted:
-        if item.effect is None:
-            content = tool_content("failed", {"error": item.problem})
-        else:
-            content = effect_content(_wait(ledger, item.key, deadline, poll_seconds))
-        messages.append({"role": "tool", "tool_call_id": item.tool_call_id, "content": content})
+    changed = threading.Event()
+    unsubscribe: Callable[[], None] | None = None
+    try:
+        for item in accepted:
+            if item.effect is None:
+                content = tool_content("failed", {"error": item.problem})
+            else:
+                if unsubscribe is None and item.effect.state not in TERMINAL_STATES:
+                    unsubscribe = ledger.store.subscribe_settled(changed.set)
+                effect = _wait(ledger, item.key, deadline, poll_seconds, changed)
+                content = effect_content(effect)
+            messages.append({"role": "tool", "tool_call_id": item.tool_call_id, "content": content})
+    finally:
+        if unsubscribe is not None:
+            unsubscribe()
     return messages
 
 

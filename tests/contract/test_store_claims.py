@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -385,16 +386,36 @@ def test_the_backlog_counts_what_a_dispatcher_still_has_to_do(
     assert (nothing.next_due, nothing.uncertain, nothing.claimed) == (None, 0, 0)
 
 
-def test_a_stopped_subscription_never_wakes(store: Store, arrange: Arrange) -> None:
-    # A backend may or may not be able to announce commits (SQLite polls); either way, once
-    # stopped, the subscriber is never called again.
+def test_a_subscription_is_woken_by_an_accept_and_never_once_stopped(
+    store: Store, arrange: Arrange
+) -> None:
     woken = threading.Event()
     stop = store.subscribe(woken.set)
-    stop()
+    try:
+        time.sleep(0.1)  # PostgreSQL: the listener's LISTEN is in place
+        arrange.add("while-subscribed")
+        assert woken.wait(timeout=20), "an accepted effect woke nobody"
+    finally:
+        stop()
     woken.clear()
     arrange.add("after-stop")
+    time.sleep(0.1)
     assert not woken.is_set()
     assert store.backlog().next_due == T0  # and the store still works
+
+
+def test_a_settled_subscription_is_woken_by_a_settlement(store: Store, arrange: Arrange) -> None:
+    arrange.add("k")
+    (claim,) = arrange.claim(owner="w1", now=T0)
+    woken = threading.Event()
+    stop = store.subscribe_settled(woken.set)
+    try:
+        time.sleep(0.1)
+        arrange.settle(Settlement(claim.id, claim.fence, S.DONE, result_json="{}"), now=T0 + 1)
+        assert woken.wait(timeout=20), "a settlement woke nobody"
+    finally:
+        stop()
+    assert arrange.get("k").state is S.DONE
 
 
 # -- cancel and retry ------------------------------------------------------------------------

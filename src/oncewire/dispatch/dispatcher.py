@@ -153,6 +153,7 @@ class Dispatcher:
         self._abort = threading.Event()
         self._finished_run = threading.Event()  # the heartbeat renews leases until this is set
         self._wake = threading.Event()
+        self._woken = False  # set by wake(): the store says something committed
         self._inflight = leases.InFlight()  # the claims held, for the heartbeat's renewals
         self._runner: SinkRunner | None = None
         self._calls: dict[int, Call] = {}  # submitted and not yet resolved, by call id
@@ -183,6 +184,7 @@ class Dispatcher:
 
     def wake(self) -> None:
         """Look for due work now instead of at the next poll."""
+        self._woken = True
         self._poke()
 
     def _poke(self) -> None:
@@ -296,6 +298,9 @@ class Dispatcher:
                         return
                     self._sleep_until_due(backlog.next_due)
                     continue
+                if self._woken:  # something committed: claim again without waiting a poll
+                    self._woken = False
+                    next_claim = -math.inf
                 room = now >= next_claim and self._has_room()
                 if linger_over or room or self._mark_due():
                     claims = self._store_step(claim=room)

@@ -224,12 +224,18 @@ class ToolCalls:
 
     def _await(self, effect: Effect, interrupt: Interrupt) -> Effect:
         """``effect`` once terminal, read from the store (_Interrupted if the turn is)."""
-        woken = threading.Event()
+        woken = threading.Event()  # the turn is interrupted, or the store saw a commit
         interrupt.on_interrupt(woken.set)
-        while effect.state not in TERMINAL_STATES:
-            if woken.wait(self.poll_seconds):
-                raise ToolWaitInterrupted(effect.key)
-            effect = self.ledger.effects.get(effect.key)
+        unsubscribe = self.ledger.store.subscribe_settled(woken.set)
+        try:
+            while effect.state not in TERMINAL_STATES:
+                woken.wait(self.poll_seconds)
+                woken.clear()
+                if interrupt.is_set():
+                    raise ToolWaitInterrupted(effect.key)
+                effect = self.ledger.effects.get(effect.key)
+        finally:
+            unsubscribe()
         return effect
 
 

@@ -349,6 +349,17 @@ class Driver(abc.ABC):
         """See :meth:`oncewire.storage.store.Store.subscribe`; by default nothing tells."""
         return lambda: None
 
+    def subscribe_settled(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """See :meth:`oncewire.storage.store.Store.subscribe_settled`; by default nothing
+        tells."""
+        return lambda: None
+
+    def announce_settled(self, conn: Any) -> None:
+        """Tell other processes' :meth:`subscribe_settled` that settlements are about to
+        commit on ``conn``, where the backend needs telling (SQLite's commits tell by
+        themselves)."""
+        return None
+
     # -- statements --------------------------------------------------------------------------
     @abc.abstractmethod
     def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:

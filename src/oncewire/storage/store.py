@@ -107,12 +107,19 @@ class Store(EffectVerbs, ReceiptVerbs, InboundVerbs, ReplyVerbs, RunLedgerVerbs,
         return self.db.group_commit()
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
-        """Call ``wake`` when new effects commit, where the backend can tell; return a stopper.
+        """Call ``wake`` when new effects commit; return a stopper.
 
-        SQLite cannot tell (it has no cross-process notifications): dispatchers poll.
-        PostgreSQL LISTENs on a connection of its own.
+        SQLite: after any commit to the file, by any process, within a few milliseconds
+        (``PRAGMA data_version`` watched by one thread per file). PostgreSQL: when effects are
+        inserted (LISTEN on a connection of its own).
         """
         return self.db.subscribe(wake)
+
+    def subscribe_settled(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when effects may have ended (a tool call's caller waits for that);
+        return a stopper. SQLite: as :meth:`subscribe`, any commit. PostgreSQL: a
+        dispatcher's step that settles attempts sends ``NOTIFY oncewire_settled``."""
+        return self.db.subscribe_settled(wake)
 
     # -- facts -------------------------------------------------------------------------------
     def schema_version(self) -> int:

@@ -16,7 +16,6 @@ PostgreSQL-only forms of statements are in ``storage/sql/postgresql.sql`` (SKIP 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
+from oncewire.storage.postgres.listen import SETTLED, listener
 from oncewire.storage.sqlguard import check_statement, named_to_pyformat
 
 __all__ = [
@@ -305,38 +305,16 @@ class PostgresDriver(Driver):
         return bool(conn.closed or conn.broken)
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
-        """Call ``wake`` whenever new effects commit (LISTEN on a connection of its own)."""
-        stop = threading.Event()
+        """Call ``wake`` whenever new effects commit (LISTEN on a connection shared by this
+        process's subscribers: listen.py)."""
+        return listener(self.url, lambda: connect(self.url)).add(CHANNEL, wake)
 
-        def listen() -> None:
-            while not stop.is_set():
-                try:
-                    conn = connect(self.url)
-                except Exception:
-                    stop.wait(1.0)
-                    continue
-                try:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    wake()  # anything committed while we were not listening
-                    while not stop.is_set():
-                        for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            wake()
-                except Exception:
-                    stop.wait(0.5)
-                finally:
-                    try:
-                        conn.close()
-                    except Exception:
-                        pass
+    def subscribe_settled(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` whenever a dispatcher's settlements commit (:meth:`announce_settled`)."""
+        return listener(self.url, lambda: connect(self.url)).add(SETTLED, wake)
 
-        thread = threading.Thread(target=listen, name="oncewire-listen", daemon=True)
-        thread.start()
-
-        def unsubscribe() -> None:
-            stop.set()
-            thread.join(timeout=2)
-
-        return unsubscribe
+    def announce_settled(self, conn: Any) -> None:
+        conn.execute(f"SELECT pg_notify('{SETTLED}', '')")
 
     @contextmanager
     def group_commit(self) -> Iterator[None]:

@@ -30,6 +30,7 @@ from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
 from oncewire.storage.sqlite.errors import translate_errors, translated
+from oncewire.storage.sqlite.wake import watch as wake_watch
 
 __all__ = [
     "SCHEMA_TABLE",
@@ -345,6 +346,20 @@ class SQLiteDriver(Driver):
         except BaseException:
             conn.close()
             raise
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` within milliseconds of any commit to the file, by any process
+        (``PRAGMA data_version``, watched by one thread per file: see wake.py)."""
+        if self.path == ":memory:":
+            return super().subscribe(wake)
+        uri = f"file:{Path(self.path).resolve()}?mode=ro"
+        return wake_watch(
+            self.path,
+            lambda: sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False),
+        ).add(wake)
+
+    def subscribe_settled(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self.subscribe(wake)  # any commit: a settlement is one
 
     # -- transactions ------------------------------------------------------------------------
     def transaction(self) -> SQLiteTransaction:

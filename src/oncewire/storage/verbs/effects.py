@@ -241,6 +241,8 @@ class EffectVerbs:
         rows: list[Any] = []
         with db.write("settling and claiming effects") as conn:
             applied = self._settle_in_tx(conn, settlements, now) if settlements else []
+            if any(applied):
+                db.announce_settled(conn)  # whoever waits for a result reads it at our commit
             for begin in range(0, len(starting), db.values_chunk):
                 chunk = starting[begin : begin + db.values_chunk]
                 marked = db.all(conn, q.mark_started, fences=chunk, owner=owner)
