@@ -24,11 +24,14 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("oncewire.otel needs the 'otel' extra: pip install 'oncewire[otel]'") from exc
 
 from oncewire.core import observe
 from oncewire.core.clock import Clock
