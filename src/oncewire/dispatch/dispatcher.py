@@ -47,7 +47,7 @@ from oncewire.dispatch.reporting import (
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.dispatch.runner import Call, SinkRunner, attempt_of, form_calls
 from oncewire.dispatch.settling import Label, Verdict
-from oncewire.dispatch.sinkspec import SinkSpec, inspect_sinks
+from oncewire.dispatch.sinkspec import SinkSpec, check_ledger, inspect_sinks
 from oncewire.dispatch.stopping import (
     abandon_running,
     check_grace,
@@ -83,7 +83,8 @@ WAITING_KINDS_EVERY_SECONDS = 60.0
 
 
 class Dispatcher:
-    """``Dispatcher(ledger, sinks={"charge": charge_card}).run()``.
+    """``Dispatcher(ledger, sinks={"charge": charge_card}).run()``, ``ledger`` a
+    :class:`~oncewire.Ledger` (anything else is a ``WrongType``, a ``TypeError``).
 
     ``sinks`` maps an effect kind to a sink: a callable taking an :class:`Attempt`, an object
     with ``call_batch(attempts)`` returning a list with one outcome per attempt in order, or
@@ -130,6 +131,7 @@ class Dispatcher:
         attempt_timeouts: Mapping[str, float | None] | None = None,
         grace_seconds: float = 30.0,
     ) -> None:
+        check_ledger(ledger)
         self.specs: dict[str, SinkSpec] = inspect_sinks(
             sinks, attempt_timeout=attempt_timeout, attempt_timeouts=attempt_timeouts
         )
