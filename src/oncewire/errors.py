@@ -27,6 +27,7 @@ is its default message; each carries a stable ``code`` and ``as_dict()``. The tr
     │   ├── StoreUnusable                  read-only, not a database, corrupt, or no access
     │   └── StatementError                 the database refused a statement
     ├── ConfigurationError (a ValueError)  an option or argument is invalid
+    │   ├── WrongType (a TypeError too)    an argument is not of the type the call takes
     │   └── CrashPointUnknown              an armed crash point that no code registers
     ├── ReplyConflict                      the message already has a reply with other text
     └── RunError                           a run ledger operation was refused
@@ -70,6 +71,7 @@ from oncewire.core.errors import (
     StoreUnreachable,
     StoreUnusable,
     TransitionRefused,
+    WrongType,
 )
 
 __all__ = [
@@ -101,4 +103,5 @@ __all__ = [
     "StoreUnreachable",
     "StoreUnusable",
     "TransitionRefused",
+    "WrongType",
 ]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oncewire.core.errors import OncewireError
+from oncewire.core.errors import OncewireError, WrongType
 from oncewire.ledger import Ledger, LedgerTransaction
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 
@@ -75,17 +75,55 @@ def tool_call_key(turn: str, tool_call_id: str) -> str:
     return f"{turn}/{tool_call_id}"
 
 
-def _parts(tool_call: Any) -> tuple[str, str, str]:
-    """(id, name, arguments text) of an OpenAI SDK tool call object or its dict form."""
+_CALL = "a tool call (an object with .id and .function, or its dict form)"
+
+
+def _parts(tool_call: Any, index: int) -> tuple[str, str, str]:
+    """(id, name, arguments text) of an OpenAI SDK tool call object or its dict form; a
+    :class:`WrongType` naming ``tool_calls[index]`` for anything else."""
+    where = f"accept_in_tx: tool_calls[{index}]"
     if isinstance(tool_call, Mapping):
         function = tool_call.get("function") or {}
+        if not isinstance(function, Mapping):
+            raise WrongType(
+                f"{where}.function must be an object with name and arguments, "
+                f"not a {type(function).__name__}"
+            )
         return (
             str(tool_call.get("id") or ""),
             str(function.get("name") or ""),
             str(function.get("arguments") or ""),
         )
-    function = tool_call.function
+    function = getattr(tool_call, "function", None)
+    if function is None or isinstance(tool_call, str | bytes) or not hasattr(tool_call, "id"):
+        raise WrongType(f"{where} is a {type(tool_call).__name__}, not {_CALL}")
+    if not (hasattr(function, "name") and hasattr(function, "arguments")):
+        raise WrongType(
+            f"{where}.function must have name and arguments, not be a {type(function).__name__}"
+        )
     return str(tool_call.id or ""), str(function.name or ""), str(function.arguments or "")
+
+
+def _all_parts(tx: Any, tool_calls: Any) -> list[tuple[str, str, str]]:
+    """Every call's parts, read before any is accepted: a mistake stores nothing."""
+    if not isinstance(tx, LedgerTransaction):
+        raise WrongType(
+            "accept_in_tx takes the LedgerTransaction of `with ledger.transaction() as tx`, "
+            f"not a {type(tx).__name__}"
+        )
+    if isinstance(tool_calls, Mapping | str | bytes) or not isinstance(tool_calls, Iterable):
+        hint = ""
+        if isinstance(tool_calls, Mapping):
+            hint = (
+                '; pass message["tool_calls"]'
+                if "tool_calls" in tool_calls
+                else "; for one call, pass [call]"
+            )
+        raise WrongType(
+            "accept_in_tx takes the list of a response's tool calls (message.tool_calls, or "
+            f"their dict form), not a {type(tool_calls).__name__}{hint}"
+        )
+    return [_parts(tool_call, index) for index, tool_call in enumerate(tool_calls)]
 
 
 def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
@@ -138,10 +176,10 @@ def accept_in_tx(
     ``{turn}/{tool_call.id}``, kind ``kind(name)`` (``tool.{name}``), the arguments object as
     payload. A call whose arguments are not a JSON object, or without an id, gets no effect.
     The same turn accepted again finds the same effects (``PayloadConflict`` if a call's
-    arguments changed under its id)."""
+    arguments changed under its id). Anything that is not a list of tool calls is a
+    ``WrongType`` (a ``TypeError``), raised before any effect is accepted."""
     accepted: list[AcceptedCall] = []
-    for tool_call in tool_calls:
-        call_id, name, raw = _parts(tool_call)
+    for call_id, name, raw in _all_parts(tx, tool_calls):
         key = tool_call_key(turn, call_id)
         arguments, problem = parse_arguments(raw)
         if not call_id:

@@ -73,6 +73,43 @@ def test_a_settlement_without_attempt_fields_uses_the_effects_own(
     assert row == (1, claim.fence, "w1", "not_sent", "pending", "503", None, T0 + 1.0)
 
 
+@pytest.mark.parametrize(
+    ("last_error", "note", "history_error"),
+    [
+        (None, "replayed: an earlier run's receipt", "replayed: an earlier run's receipt"),
+        ("result not stored: set", "replayed: x", "result not stored: set; replayed: x"),
+    ],
+)
+def test_a_settlements_note_is_in_its_attempt_row_only(
+    store: Store,
+    arrange: Arrange,
+    raw: RawDatabase,
+    last_error: str | None,
+    note: str,
+    history_error: str,
+) -> None:
+    """A replayed receipt is said in the attempt history, not in the effect's last_error."""
+    effect = arrange.add("k-1")
+    (claim,) = arrange.claim(owner="w1")
+    done = Settlement(
+        claim.id,
+        claim.fence,
+        EffectState.DONE,
+        result_json="1",
+        last_error=last_error,
+        outcome="done",
+        note=note,
+    )
+    assert arrange.settle(done, now=T0 + 1.0) == [True]
+    assert _raw_attempts(raw, effect.id) == [
+        (1, claim.fence, "w1", "done", "done", history_error, None, T0 + 1.0)
+    ]
+    assert raw.query("SELECT state, result, last_error FROM oncewire_effects") == [
+        ("done", "1", last_error)
+    ]
+    assert [a.error for a in store.list_attempts(effect.id)] == [history_error]
+
+
 def test_a_stale_settlement_writes_no_row(store: Store, arrange: Arrange, raw: RawDatabase) -> None:
     effect = arrange.add("k-1")
     (claim,) = arrange.claim(owner="w1")

@@ -166,3 +166,60 @@ def test_a_call_cancelled_before_it_ran_did_not_run_and_a_wait_can_end(url: str)
         (message,) = toolcalls.results(ledger, accepted, wait_seconds=10)
     assert raw(url, "SELECT state FROM oncewire_effects") == [("cancelled",)]
     assert message["content"] == ("error: the tool did not run: the user withdrew the request")
+
+
+# Regression: a dict where the list of tool calls belongs (one call's dict form, or the whole
+# message) was iterated by its keys and raised AttributeError: 'str' object has no attribute
+# 'function'. Anything that is not a list of tool calls is a TypeError naming what it expects,
+# before any effect is accepted.
+ONE_CALL = {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+NOT_A_LIST: dict[str, tuple[Any, str]] = {
+    "one-call-dict": (ONE_CALL, "not a dict; for one call, pass [call]"),
+    "message-dict": ({"role": "assistant", "tool_calls": [ONE_CALL]}, "not a dict"),
+    "string": ('[{"id": "call_a"}]', "not a str"),
+    "none": (None, "not a NoneType"),
+}
+NOT_A_CALL: dict[str, tuple[Any, str]] = {
+    "string-item": ("call_b", "tool_calls[1] is a str"),
+    "none-item": (None, "tool_calls[1] is a NoneType"),
+    "function-not-a-dict": ({"id": "call_b", "function": "weather"}, "tool_calls[1].function"),
+    "object-without-function": (SimpleNamespace(id="call_b"), "tool_calls[1] is a SimpleNamespace"),
+}
+
+
+def _refused_and_nothing_stored(url: str, tool_calls: Any, message: str) -> None:
+    ph = "%s" if url.startswith("postgresql") else "?"
+    with Ledger(url) as ledger:
+        with ledger.transaction() as tx:
+            tx.execute("CREATE TABLE turns (id TEXT PRIMARY KEY)")
+        with ledger.transaction() as tx:
+            with pytest.raises(TypeError) as caught:
+                toolcalls.accept_in_tx(tx, "turn-9", tool_calls)
+            # The caller caught it and committed its own row: no effect went with it.
+            tx.execute(f"INSERT INTO turns (id) VALUES ({ph})", ("turn-9",))
+    assert message in str(caught.value), str(caught.value)
+    assert "accept_in_tx" in str(caught.value)
+    assert raw(url, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
+    assert raw(url, "SELECT id FROM turns") == [("turn-9",)]
+
+
+@pytest.mark.parametrize("case", sorted(NOT_A_LIST))
+def test_tool_calls_that_are_not_a_list_are_a_type_error_and_store_nothing(
+    url: str, case: str
+) -> None:
+    tool_calls, message = NOT_A_LIST[case]
+    _refused_and_nothing_stored(url, tool_calls, message)
+
+
+@pytest.mark.parametrize("case", sorted(NOT_A_CALL))
+def test_an_item_that_is_not_a_tool_call_is_a_type_error_and_stores_nothing(
+    url: str, case: str
+) -> None:
+    item, message = NOT_A_CALL[case]
+    _refused_and_nothing_stored(url, [ONE_CALL, item], message)
+
+
+def test_a_transaction_that_is_not_the_ledgers_is_a_type_error() -> None:
+    expected = r"LedgerTransaction of `with ledger\.transaction\(\) as tx`, not a dict"
+    with pytest.raises(TypeError, match=expected):
+        toolcalls.accept_in_tx({"db": "app.db"}, "turn-9", [ONE_CALL])  # type: ignore[arg-type]

@@ -218,7 +218,6 @@ WRONG_ANSWERS: dict[str, tuple[Callable[[], Any], str]] = {
     "NotSent-class": (lambda: NotSent, "the class NotSent"),
     "Done-class": (lambda: Done, "the class Done"),
     "exception": (lambda: ValueError("card declined"), "exception instance (ValueError"),
-    "object": (object, "neither an outcome nor a storable result"),
 }
 
 
@@ -299,7 +298,7 @@ def test_a_batch_answer_that_is_not_one_outcome_per_attempt_is_refused(
 
 
 def test_a_batch_answer_is_read_in_order_one_outcome_each(ledger: Ledger, raw: RawDatabase) -> None:
-    sink = _Answers(lambda atts: (Done("a"), NotSent("busy"), MaybeSent("reset"), object()))
+    sink = _Answers(lambda atts: (Done("a"), NotSent("busy"), MaybeSent("reset"), NotSent))
     keys = ["k0", "k1", "k2", "k3"]
     for key in keys:
         ledger.accept(key, "send", {})
@@ -309,9 +308,9 @@ def test_a_batch_answer_is_read_in_order_one_outcome_each(ledger: Ledger, raw: R
         ("done", 1),
         ("pending", 0),  # NotSent gives its attempt back
         ("uncertain", 1),
-        ("uncertain", 1),  # a bare object() is not an outcome: a programming error
+        ("uncertain", 1),  # the class NotSent is not an outcome: a programming error
     ]
-    assert "neither an outcome nor a storable result" in rows[3]["last_error"]
+    assert "the class NotSent" in rows[3]["last_error"]
 
 
 # -- one poison payload goes to dead alone ---------------------------------------------------

@@ -40,6 +40,7 @@ STABLE_CODES = {
     "SchemaError": "schema_error",
     "ConfigurationError": "configuration_error",
     "CrashPointUnknown": "crash_point_unknown",
+    "WrongType": "wrong_type",
     "InboundNotFound": "inbound_not_found",
     "ReplyNotFound": "reply_not_found",
     "RunNotFound": "run_not_found",

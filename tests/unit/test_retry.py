@@ -83,3 +83,28 @@ def test_a_negative_retry_after_is_ignored() -> None:
 def test_invalid_settings_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigurationError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+# Regression: RetryPolicy(base_seconds=3600) was silently capped at the default cap_seconds
+# (300), so the first retry came after 5 minutes, not an hour.
+@pytest.mark.parametrize(
+    "options",
+    [{"base_seconds": 3600}, {"base_seconds": 10.0, "cap_seconds": 5.0}, {"cap_seconds": 0.1}],
+    ids=repr,
+)
+def test_a_base_above_the_cap_is_refused(options: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError, match="is above cap_seconds") as caught:
+        RetryPolicy(**options)  # type: ignore[arg-type]
+    policy = RetryPolicy()
+    base = options.get("base_seconds", policy.base_seconds)
+    cap = options.get("cap_seconds", policy.cap_seconds)
+    assert f"base_seconds ({base:g}) is above cap_seconds ({cap:g})" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("base", "cap"), [(3600.0, 3600.0), (3600.0, float("inf")), (0.0, 0.0), (0.5, 300.0)]
+)
+def test_a_base_at_or_below_the_cap_is_taken_and_is_the_first_delay(
+    base: float, cap: float
+) -> None:
+    assert RetryPolicy(base_seconds=base, cap_seconds=cap, jitter=0.0).delay(1) == base

@@ -8,6 +8,7 @@ be read carefully, so the quick path can never record ``done`` for something tha
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any
 
 import pytest
@@ -58,9 +59,12 @@ def test_storable_answers_are_done_with_their_canonical_json(value: Any, stored:
     [float("nan"), {"k": float("inf")}, {1: "non-string key"}, 10**5000, "\ud800"],
     ids=["nan", "inf", "int-key", "huge-int", "lone-surrogate"],
 )
-def test_an_exact_builtin_that_cannot_be_stored_is_still_refused(value: Any) -> None:
+def test_an_exact_builtin_that_cannot_be_stored_is_done_without_its_result(value: Any) -> None:
+    # The sink ran and answered: done, never a programming error, and never stored as it is.
     verdict = read_value(value)
-    assert (verdict.label, verdict.result_json, verdict.misuse) == (Label.ERROR, None, True)
+    assert (verdict.label, verdict.result_json, verdict.misuse) == (Label.DONE, None, False)
+    assert verdict.result_error is not None
+    assert verdict.result_error.startswith(f"result not stored: {type(value).__name__}: ")
 
 
 def test_a_done_whose_result_cannot_be_stored_is_done_without_its_result() -> None:
@@ -69,6 +73,20 @@ def test_a_done_whose_result_cannot_be_stored_is_done_without_its_result() -> No
     assert verdict.result_error is not None and "result not stored" in verdict.result_error
 
 
-@pytest.mark.parametrize("value", [NotSent, Done, ValueError("x"), print])
+@pytest.mark.parametrize(
+    "value",
+    [NotSent, Done, ValueError("x"), print, ValueError, dict, lambda: 1, functools.partial(print)],
+    ids=repr,
+)
 def test_what_is_not_an_outcome_is_never_done(value: Any) -> None:
-    assert read_value(value).label is Label.ERROR
+    verdict = read_value(value)
+    assert (verdict.label, verdict.misuse) == (Label.ERROR, True)
+
+
+def test_a_result_bigger_than_the_limit_is_done_without_it() -> None:
+    assert read_value("x" * 8, max_result_bytes=10).result_json == '"xxxxxxxx"'  # 10 bytes
+    verdict = read_value("x" * 9, max_result_bytes=10)
+    assert (verdict.label, verdict.result_json, verdict.misuse) == (Label.DONE, None, False)
+    assert verdict.result_error == (
+        "result not stored: str: its canonical JSON is 11 bytes; the limit is 10 (max_result_bytes)"
+    )

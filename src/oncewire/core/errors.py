@@ -38,6 +38,7 @@ __all__ = [
     "StoreUnreachable",
     "StoreUnusable",
     "TransitionRefused",
+    "WrongType",
 ]
 
 
@@ -195,6 +196,12 @@ class ConfigurationError(OncewireError, ValueError):
     """An option or argument is invalid."""
 
     code = "configuration_error"
+
+
+class WrongType(ConfigurationError, TypeError):
+    """An argument is not of the type the call takes."""
+
+    code = "wrong_type"
 
 
 class CrashPointUnknown(ConfigurationError):

@@ -1,4 +1,4 @@
-"""The fixed limits on what oncewire accepts: keys, kinds, counts and payloads.
+"""The fixed limits on what oncewire accepts: keys, kinds, counts, payloads and results.
 
 Every entry point (effects, receipts, inbound messages) checks its arguments here, in Python,
 before any SQL: the same input is refused the same way on every backend, with a message that
@@ -16,6 +16,7 @@ from oncewire.core.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_MAX_RESULT_BYTES",
     "MAX_ATTEMPTS_LIMIT",
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
@@ -24,6 +25,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES_LIMIT",
     "check_count",
     "check_max_payload_bytes",
+    "check_max_result_bytes",
     "check_name",
     "check_seconds",
 ]
@@ -35,6 +37,11 @@ MAX_DEPTH = 100  # lists/objects nested inside each other; `[]` is 1 deep
 MAX_INT_DIGITS = 640
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB of canonical UTF-8
 MAX_PAYLOAD_BYTES_LIMIT = 256 << 20  # well below either backend's largest text value (~1 GB)
+
+# Results: what a sink answered, stored with its done effect (Dispatcher(max_result_bytes=...)).
+# The work did happen, so a bigger result does not fail the effect: it is done, its result not
+# stored, and last_error says so (logged at WARNING).
+DEFAULT_MAX_RESULT_BYTES = 1 << 20  # 1 MiB of canonical UTF-8, as for payloads
 
 # Keys and kinds.
 MAX_KEY_CHARS = 512
@@ -111,3 +118,8 @@ def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
 def check_max_payload_bytes(value: object) -> int:
     """The ``max_payload_bytes`` option: 1 byte up to :data:`MAX_PAYLOAD_BYTES_LIMIT`."""
     return check_count("max_payload_bytes", value, 1, MAX_PAYLOAD_BYTES_LIMIT)
+
+
+def check_max_result_bytes(value: object) -> int:
+    """The ``max_result_bytes`` option: 1 byte up to :data:`MAX_PAYLOAD_BYTES_LIMIT`."""
+    return check_count("max_result_bytes", value, 1, MAX_PAYLOAD_BYTES_LIMIT)

@@ -34,6 +34,7 @@ from oncewire.core import crash
 from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, StorageError
 from oncewire.core.ids import this_process_owner
+from oncewire.core.limits import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes
 from oncewire.core.observe import ATTEMPT, CLAIMED, LISTENERS, RELEASED, emit
 from oncewire.dispatch import leases, marking, settling
 from oncewire.dispatch.outage import Outage, check_patience
@@ -47,7 +48,7 @@ from oncewire.dispatch.reporting import (
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.dispatch.runner import Call, SinkRunner, attempt_of, form_calls
 from oncewire.dispatch.settling import Label, Verdict
-from oncewire.dispatch.sinkspec import SinkSpec, inspect_sinks
+from oncewire.dispatch.sinkspec import SinkSpec, check_ledger, inspect_sinks
 from oncewire.dispatch.stopping import (
     abandon_running,
     check_grace,
@@ -83,34 +84,31 @@ WAITING_KINDS_EVERY_SECONDS = 60.0
 
 
 class Dispatcher:
-    """``Dispatcher(ledger, sinks={"charge": charge_card}).run()``.
+    """``Dispatcher(ledger, sinks={"charge": charge_card}).run()``, ``ledger`` a
+    :class:`~oncewire.Ledger` (anything else is a ``WrongType``, a ``TypeError``).
 
     ``sinks`` maps an effect kind to a sink: a callable taking an :class:`Attempt`, an object
     with ``call_batch(attempts)`` returning a list with one outcome per attempt in order, or
     both; either may be ``async def`` (awaited on the dispatcher's event loop, ``concurrency``
     coroutines in flight). Sinks are checked here: anything else is a ``ConfigurationError``.
 
-    What a sink answers decides the effect's next state. ``Done`` (or a plain JSON value) is
-    ``done``; ``Rejected`` is ``rejected``; ``MaybeSent``, a sink that raises, a timeout, or an
-    answer that is not an outcome at all (a coroutine never awaited, the class ``NotSent``, an
-    exception instance) is ``uncertain`` and counts against ``max_attempts``. ``NotSent`` is
-    ``pending`` and does **not** count against ``max_attempts``: nothing was sent, so a long
-    429 storm does not use the effect up. It is bounded by the effect's deadline when it has
-    one, and otherwise by ``RetryPolicy.max_not_sent`` not-sent attempts, after which the
-    effect is ``dead`` ("never sent"). The number a sink sees in ``Attempt.number`` counts
-    every call of a sink for the effect, not-sent ones included, so it never repeats;
-    ``Effect.attempts`` counts only the attempts charged against ``max_attempts``.
+    What a sink answers decides the effect's next state (docs/dispatch.md has the table).
+    ``Done``, a ``ReceiptResult`` (what ``Receipts.run_once`` returns) or any other value it
+    returns is ``done``, its result stored when JSON holds it within ``max_result_bytes`` (else
+    "result not stored", a WARNING); ``Rejected`` is ``rejected``; ``MaybeSent``, a sink that
+    raises, a timeout, or an answer that shows the work may not have run (a coroutine never
+    awaited, a generator, the class ``NotSent``, an exception instance) is ``uncertain`` and
+    counts against ``max_attempts``. ``NotSent`` is ``pending`` and does **not** count: it is
+    bounded by the effect's deadline, or else by ``RetryPolicy.max_not_sent`` in a row.
 
     ``attempt_timeout`` (seconds, None: no limit) bounds one sink call; ``attempt_timeouts``
-    overrides it per kind. A timed-out attempt is recorded ``uncertain`` (its next attempt is a
-    flagged redelivery): an ``async def`` sink is cancelled, a thread is abandoned (a new one
-    takes its place), and a sink with ``cancel(attempt)`` is told (``SubprocessSink`` kills its
-    child).
+    overrides it per kind. A timed-out attempt is recorded ``uncertain``: an ``async def`` sink
+    is cancelled, a thread is abandoned (a new one takes its place), and a sink with
+    ``cancel(attempt)`` is told (``SubprocessSink`` kills its child's process group).
 
     ``stop()`` (or SIGTERM/SIGINT when ``run`` handles signals) stops claiming, hands back the
     claims whose sinks were not called yet, and waits at most ``grace_seconds`` for the
-    attempts in flight; attempts still running then are left claimed for recovery (the next
-    dispatcher sees this owner dead, or its lease expire, and redelivers them flagged). A second
+    attempts in flight; attempts still running then are left claimed for recovery. A second
     signal leaves at once.
     """
 
@@ -129,7 +127,9 @@ class Dispatcher:
         attempt_timeout: float | None = None,
         attempt_timeouts: Mapping[str, float | None] | None = None,
         grace_seconds: float = 30.0,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
+        check_ledger(ledger)
         self.specs: dict[str, SinkSpec] = inspect_sinks(
             sinks, attempt_timeout=attempt_timeout, attempt_timeouts=attempt_timeouts
         )
@@ -148,6 +148,7 @@ class Dispatcher:
         self.owner = owner or this_process_owner()
         self.storage_patience_seconds = check_patience(storage_patience_seconds)
         self.grace_seconds = check_grace(grace_seconds)
+        self.max_result_bytes = check_max_result_bytes(max_result_bytes)
         self.stats = DispatchStats()
         self._stop = threading.Event()
         self._abort = threading.Event()
@@ -494,9 +495,9 @@ class Dispatcher:
                 "%s for %s raised on %s: %s", what, call.spec.kind, shown(call.keys), call.error
             )
         elif call.batch:
-            verdicts = settling.read_batch(call.value, len(call.claims))
+            verdicts = settling.read_batch(call.value, len(call.claims), self.max_result_bytes)
         else:
-            verdicts = [settling.read_value(call.value)]
+            verdicts = [settling.read_value(call.value, self.max_result_bytes)]
         self._resolve(call.claims, verdicts, call)
 
     def _timed_out(self, call: Call) -> None:

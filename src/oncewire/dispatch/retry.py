@@ -17,7 +17,8 @@ class RetryPolicy:
     """Delay before attempt ``n + 1`` after attempt ``n`` failed.
 
     ``base_seconds * 2 ** (n - 1)``, capped at ``cap_seconds``, then scaled by a random factor in
-    ``[1 - jitter, 1]`` so that workers retrying the same receiver spread out.
+    ``[1 - jitter, 1]`` so that workers retrying the same receiver spread out. ``base_seconds``
+    above ``cap_seconds`` (300 by default) is refused: the cap would silently replace it.
 
     ``max_not_sent`` bounds an effect without a deadline that its receiver keeps turning away
     before anything is sent (``NotSent``, a long 429 storm): such attempts do not count against
@@ -46,6 +47,11 @@ class RetryPolicy:
         if not (0 <= self.base_seconds < math.inf and self.cap_seconds >= 0):
             raise ConfigurationError(
                 "base_seconds must be finite and not negative; cap_seconds not negative"
+            )
+        if self.base_seconds > self.cap_seconds:  # the cap would silently replace the base
+            raise ConfigurationError(
+                f"base_seconds ({self.base_seconds:g}) is above cap_seconds "
+                f"({self.cap_seconds:g}): every delay would be the cap; raise cap_seconds too"
             )
         if not 0.0 <= self.jitter <= 1.0:
             raise ConfigurationError("jitter must be between 0 and 1")

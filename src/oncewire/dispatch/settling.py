@@ -2,15 +2,20 @@
 
 Pure logic, no I/O. A sink's answer is read into a :class:`Verdict` (what happened, by the
 attempt history's vocabulary), and a verdict into a :class:`Settlement` (the effect's next
-state). The rule above everything: nothing is recorded ``done`` unless a sink said so. An answer
-that is neither an outcome nor a storable result (a coroutine that was never awaited, a
-generator, the class ``NotSent`` instead of an instance, an exception instance) is a programming
-error: the sink ran, so something may have happened, and the attempt is recorded ``uncertain``.
+state). The rule above everything: nothing is recorded ``done`` unless a sink said so. A sink
+that *returns* a value says it ran: ``Done(result)``, a :class:`~oncewire.receipts.ReceiptResult`
+(what ``Receipts.run_once`` returns; a replayed one is noted in the attempt history) or any other
+value is ``done``, its result stored when JSON can hold it within ``max_result_bytes`` and
+"result not stored" (a WARNING) when it cannot. Only an answer that shows the work may not have
+run as the caller meant (a coroutine or other awaitable that was never awaited, a generator, the
+class ``NotSent`` instead of an instance, an exception instance) is a programming error: the
+sink ran, so something may have happened, and the attempt is recorded ``uncertain``.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,8 +23,10 @@ from typing import Any
 
 from oncewire.core.canonical import canonical_json
 from oncewire.core.errors import OncewireError
+from oncewire.core.limits import DEFAULT_MAX_RESULT_BYTES
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.outcomes import OUTCOME_TYPES, Done, MaybeSent, NotSent, Rejected
+from oncewire.receipts.service import ReceiptResult
 from oncewire.storage.records import Claim, EffectState, Settlement
 
 __all__ = [
@@ -34,6 +41,8 @@ __all__ = [
 ]
 
 MAX_TEXT_CHARS = 2000  # a rejection reason or an error stored in last_error, at most
+# The attempt history's note for a receipt replayed instead of the work being done again.
+REPLAYED = "replayed: the receiver's receipt from an earlier run; its work was not done again"
 
 
 def bounded(text: str, limit: int = MAX_TEXT_CHARS) -> str:
@@ -63,6 +72,7 @@ class Verdict:
     reason: str = ""
     result_json: str | None = None  # DONE: the stored result (None: JSON null or not storable)
     result_error: str | None = None  # DONE: why the result was not stored
+    note: str | None = None  # DONE: said in the attempt history only (a replayed receipt)
     retry_after: float | None = None  # NOT_SENT: the receiver's wish
     misuse: bool = False  # a programming error in the sink (logged at ERROR)
     started: bool = True  # False: the sink was never called for this attempt
@@ -92,6 +102,11 @@ def _not_an_outcome(value: Any) -> str | None:
             f"sink returned the class {value.__name__}, not an outcome: "
             f"write {value.__name__}(...) with parentheses"
         )
+    if isinstance(value, type):  # a class where its instance (or its call's answer) was meant
+        return f"sink returned the class {value.__name__}, not a value: call it"
+    if inspect.isroutine(value) or isinstance(value, functools.partial):
+        name = getattr(value, "__qualname__", None) or type(value).__name__
+        return f"sink returned the function {name} instead of calling it"
     if isinstance(value, BaseException):
         return (
             f"sink returned an exception instance ({type(value).__name__}: {value}) instead of "
@@ -116,49 +131,52 @@ _DONE_NULL = Verdict(Label.DONE, result_json="null")
 _PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, tuple})
 
 
-def _done(result: Any) -> Verdict:
+def _done(result: Any, max_bytes: int, note: str | None = None) -> Verdict:
+    """The sink ran and answered ``result``: done, with the result stored if it can be."""
     try:
-        return Verdict(Label.DONE, result_json=canonical_json(result))
+        stored = canonical_json(result, max_bytes=max_bytes)
+        return Verdict(Label.DONE, result_json=stored, note=note)
     except OncewireError as exc:
-        return Verdict(Label.DONE, result_error=bounded(f"result not stored: {exc}"))
+        size = exc.fields.get("size_bytes")
+        why = (
+            f"its canonical JSON is {size} bytes; the limit is {max_bytes} (max_result_bytes)"
+            if size is not None
+            else str(exc)
+        )
+        error = bounded(f"result not stored: {type(result).__name__}: {why}")
+        return Verdict(Label.DONE, result_error=error, note=note)
 
 
-def read_value(value: Any) -> Verdict:
-    """A sink's answer for one attempt."""
+def read_value(value: Any, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> Verdict:
+    """A sink's answer for one attempt (a result bigger than ``max_result_bytes`` of canonical
+    JSON is done, not stored)."""
     # The common answers first, by exact type; anything else gets the careful reading below.
     if value is None:
         return _DONE_NULL
     kind = type(value)
     if kind is Done:
-        return _DONE_NULL if value.result is None else _done(value.result)
+        return _DONE_NULL if value.result is None else _done(value.result, max_result_bytes)
     if kind in _PLAIN_TYPES:
-        return _plain_result(value)
+        return _done(value, max_result_bytes)
     if isinstance(value, Done):
-        return _done(value.result)
+        return _done(value.result, max_result_bytes)
     if isinstance(value, NotSent):
         return Verdict(Label.NOT_SENT, value.reason, retry_after=value.retry_after)
     if isinstance(value, MaybeSent):
         return Verdict(Label.MAYBE_SENT, value.reason)
     if isinstance(value, Rejected):
         return Verdict(Label.REJECTED, value.reason)
+    if isinstance(value, ReceiptResult):  # the receiver's work committed, now or before
+        return _done(value.result, max_result_bytes, REPLAYED if value.replayed else None)
     wrong = _not_an_outcome(value)
     if wrong is not None:
         return _misuse(wrong)
-    return _plain_result(value)
+    return _done(value, max_result_bytes)  # any other value: the sink ran and answered it
 
 
-def _plain_result(value: Any) -> Verdict:
-    """A plain value means Done(value), if it can be stored."""
-    try:
-        return Verdict(Label.DONE, result_json=canonical_json(value))
-    except OncewireError as exc:
-        return _misuse(
-            f"sink returned a {type(value).__name__} that is neither an outcome nor a storable "
-            f"result ({exc}); return Done(value) to record it done without its result"
-        )
-
-
-def read_batch(values: Any, count: int) -> list[Verdict]:
+def read_batch(
+    values: Any, count: int, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+) -> list[Verdict]:
     """``call_batch``'s answer: exactly one outcome per attempt, in order, as a list or tuple.
 
     Anything else (a dict, a set, a string, an iterator of unknown length, a list of the wrong
@@ -181,7 +199,7 @@ def read_batch(values: Any, count: int) -> list[Verdict]:
         for value in values:
             _discard(value)
         return [_misuse(reason)] * count
-    return [read_value(value) for value in values]
+    return [read_value(value, max_result_bytes) for value in values]
 
 
 def raised(exc: BaseException, what: str = "sink") -> Verdict:
@@ -230,6 +248,7 @@ def settlement(
             verdict.result_json,
             verdict.result_error,
             attempt=attempt_number,
+            note=verdict.note,
             redelivery=claim.redelivery,
             outcome="done",
             started_at=started_at,

@@ -1,4 +1,5 @@
-"""What a dispatcher knows about each of its sinks, checked once when it is built.
+"""What a dispatcher knows about each of its sinks, checked once when it is built (and its
+ledger, checked first: :func:`check_ledger`).
 
 A sink is a callable taking an :class:`~oncewire.Attempt`, or an object with
 ``call_batch(attempts)`` (a list of outcomes, one per attempt, in order), or both. Either may be
@@ -14,10 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oncewire.core.errors import ConfigurationError
+from oncewire.core.errors import ConfigurationError, WrongType
 from oncewire.core.limits import check_seconds
+from oncewire.ledger import Ledger
 
-__all__ = ["SinkSpec", "inspect_sinks"]
+__all__ = ["SinkSpec", "check_ledger", "inspect_sinks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,21 @@ class SinkSpec:
     batch_is_async: bool
     cancel: Callable[..., Any] | None  # cancel(attempt), called when an attempt times out
     timeout_seconds: float | None  # None: attempts of this kind may take as long as they take
+
+
+def check_ledger(ledger: object) -> None:
+    """A dispatcher's ledger must be a :class:`Ledger`: a path or URL is refused before any
+    store is opened, saying what to write instead."""
+    if isinstance(ledger, Ledger):
+        return
+    if isinstance(ledger, str):
+        hint = f"Dispatcher(oncewire.Ledger({ledger!r}), sinks)"
+    elif hasattr(type(ledger), "sync"):  # an AsyncLedger (a layer beside this one)
+        hint = "Dispatcher(async_ledger.sync, sinks), the Ledger it runs, once it is open"
+    else:
+        hint = 'Dispatcher(oncewire.Ledger("app.db"), sinks)'
+    given = type(ledger).__name__
+    raise WrongType(f"Dispatcher takes a Ledger, not a {given}: {hint}", given=given)
 
 
 def _is_async(function: Any) -> bool:

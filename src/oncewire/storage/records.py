@@ -23,6 +23,7 @@ __all__ = [
     "Receipt",
     "Settlement",
     "UndecodableText",
+    "attempt_error",
     "attempt_outcome",
     "cancelled_attempt",
 ]
@@ -77,6 +78,15 @@ def attempt_outcome(settlement: Settlement) -> str:
     """What the attempt history records as the outcome of ``settlement``."""
     state = str(settlement.state)
     return settlement.outcome or _OUTCOME_BY_STATE.get(state, state)
+
+
+def attempt_error(settlement: Settlement) -> str | None:
+    """What the attempt history records in its ``error`` column for ``settlement``: the
+    effect's ``last_error``, then the settlement's ``note``."""
+    error, note = settlement.last_error, settlement.note
+    if note is None:
+        return error
+    return note if error is None else f"{error}; {note}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +274,7 @@ class Settlement:
     outcome: str = ""  # done, not_sent, maybe_sent, rejected, timeout, error, undecodable
     started_at: float | None = None  # when the sink was called
     finished_at: float | None = None  # when it returned (or was given up on)
+    note: str | None = None  # said in the attempt history only (a replayed receipt)
 
 
 @dataclass(frozen=True, slots=True)

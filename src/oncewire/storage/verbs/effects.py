@@ -21,6 +21,7 @@ from oncewire.storage.records import (
     Effect,
     EffectState,
     Settlement,
+    attempt_error,
     attempt_outcome,
     cancelled_attempt,
 )
@@ -283,7 +284,7 @@ class EffectVerbs:
                         i.redelivery,
                         attempt_outcome(i),
                         str(i.state),
-                        i.last_error,
+                        attempt_error(i),
                         i.started_at,
                         now if i.finished_at is None else i.finished_at,
                     )
