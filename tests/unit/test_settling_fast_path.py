@@ -76,7 +76,7 @@ def test_a_done_whose_result_cannot_be_stored_is_done_without_its_result() -> No
 @pytest.mark.parametrize(
     "value",
     [NotSent, Done, ValueError("x"), print, ValueError, dict, lambda: 1, functools.partial(print)],
-    ids=repr,
+    ids=["NotSent", "Done", "exception", "print", "ValueError", "dict", "lambda", "partial"],
 )
 def test_what_is_not_an_outcome_is_never_done(value: Any) -> None:
     verdict = read_value(value)
