@@ -57,11 +57,11 @@ def test_the_lab_page_shows_a_real_torture_run(tmp_path: Path) -> None:
         # Opened through the page: refused when it is not evidence, shown when it is.
         page.set_input_files("#evidence", str(not_evidence))
         page.wait_for_function(
-            "document.getElementById('lab-status').textContent.includes('not lab evidence')"
+            "() => document.getElementById('lab-status').textContent.includes('not lab evidence')"
         )
         assert report.locator("svg.timeline line.kill").count() == kills  # left as it was
         page.set_input_files("#evidence", str(evidence_path))
-        page.wait_for_function("document.getElementById('lab-status').textContent === ''")
+        page.wait_for_function("() => document.getElementById('lab-status').textContent === ''")
         assert report.locator("h2.evidence-name").all_inner_texts() == ["ev.json"]
         assert report.locator("svg.timeline line.kill").count() == kills
         page.screenshot(path=str(shots / "opened.png"), full_page=True)

@@ -52,6 +52,15 @@ def test_action_checks_in_order() -> None:
     on.check_action("127.0.0.1:1", "http://127.0.0.1:1", on.csrf)
     with pytest.raises(Refusal, match="another origin"):
         on.check_action("127.0.0.1:1", "http://127.0.0.1:2", on.csrf)
+    # The pages send no referrer, so a browser's own POST says Origin: null; Sec-Fetch-Site
+    # then tells this origin from another.
+    on.check_action("127.0.0.1:1", "null", on.csrf, "same-origin")
+    on.check_action("127.0.0.1:1", "null", on.csrf)
+    for origin, site in (("null", "cross-site"), (None, "same-site"), ("null", "none")):
+        with pytest.raises(Refusal, match="another origin"):
+            on.check_action("127.0.0.1:1", origin, on.csrf, site)
+    with pytest.raises(Refusal, match="another origin"):
+        on.check_action("127.0.0.1:1", "http://127.0.0.1:2", on.csrf, "same-origin")
     with pytest.raises(Refusal, match="CSRF"):
         on.check_action("127.0.0.1:1", None, "")
     with pytest.raises(Refusal, match="CSRF"):
