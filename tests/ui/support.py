@@ -22,7 +22,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +158,40 @@ def server(db: str, *args: str, env: dict[str, str] | None = None) -> Iterator[S
         yield running
     finally:
         running.stop()
+
+
+@dataclass
+class Answer:
+    """One HTTP response as the server sent it (redirects are not followed)."""
+
+    status: int
+    headers: Mapping[str, str]
+    text: str
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def fetch(
+    url: str,
+    *,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Answer:
+    """``url`` fetched over plain HTTP, whatever its status, without following a redirect."""
+    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
+    try:
+        with _OPENER.open(request, timeout=60) as response:
+            return Answer(response.status, dict(response.headers), response.read().decode("utf-8"))
+    except urllib.error.HTTPError as error:
+        with error:
+            return Answer(error.code, dict(error.headers), error.read().decode("utf-8"))
 
 
 @contextmanager

@@ -67,8 +67,8 @@ def test_actions_are_refused_without_the_flag(database: RunsDatabase, tmp_path: 
         page.goto(ui.url + "/effects/stopped")
         assert page.locator("#actions").count() == 0
         assert "read-only" in page.locator("header").inner_text()
-        for path in ("/effects/stopped/retry", "/effects/waiting/cancel"):
-            status, text = _post(page, path, "csrf=anything&reason=x")
+        for path, key in (("/effect/retry", "stopped"), ("/effect/cancel", "waiting")):
+            status, text = _post(page, path, f"csrf=anything&key={key}&reason=x")
             assert status == 403 and "actions are off" in text
         page.screenshot(path=str(artifacts(tmp_path, "read-only") / "effect.png"))
     assert {key: _row(database, key) for key in before} == before
@@ -84,14 +84,14 @@ def test_actions_need_the_csrf_token_and_this_origin(
         page.goto(ui.url + "/effects/stopped")
         csrf = page.get_attribute("#actions input[name=csrf]", "value")
         assert csrf
-        for body in ("", "csrf=", "csrf=wrong-token"):
-            status, text = _post(page, "/effects/stopped/retry", body)
+        for body in ("key=stopped", "csrf=&key=stopped", "csrf=wrong-token&key=stopped"):
+            status, text = _post(page, "/effect/retry", body)
             assert status == 403 and "CSRF" in text
         # The right token from another origin (a page elsewhere that learned it) is refused.
         foreign = page.request.post(
-            ui.url + "/effects/stopped/retry",
+            ui.url + "/effect/retry",
             headers={"Origin": "http://elsewhere.example", "Content-Type": "text/plain"},
-            data=f"csrf={csrf}",
+            data=f"csrf={csrf}&key=stopped",
         )
         assert foreign.status == 403 and "another origin" in foreign.text()
         assert {key: _row(database, key) for key in before} == before
@@ -99,7 +99,7 @@ def test_actions_need_the_csrf_token_and_this_origin(
         # The page's own button, confirmed: back to pending, through the outbox's retry.
         page.on("dialog", lambda dialog: dialog.accept())
         page.click("#retry")
-        page.wait_for_url("**/effects/stopped?did=*")
+        page.wait_for_url("**/effect?key=stopped&did=*")
         assert "retry: now pending" in page.locator("#did").inner_text()
         assert _row(database, "stopped")[:2] == ("pending", 0)
         page.screenshot(path=str(shots / "retried.png"))
@@ -107,7 +107,7 @@ def test_actions_need_the_csrf_token_and_this_origin(
         page.goto(ui.url + "/effects/waiting")
         page.fill("#actions input[name=reason]", "not needed any more")
         page.click("#cancel")
-        page.wait_for_url("**/effects/waiting?did=*")
+        page.wait_for_url("**/effect?key=waiting&did=*")
         state, _, last_error, _ = _row(database, "waiting")
         assert (state, last_error) == ("cancelled", "not needed any more")
         assert page.locator("#effect-state").inner_text() == "cancelled"
@@ -122,7 +122,7 @@ def test_actions_need_the_csrf_token_and_this_origin(
         finished = _row(database, "finished")
         page.goto(ui.url + "/effects/finished")
         assert "no action applies" in page.locator("#actions").inner_text()
-        status, text = _post(page, "/effects/finished/retry", f"csrf={csrf}")
+        status, text = _post(page, "/effect/retry", f"csrf={csrf}&key=finished")
         assert status == 409 and "invalid_state" in text
         assert _row(database, "finished") == finished
 

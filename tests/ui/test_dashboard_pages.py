@@ -92,7 +92,7 @@ def test_each_page_shows_the_store(database: RunsDatabase, tmp_path: Path) -> No
         page.goto(ui.url + "/effects")
         page.screenshot(path=str(shots / "effects.png"), full_page=True)
         page.click("text=flaky-1")
-        page.wait_for_url("**/effects/flaky-1")
+        page.wait_for_url("**/effect?key=flaky-1")
         stored = database.query(
             "SELECT a.outcome, a.redelivery FROM oncewire_attempts a "
             "JOIN oncewire_effects e ON e.id = a.effect_id WHERE e.key = ? ORDER BY a.fence",
@@ -205,7 +205,7 @@ def test_pages_refresh_in_place(tmp_path: Path) -> None:
             ledger.accept("second", "mail", {})
             ledger.accept("third", "mail", {})
         page.wait_for_function(
-            f"document.querySelector('{pending}').getAttribute('data-value') === '3'",
+            f"() => document.querySelector('{pending}').getAttribute('data-value') === '3'",
             timeout=20_000,
         )
         assert page.evaluate("window.sameDocument") is True

@@ -13,6 +13,7 @@ from oncewire.core.errors import ConfigurationError
 from oncewire.ui import charts, labview
 from oncewire.ui.guard import Guard, Refusal, check_binding, is_loopback
 from oncewire.ui.views import age
+from tests.support.recursion import recursion_limit, stack_depth
 
 
 @pytest.mark.parametrize(
@@ -52,6 +53,15 @@ def test_action_checks_in_order() -> None:
     on.check_action("127.0.0.1:1", "http://127.0.0.1:1", on.csrf)
     with pytest.raises(Refusal, match="another origin"):
         on.check_action("127.0.0.1:1", "http://127.0.0.1:2", on.csrf)
+    # The pages send no referrer, so a browser's own POST says Origin: null; Sec-Fetch-Site
+    # then tells this origin from another.
+    on.check_action("127.0.0.1:1", "null", on.csrf, "same-origin")
+    on.check_action("127.0.0.1:1", "null", on.csrf)
+    for origin, site in (("null", "cross-site"), (None, "same-site"), ("null", "none")):
+        with pytest.raises(Refusal, match="another origin"):
+            on.check_action("127.0.0.1:1", origin, on.csrf, site)
+    with pytest.raises(Refusal, match="another origin"):
+        on.check_action("127.0.0.1:1", "http://127.0.0.1:2", on.csrf, "same-origin")
     with pytest.raises(Refusal, match="CSRF"):
         on.check_action("127.0.0.1:1", None, "")
     with pytest.raises(Refusal, match="CSRF"):
@@ -103,3 +113,19 @@ def test_what_is_not_evidence_is_refused_with_a_reason(raw: bytes, message: str)
     with pytest.raises(Refusal, match=message) as refused:
         labview.parse(raw, "f.json")
     assert refused.value.status == 400
+
+
+def test_evidence_nested_too_deeply_is_refused_without_recursing_into_it() -> None:
+    def nested(depth: int) -> bytes:  # the file's object is 1 deep, "x" adds the rest
+        return (
+            b'{"suites": {}, "passed": true, "x": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+        )
+
+    assert labview.parse(nested(labview.MAX_DEPTH), "f.json")["passed"] is True
+    refused = [nested(labview.MAX_DEPTH + 1), nested(200_000)]
+    with recursion_limit(stack_depth() + 60):  # too little for a parser's recursion
+        refused.append(nested(5_000))
+        for raw in refused:
+            with pytest.raises(Refusal, match="nested too deeply: more than 100 levels") as why:
+                labview.parse(raw, "f.json")
+            assert why.value.status == 400

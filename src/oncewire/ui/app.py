@@ -1,9 +1,16 @@
 """The Starlette application: routes, the guard in front of them, templates from the package.
 
-Every GET page answers ``?fragment=1`` with its content alone: the page's script fetches that
-every two seconds and swaps it in, so the data stays current without a reload (and without a
-second set of templates). Reads run in Starlette's thread pool; the store gives each thread a
-connection of its own.
+Every GET page answers ``?fragment=1`` with its content alone: each template extends
+``layout``, which is the whole page (``base.html``) or its content alone (``fragment.html``),
+so a fragment is rendered like the page, with everything its template imports. The page's
+script (``/static/dashboard.js``, the only script there is) fetches that every two seconds and
+swaps it in, so the data stays current without a reload. Reads run in Starlette's thread pool;
+the store gives each thread a connection of its own.
+
+An effect's page is ``/effect?key=KEY`` and a run's ``/run?id=ID``: a key in the query string
+reaches the server as it is stored, where a path segment like ``..`` would be resolved away by
+the browser. ``/effects/KEY`` and ``/runs/ID`` answer too, for keys a path can carry. Every
+response carries the headers of :mod:`oncewire.ui.headers`.
 """
 
 from __future__ import annotations
@@ -12,24 +19,26 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
 import jinja2
-from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from oncewire.core.errors import ConfigurationError, InvalidState, OncewireError
 from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
 from oncewire.ui import labview, views
 from oncewire.ui.guard import COOKIE, Guard, Refusal
+from oncewire.ui.headers import SecurityHeaders
 
-__all__ = ["Dashboard", "create_app"]
+__all__ = ["Dashboard", "create_app", "effect_url", "run_url"]
 
 log = logging.getLogger("oncewire.ui")
 
@@ -41,6 +50,24 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 _ENV.filters["tojson_text"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)
+
+
+def effect_url(key: str) -> str:
+    """The address of an effect's page, for any key (``a/../b``, ``..``, ``%2F`` included)."""
+    return "/effect?" + urlencode({"key": key})
+
+
+def run_url(run_id: str) -> str:
+    """The address of a run's page, for any run id."""
+    return "/run?" + urlencode({"id": run_id})
+
+
+_ENV.globals.update(effect_url=effect_url, run_url=run_url)
+_STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -56,7 +83,9 @@ class Dashboard:
 
     def render(self, request: Request, name: str, http_status: int = 200, **data: Any) -> Response:
         template = _ENV.get_template(name)
+        fragment = request.query_params.get("fragment") == "1"
         context = {
+            "layout": "fragment.html" if fragment else "base.html",
             "page": name.removesuffix(".html"),
             "db_label": self.db_label,
             "actions": self.guard.allow_actions,
@@ -64,12 +93,9 @@ class Dashboard:
             "path": request.url.path,
             **data,
         }
-        if request.query_params.get("fragment") == "1" and "content" in template.blocks:
-            block = template.blocks["content"]
-            html = "".join(block(template.new_context(context)))
-        else:
-            html = template.render(context)
-        return HTMLResponse(html, status_code=http_status, headers={"Cache-Control": "no-store"})
+        return HTMLResponse(
+            template.render(context), status_code=http_status, headers={"Cache-Control": "no-store"}
+        )
 
     def refusal(self, request: Request, status: int, message: str) -> Response:
         return self.render(request, "error.html", http_status=status, message=message)
@@ -120,15 +146,35 @@ def _int(value: str | None, what: str) -> int | None:
     return number
 
 
+def _required(request: Request, name: str, page: str) -> str:
+    value = request.query_params.get(name)
+    if not value:
+        raise Refusal(400, f"name the {page}: /{page}?{name}=...")
+    return value
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """The dashboard's own files, read once: its script and style, and the lab report's style."""
+    folder = resources.files("oncewire.ui") / "static"
+    found = {
+        entry.name: (entry.read_bytes(), _STATIC_TYPES[entry.name[entry.name.rindex(".") :]])
+        for entry in folder.iterdir()
+        if entry.name.endswith(tuple(_STATIC_TYPES))
+    }
+    found["lab.css"] = (labview.STYLE.encode("utf-8"), _STATIC_TYPES[".css"])
+    return found
+
+
 def create_app(
     ledger: Ledger,
     guard: Guard,
     *,
     db_label: str,
     evidence: list[tuple[str, dict[str, Any]]] | None = None,
-) -> Starlette:
+) -> ASGIApp:
     """The dashboard over ``ledger`` (opened by the caller, closed by the caller)."""
     dash = Dashboard(ledger, guard, db_label, list(evidence or []))
+    static = _static_files()
 
     def page(name: str, read: Callable[[Request], dict[str, Any]]) -> Handler:
         async def handler(request: Request) -> Response:
@@ -146,23 +192,43 @@ def create_app(
             ledger, state, q.get("kind") or None, _int(q.get("after"), "after")
         )
 
+    def effect(request: Request) -> dict[str, Any]:
+        key = request.path_params.get("key") or _required(request, "key", "effect")
+        return {**views.effect_detail(ledger, key), "did": request.query_params.get("did", "")}
+
+    def run(request: Request) -> dict[str, Any]:
+        run_id = request.path_params.get("run_id") or _required(request, "id", "run")
+        return views.run_detail(ledger, run_id)
+
     async def action(request: Request) -> Response:
-        key = request.path_params["key"]
         verb = request.path_params["verb"]
         if verb not in ("retry", "cancel"):
             raise Refusal(404, f"no action {verb!r}: the actions are retry and cancel")
         body = (await request.body()).decode("utf-8", "replace")
-        form = {k: v[0] for k, v in parse_qs(body).items()}
+        form = {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
         guard.check_action(
-            request.headers.get("host", ""), request.headers.get("origin"), form.get("csrf", "")
+            request.headers.get("host", ""),
+            request.headers.get("origin"),
+            form.get("csrf", ""),
+            request.headers.get("sec-fetch-site"),
         )
+        key = form.get("key", "")
+        if not key:
+            raise Refusal(400, f"name the effect to {verb} (a form field key); nothing was changed")
         if verb == "retry":
             done = await run_in_threadpool(ledger.effects.retry, key)
         else:
             reason = form.get("reason", "").strip() or "cancelled from the dashboard"
             done = await run_in_threadpool(ledger.effects.cancel, key, reason)
-        target = f"/effects/{key}?{urlencode({'did': f'{verb}: now {done.state}'})}"
+        target = f"{effect_url(key)}&{urlencode({'did': f'{verb}: now {done.state}'})}"
         return RedirectResponse(target, status_code=303)
+
+    async def static_file(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in static:
+            raise Refusal(404, f"no file {name!r} here")
+        content, media_type = static[name]
+        return Response(content, media_type=media_type, headers={"Cache-Control": "no-cache"})
 
     async def lab_render(request: Request) -> Response:
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
@@ -173,30 +239,14 @@ def create_app(
         return HTMLResponse(str(html), headers={"Cache-Control": "no-store"})
 
     def lab(request: Request) -> dict[str, Any]:
-        return {
-            "reports": [(name, labview.report(data, name)) for name, data in dash.evidence],
-            "lab_style": Markup(labview.STYLE),
-        }
+        return {"reports": [(name, labview.report(data, name)) for name, data in dash.evidence]}
 
     routes = [
         ("/", page("overview.html", lambda r: views.overview(ledger)), ["GET"]),
         ("/effects", page("effects.html", effects), ["GET"]),
-        (
-            "/effects/{key:path}/{verb:str}",
-            action,
-            ["POST"],
-        ),
-        (
-            "/effects/{key:path}",
-            page(
-                "effect.html",
-                lambda r: {
-                    **views.effect_detail(ledger, r.path_params["key"]),
-                    "did": r.query_params.get("did", ""),
-                },
-            ),
-            ["GET"],
-        ),
+        ("/effect", page("effect.html", effect), ["GET"]),
+        ("/effect/{verb:str}", action, ["POST"]),
+        ("/effects/{key:path}", page("effect.html", effect), ["GET"]),
         (
             "/receipts",
             page(
@@ -228,13 +278,11 @@ def create_app(
             ),
             ["GET"],
         ),
-        (
-            "/runs/{run_id:path}",
-            page("run.html", lambda r: views.run_detail(ledger, r.path_params["run_id"])),
-            ["GET"],
-        ),
+        ("/run", page("run.html", run), ["GET"]),
+        ("/runs/{run_id:path}", page("run.html", run), ["GET"]),
         ("/lab", page("lab.html", lab), ["GET"]),
         ("/lab/render", lab_render, ["POST"]),
+        ("/static/{name:str}", static_file, ["GET"]),
     ]
 
     async def not_found(request: Request) -> Response:
@@ -247,4 +295,4 @@ def create_app(
         ]
         + [Route("/{rest:path}", _guarded(dash, not_found))],
     )
-    return app
+    return SecurityHeaders(app)

@@ -11,7 +11,8 @@ Three checks, each one refusing with a page that says what to do:
 - **Actions.** Retry and cancel are refused unless the server was started with
   ``--allow-actions``, and then each POST must carry the server's CSRF token (a random value
   of this process, embedded in the forms it renders; another site cannot read it) and, when the
-  browser sends an ``Origin``, come from this server's own origin.
+  browser says where it came from (``Origin``, ``Sec-Fetch-Site``), come from this server's own
+  origin.
 """
 
 from __future__ import annotations
@@ -108,16 +109,33 @@ class Guard:
                 "send Authorization: Bearer ...",
             )
 
-    def check_action(self, host_header: str, origin: str | None, offered_csrf: str) -> None:
+    def check_action(
+        self,
+        host_header: str,
+        origin: str | None,
+        offered_csrf: str,
+        fetch_site: str | None = None,
+    ) -> None:
+        """Refuse an action unless actions are on and the POST comes from this server's page.
+
+        ``origin`` and ``fetch_site`` are the ``Origin`` and ``Sec-Fetch-Site`` headers. The
+        dashboard's pages send no referrer (``Referrer-Policy: no-referrer``), so a browser
+        sends ``Origin: null`` from them; ``Sec-Fetch-Site`` still says whether the request
+        came from this origin, and a browser that sends neither still needs the CSRF token.
+        """
         if not self.allow_actions:
             raise Refusal(
                 403,
                 "actions are off: this dashboard is read-only. Start oncewire ui with "
                 "--allow-actions to retry and cancel from it (nothing was changed)",
             )
-        if origin is not None and urlsplit(origin).netloc != host_header:
+        elsewhere = fetch_site is not None and fetch_site != "same-origin"
+        if origin not in (None, "null") and urlsplit(origin).netloc != host_header:
+            elsewhere = True
+        if elsewhere:
+            shown = origin if origin not in (None, "null") else f"Sec-Fetch-Site: {fetch_site}"
             raise Refusal(
-                403, f"refused a request from another origin ({origin}); nothing was changed"
+                403, f"refused a request from another origin ({shown}); nothing was changed"
             )
         if not offered_csrf or not hmac.compare_digest(offered_csrf.encode(), self.csrf.encode()):
             raise Refusal(

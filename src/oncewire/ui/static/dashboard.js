@@ -1,0 +1,97 @@
+/* oncewire ui: the dashboard's only script, served by the app as /static/dashboard.js.
+
+   Pages carry no inline script, and their Content-Security-Policy (script-src 'self') forbids
+   it. What this script needs from a page it reads from the page's elements, as text: ids and
+   data-* attributes the server wrote (escaped like any other attribute). No stored value is
+   ever part of a script.
+
+   - Actions: a form with data-confirm is submitted only when the person confirms its text;
+     dismissing the dialog submits nothing.
+   - Live refresh: a page with #live and #live-status fetches its own content again every two
+     seconds (?fragment=1) and swaps it in; the status says when, or why a refresh failed.
+   - Lab: the lab page's file input sends an evidence file to /lab/render and shows the report.
+*/
+(function () {
+  "use strict";
+
+  var PERIOD_MS = 2000;
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-confirm")) { return; }
+    if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+  });
+
+  function liveRefresh() {
+    var live = document.getElementById("live");
+    var status = document.getElementById("live-status");
+    var pause = document.getElementById("live-pause");
+    if (!live || !status) { return; }
+    function tick() {
+      // A control inside the content has the focus: a form being filled in is not replaced.
+      var busy = live.contains(document.activeElement) && document.activeElement !== document.body;
+      if ((pause && pause.checked) || document.hidden || busy) {
+        setTimeout(tick, PERIOD_MS);
+        return;
+      }
+      var url = new URL(window.location.href);
+      url.searchParams.set("fragment", "1");
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+        .then(function (r) {
+          if (!r.ok) { throw new Error("HTTP " + r.status); }
+          return r.text();
+        })
+        .then(function (html) {
+          live.innerHTML = html;
+          status.dataset.refreshes = String(Number(status.dataset.refreshes) + 1);
+          status.textContent = "live · " + new Date().toISOString().slice(11, 19) + " UTC";
+        })
+        .catch(function (e) { status.textContent = "refresh failed: " + e.message; })
+        .finally(function () { setTimeout(tick, PERIOD_MS); });
+    }
+    setTimeout(tick, PERIOD_MS);
+  }
+
+  function labPicker() {
+    var input = document.getElementById("evidence");
+    var out = document.getElementById("lab-report");
+    var status = document.getElementById("lab-status");
+    if (!input || !out || !status) { return; }
+    input.addEventListener("change", function () {
+      var file = input.files[0];
+      if (!file) { return; }
+      status.textContent = "reading " + file.name + " …";
+      status.className = "muted";
+      file.text().then(function (text) {
+        return fetch("/lab/render", {
+          method: "POST",
+          credentials: "same-origin",
+          headers: {
+            "Content-Type": "application/json",
+            "X-Evidence-Name": encodeURIComponent(file.name)
+          },
+          body: text
+        });
+      }).then(function (r) {
+        return r.text().then(function (html) { return { ok: r.ok, html: html }; });
+      }).then(function (got) {
+        if (got.ok) {
+          var name = document.createElement("h2");
+          name.className = "evidence-name";
+          name.textContent = file.name;
+          out.innerHTML = got.html;  // the server's rendering, every value escaped
+          out.insertBefore(name, out.firstChild);
+          status.textContent = "";
+        } else {
+          var doc = new DOMParser().parseFromString(got.html, "text/html");
+          var why = doc.getElementById("refusal");
+          status.textContent = why ? why.textContent : "refused";
+          status.className = "bad";
+        }
+      }).catch(function (e) { status.textContent = "failed: " + e.message; });
+    });
+  }
+
+  liveRefresh();
+  labPicker();
+})();
