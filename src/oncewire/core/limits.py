@@ -1,4 +1,4 @@
-"""The fixed limits on what oncewire accepts: keys, kinds, counts and payloads.
+"""The fixed limits on what oncewire accepts: keys, kinds, counts, payloads and waits.
 
 Every entry point (effects, receipts, inbound messages) checks its arguments here, in Python,
 before any SQL: the same input is refused the same way on every backend, with a message that
@@ -17,11 +17,14 @@ from oncewire.core.errors import ConfigurationError
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "MAX_ATTEMPTS_LIMIT",
+    "MAX_DEADLINE_SECONDS",
+    "MAX_DELAY_SECONDS",
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
     "MAX_KEY_CHARS",
     "MAX_KIND_CHARS",
     "MAX_PAYLOAD_BYTES_LIMIT",
+    "MAX_RETRY_SECONDS",
     "check_count",
     "check_max_payload_bytes",
     "check_name",
@@ -41,6 +44,12 @@ MAX_KEY_CHARS = 512
 MAX_KIND_CHARS = 128
 
 MAX_ATTEMPTS_LIMIT = 1000
+
+# Waits. Every time oncewire schedules is now plus one of these, so a stored time is a date any
+# reader can print (Python's datetime ends with the year 9999) and a wait that ends.
+MAX_DELAY_SECONDS = 366 * 86_400  # accept's delay_seconds: the first attempt within a year
+MAX_DEADLINE_SECONDS = 366 * 86_400  # accept's deadline_seconds
+MAX_RETRY_SECONDS = 86_400  # one retry's wait: NotSent.retry_after, Retry-After, the backoff
 
 # Control characters (C0, DEL, C1) and lone surrogates: the first make a key that prints as
 # another (or that PostgreSQL refuses while SQLite stores it), the second cannot be encoded.
@@ -89,8 +98,11 @@ def check_count(name: str, value: object, low: int, high: int) -> int:
     return int(value)
 
 
-def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
-    """A finite number of seconds (not a bool), >= 0 or > 0; else ConfigurationError.
+def check_seconds(
+    name: str, value: object, *, positive: bool = False, most: float | None = None
+) -> float:
+    """A finite number of seconds (not a bool), >= 0 or > 0, and at most ``most`` when given;
+    else ConfigurationError.
 
     An int too large for a float (``10**400``) is not finite either: it is refused here instead
     of raising OverflowError wherever the seconds are used.
@@ -105,6 +117,10 @@ def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
         raise refused from None
     if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
         raise refused
+    if most is not None and seconds > most:
+        raise ConfigurationError(
+            f"{name} is {value!r} s; the limit is {most!r} s ({most / 86_400:g} days)"
+        )
     return seconds
 
 
