@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 
 from oncewire.core.errors import ConfigurationError
 
@@ -56,12 +57,27 @@ MAX_RETRY_SECONDS = 86_400  # one retry's wait: NotSent.retry_after, Retry-After
 _FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
+def _format_character(value: str) -> tuple[int, str] | None:
+    """The first Unicode format character (category Cf) in ``value``, with its index.
+
+    Zero-width characters (U+200B..U+200F, U+FEFF) and bidirectional overrides and isolates
+    (U+202A..U+202E, U+2066..U+2069) show nothing themselves and change how the text around
+    them shows: ``"pay\u202egnp.exe"`` prints as ``payexe.png``, ``"a\u200bb"`` as ``ab``.
+    """
+    for index, char in enumerate(value):
+        if unicodedata.category(char) == "Cf":
+            return index, char
+    return None
+
+
 def check_name(what: str, value: object, max_chars: int, *, empty: bool = False) -> str:
     """``value`` as a plain ``str`` if it is a usable key, kind or id; else ConfigurationError.
 
     It refuses a non-string, the empty string (unless ``empty``), more than ``max_chars``
-    characters, control characters, lone surrogates, only whitespace, or leading or trailing
-    whitespace (``"a "`` and ``"a"`` would be two keys that print the same).
+    characters, control characters, lone surrogates, Unicode format characters (category Cf:
+    zero-width and bidirectional-override characters, which make a key print as another), only
+    whitespace, or leading or trailing whitespace (``"a "`` and ``"a"`` would be two keys that
+    print the same).
     """
     if not isinstance(value, str):
         raise ConfigurationError(f"{what} must be a string, not {type(value).__name__}")
@@ -82,6 +98,13 @@ def check_name(what: str, value: object, max_chars: int, *, empty: bool = False)
             kind = "a lone surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
             raise ConfigurationError(
                 f"{what} must not contain {kind}: U+{ord(char):04X} at index {bad.start()}"
+            )
+        found = _format_character(value)
+        if found is not None:
+            index, char = found
+            raise ConfigurationError(
+                f"{what} must not contain a format character (Unicode category Cf): "
+                f"U+{ord(char):04X} at index {index}"
             )
     stripped = value.strip()
     if stripped != value:
