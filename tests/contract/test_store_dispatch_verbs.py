@@ -64,3 +64,22 @@ def test_a_claimed_then_refunded_effect_still_counts_as_retrying(
     assert arrange.settle(item) == [True]
     backlog = store.backlog()
     assert (backlog.retrying, backlog.next_due) == (1, T0 + 60)
+    assert backlog.next_retry == T0 + 60
+
+
+def test_next_retry_is_the_earliest_retry_of_the_kinds_asked_about(
+    store: Store, raw: RawDatabase, arrange: Arrange
+) -> None:
+    """What a drain's horizon is measured against: an uncertain effect's next attempt, or a
+    pending one already attempted; never an effect whose first attempt is scheduled later."""
+    arrange.add("fresh", not_before=T0 + 5)  # delay_seconds: not a retry
+    assert (store.backlog().next_due, store.backlog().next_retry) == (T0 + 5, None)
+    arrange.into("u1", EffectState.UNCERTAIN, kind="sms")
+    arrange.into("p1", EffectState.PENDING, kind="fax")
+    raw.execute("UPDATE oncewire_effects SET not_before = ? WHERE key = ?", (T0 + 900, "u1"))
+    raw.execute(
+        "UPDATE oncewire_effects SET fence = 1, not_before = ? WHERE key = ?", (T0 + 600, "p1")
+    )
+    assert store.backlog().next_retry == T0 + 600
+    assert store.backlog(["sms"]).next_retry == T0 + 900
+    assert store.backlog(["send"]).next_retry is None

@@ -107,7 +107,7 @@ def test_out_of_attempts_is_dead_with_a_reason(ledger: Ledger) -> None:
 
 def test_a_passed_deadline_is_dead_without_an_attempt(ledger: Ledger, clock: ManualClock) -> None:
     sink = Script()
-    ledger.accept("k", "work", {}, delay_seconds=10, deadline_seconds=5)
+    ledger.accept("k", "work", {}, delay_seconds=4, deadline_seconds=5)
     drain(ledger, {"work": sink})  # not due yet: nothing to do
     assert ledger.effects.get("k").state is EffectState.PENDING
     clock.advance(11)

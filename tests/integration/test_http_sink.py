@@ -30,13 +30,16 @@ import pytest
 
 from oncewire.core import crash
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.dispatch import Dispatcher, RetryPolicy
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
+from oncewire.testing import ManualClock
 from tests.conftest import _child_env, _python_child, wait_for
 from tests.support.pg import fresh_schema, server_url
+from tests.support.runs_db import RunsDatabase
 
 pytest.importorskip("httpx2")
 from oncewire.sinks import HttpSink
@@ -240,6 +243,34 @@ def test_retry_after_as_an_http_date(server: tuple[str, Journal]) -> None:
     assert isinstance(outcome, NotSent) and outcome.retry_after == 0.0
 
 
+@pytest.mark.parametrize(
+    "retry_after",
+    [
+        "99999999999999",  # parked an effect in the year 3,170,900
+        "86401",
+        "9" * 5000,  # more digits than int() reads
+        "Fri, 31 Dec 9999 23:59:59 GMT",
+    ],
+    ids=["14-digits", "a-day-and-a-second", "5000-digits", "year-9999"],
+)
+def test_a_retry_after_beyond_the_limit_is_the_limit(
+    server: tuple[str, Journal], retry_after: str
+) -> None:
+    # The server said "later", not "never": the effect is asked again after a day.
+    base, _ = server
+    for status in (429, 503):
+        outcome = send(HttpSink(f"{base}/status/{status}?retry_after={retry_after}"), attempt())
+        assert isinstance(outcome, NotSent), outcome
+        assert outcome.retry_after == MAX_RETRY_SECONDS
+
+
+def test_a_retry_after_that_is_not_ascii_digits_is_not_a_wait(server: tuple[str, Journal]) -> None:
+    """Regression: ``"²"`` is a digit to ``str.isdigit`` and not to ``int``: the sink raised."""
+    base, _ = server
+    outcome = send(HttpSink(f"{base}/status/429?retry_after=%C2%B2"), attempt())
+    assert outcome == NotSent(outcome.reason) and outcome.retry_after is None  # type: ignore[union-attr]
+
+
 def test_a_timeout_after_the_request_was_written_is_maybe_sent(
     server: tuple[str, Journal],
 ) -> None:
@@ -364,6 +395,23 @@ def test_a_redelivery_after_a_timeout_carries_the_key_and_the_work_is_done_once(
         ("maybe_sent", False),
         ("done", True),
     ]
+
+
+def test_a_huge_retry_after_parks_the_effect_a_day_and_the_drain_returns(
+    server: tuple[str, Journal], store_url: str
+) -> None:
+    base, journal = server
+    sink = HttpSink(f"{base}/status/429?retry_after=99999999999999")
+    with Ledger(store_url, clock=ManualClock()) as ledger:  # times to compare exactly
+        ledger.accept("order-2", "charge", {"order": "order-2"})
+        Dispatcher(ledger, {"charge": sink}).run(until_idle=True, handle_signals=False)
+    assert len(journal.on("/status/429")) == 1
+    dialect = "sqlite" if "://" not in store_url else "postgresql"
+    (row,) = RunsDatabase(dialect, store_url).query(
+        "SELECT state, attempts, fence, not_before, updated_at FROM oncewire_effects"
+    )
+    assert (row["state"], row["attempts"], row["fence"]) == ("pending", 0, 1)
+    assert row["not_before"] == row["updated_at"] + MAX_RETRY_SECONDS
 
 
 CHILD = """

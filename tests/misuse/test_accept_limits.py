@@ -97,6 +97,25 @@ def test_a_refused_payload_inside_a_transaction_leaves_the_transaction_usable(
 
 # -- keys and kinds -----------------------------------------------------------------------------
 
+FORMAT = "must not contain a format character (Unicode category Cf)"
+# Characters that show as nothing and change how the text around them shows: a key that prints
+# as another. Regression: each was accepted in keys, kinds, receipt keys and run ids.
+FORMAT_CHARACTERS = [
+    pytest.param("a\u200bb", f"{FORMAT}: U+200B at index 1", id="zero-width-space"),
+    pytest.param("a\u200cb", f"{FORMAT}: U+200C at index 1", id="zero-width-non-joiner"),
+    pytest.param("\U0001f469\u200d\U0001f4bb", f"{FORMAT}: U+200D at index 1", id="zwj"),
+    pytest.param("ab\u200e", f"{FORMAT}: U+200E at index 2", id="left-to-right-mark"),
+    pytest.param("\u200fab", f"{FORMAT}: U+200F at index 0", id="right-to-left-mark"),
+    pytest.param("inv\u202agnp", f"{FORMAT}: U+202A at index 3", id="lre"),
+    pytest.param("pay\u202egnp.exe", f"{FORMAT}: U+202E at index 3", id="rtl-override"),
+    pytest.param("k\u2066x\u2069", f"{FORMAT}: U+2066 at index 1", id="lri"),
+    pytest.param("kx\u2069", f"{FORMAT}: U+2069 at index 2", id="pdi"),
+    pytest.param("\ufeffk", f"{FORMAT}: U+FEFF at index 0", id="bom"),
+    pytest.param("soft\u00adhyphen", f"{FORMAT}: U+00AD at index 4", id="soft-hyphen"),
+    pytest.param("word\u2060joiner", f"{FORMAT}: U+2060 at index 4", id="word-joiner"),
+    pytest.param("tag\U000e0041", f"{FORMAT}: U+E0041 at index 3", id="tag-character"),
+]
+
 BAD_NAMES = [
     pytest.param("a\x00b", "must not contain a control character: U+0000 at index 1", id="nul"),
     pytest.param("\x00", "must not contain a control character: U+0000 at index 0", id="nul-only"),
@@ -107,6 +126,7 @@ BAD_NAMES = [
     pytest.param("x\ud800", "must not contain a lone surrogate: U+D800 at index 1", id="surrogate"),
     pytest.param("   ", "must not be only whitespace", id="spaces"),
     pytest.param("\u3000", "must not be only whitespace", id="ideographic-space"),
+    *FORMAT_CHARACTERS,
     pytest.param(" k", "must not start or end with whitespace: ' k'", id="leading"),
     pytest.param("k ", "must not start or end with whitespace: 'k '", id="trailing"),
     pytest.param("", "must not be empty", id="empty"),
@@ -146,7 +166,7 @@ def test_length_limits_are_exact(ledger: Ledger, raw: RawDatabase) -> None:
 
 
 def test_printable_unicode_keys_are_kept_exactly(ledger: Ledger, raw: RawDatabase) -> None:
-    keys = ["zoë/🚀", "a b", "order\u00a0x", "👩\u200d💻"]  # inner spaces and joiners are fine
+    keys = ["zoë/🚀", "a b", "order\u00a0x", "שלום-1", "مرحبا"]  # inner spaces, any script
     for key in keys:
         ledger.accept(key, "send", {})
     stored = sorted(row[0] for row in raw.query("SELECT key FROM oncewire_effects"))
@@ -233,6 +253,8 @@ def test_this_process_owner_is_public_in_core_ids_and_names_this_process() -> No
         ("platform_message_id", " ", "platform_message_id must not be only whitespace"),
         ("bot", "bot\n", "bot must not contain a control character: U+000A at index 3"),
         ("thread", "t\ud800", "thread must not contain a lone surrogate: U+D800 at index 1"),
+        ("chat", "c\u202e", f"chat {FORMAT}: U+202E at index 1"),
+        ("platform_message_id", "\u200b1", f"platform_message_id {FORMAT}: U+200B at index 0"),
     ],
 )
 def test_a_bad_inbound_id_is_refused_alike_on_both_backends(

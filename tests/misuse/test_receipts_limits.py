@@ -44,6 +44,8 @@ def _nested(levels: int) -> list[Any]:
     return value
 
 
+FORMAT = "must not contain a format character (Unicode category Cf)"
+
 BAD_KEYS = [
     pytest.param("a\x00b", "must not contain a control character: U+0000 at index 1", id="nul"),
     pytest.param("\r\n", "must not contain a control character: U+000D at index 0", id="crlf"),
@@ -54,6 +56,10 @@ BAD_KEYS = [
     pytest.param("", "must not be empty", id="empty"),
     pytest.param("k" * 513, "is 513 characters long; the limit is 512", id="long"),
     pytest.param(b"k", "must be a string, not bytes", id="bytes"),
+    pytest.param("r\u200bk", f"{FORMAT}: U+200B at index 1", id="zero-width-space"),
+    pytest.param("\u202eabc", f"{FORMAT}: U+202E at index 0", id="rtl-override"),
+    pytest.param("k\u2067", f"{FORMAT}: U+2067 at index 1", id="rli"),
+    pytest.param("\ufeffk", f"{FORMAT}: U+FEFF at index 0", id="bom"),
 ]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger
-from oncewire.core.errors import RunConflict, TransitionRefused
+from oncewire.core.errors import ConfigurationError, RunConflict, TransitionRefused
 from tests.contract.conftest import RawDatabase
 
 E = "e" * 64
@@ -227,3 +227,36 @@ def test_a_delivery_key_reused_for_another_message_is_refused(
         deliveries.commit("d1", scope="s1", content="other", manifest={"m": 1})
     (row,) = raw.query("SELECT content FROM oncewire_run_deliveries")
     assert row[0] == "hello"
+
+
+@pytest.mark.parametrize(
+    ("run_id", "problem"),
+    [
+        (
+            "r\u200b1",
+            "must not contain a format character (Unicode category Cf): U+200B at index 1",
+        ),
+        (
+            "\u202e1r",
+            "must not contain a format character (Unicode category Cf): U+202E at index 0",
+        ),
+        (
+            "r1\u2069",
+            "must not contain a format character (Unicode category Cf): U+2069 at index 2",
+        ),
+        ("r\x001", "must not contain a control character: U+0000 at index 1"),
+        ("r1 ", "must not start or end with whitespace: 'r1 '"),
+        ("", "must not be empty"),
+        (7, "must be a string, not int"),
+    ],
+    ids=["zero-width-space", "rtl-override", "pdi", "nul", "trailing-space", "empty", "int"],
+)
+def test_a_run_id_that_prints_as_another_is_refused_and_nothing_is_stored(
+    ledger: Ledger, raw: RawDatabase, run_id: Any, problem: str
+) -> None:
+    """Regression: a run id with a zero-width or bidi-override character was accepted, and
+    showed as another run's id in `oncewire runs list` and on the dashboard."""
+    with pytest.raises(ConfigurationError) as caught:
+        ledger.runs.start(run_id, key="start", scope="s1", owner="w")
+    assert str(caught.value) == f"a run id {problem}"
+    assert raw.count("oncewire_runs") == raw.count("oncewire_run_events") == 0

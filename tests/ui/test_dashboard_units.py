@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from oncewire.core.errors import ConfigurationError
 from oncewire.ui import charts, labview
 from oncewire.ui.guard import Guard, Refusal, check_binding, is_loopback
-from oncewire.ui.views import age
+from oncewire.ui.views import age, when
 from tests.support.recursion import recursion_limit, stack_depth
 
 
@@ -86,6 +87,21 @@ def test_ages_read_like_a_person_says_them() -> None:
     assert [age(s) for s in (-5, 0, 59, 60, 423, 3600, 7500, 86400 * 3 + 3600 * 4)] == [
         "0 s", "0 s", "59 s", "1 min 0 s", "7 min 3 s", "1 h 0 min", "2 h 5 min", "3 d 4 h",
     ]  # fmt: skip
+
+
+def test_a_stored_time_that_is_no_date_is_shown_not_raised() -> None:
+    # Regression: OverflowError or ValueError out of the page of an effect parked at 1e300.
+    assert when(1_800_000_000.0) == "2027-01-15T08:00:00.000+00:00"
+    assert when(None) == ""
+    shown = [when(t) for t in (99_999_999_999_999.0, 1e300, -1e300, math.inf, math.nan)]
+    assert shown == [
+        "99999999999999.0 (not a date)",
+        "1e+300 (not a date)",
+        "-1e+300 (not a date)",
+        "inf (not a date)",
+        "nan (not a date)",
+    ]
+    assert [age(s) for s in (math.inf, -math.inf, math.nan)] == ["?", "?", "?"]
 
 
 def test_charts_escape_labels_and_carry_their_figures() -> None:

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from oncewire import ConfigurationError, RetryPolicy
+from oncewire.core.limits import MAX_RETRY_SECONDS
 
 
 def test_without_jitter_the_delay_doubles_per_attempt() -> None:
@@ -56,9 +57,15 @@ def test_retry_after_wins_over_backoff_and_cap(retry_after: float) -> None:
     assert policy.delay(5, retry_after) == retry_after
 
 
-def test_an_infinite_cap_means_no_cap() -> None:
+def test_an_infinite_cap_means_no_cap_but_the_limit() -> None:
     policy = RetryPolicy(base_seconds=1.0, cap_seconds=math.inf, jitter=0.0)
-    assert policy.delay(20) == 2.0**19
+    assert policy.delay(17) == 2.0**16
+    assert policy.delay(18) == policy.delay(10_000) == MAX_RETRY_SECONDS  # a day, not 1.5 days
+
+
+def test_a_receivers_wish_past_the_limit_is_the_limit() -> None:
+    policy = RetryPolicy(base_seconds=1.0, jitter=0.0)
+    assert policy.delay(1, MAX_RETRY_SECONDS + 1.0) == MAX_RETRY_SECONDS
 
 
 def test_a_negative_retry_after_is_ignored() -> None:

@@ -7,7 +7,6 @@ never has to guess whether a number is seconds, milliseconds or local time.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import sys
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from oncewire.core.canonical import loads
+from oncewire.core.clock import iso_utc
 from oncewire.core.errors import ConfigurationError, InvalidPayload
 
 __all__ = [
@@ -82,10 +82,11 @@ def yes_option(fn: F) -> F:
 
 
 def when(ts: float | None) -> str | None:
-    """A Unix time as ISO 8601 in UTC with milliseconds and the zone; None stays None."""
+    """A Unix time as ISO 8601 in UTC with milliseconds and the zone (one that is no date:
+    ``"<seconds> (not a date)"``); None stays None."""
     if ts is None:
         return None
-    return dt.datetime.fromtimestamp(float(ts), dt.UTC).isoformat(timespec="milliseconds")
+    return iso_utc(ts)
 
 
 def stamped(record: Mapping[str, Any], extra: Iterable[str] = ()) -> dict[str, Any]:

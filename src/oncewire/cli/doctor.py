@@ -15,6 +15,7 @@ exit 1. The checks only read: the write probe begins a write transaction and rol
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -59,7 +60,10 @@ def _listed(items: list[str]) -> str:
 
 
 def age(seconds: float) -> str:
-    """A duration as a person reads it: 45s, 12m 5s, 3h 20m, 2d 4h."""
+    """A duration as a person reads it: 45s, 12m 5s, 3h 20m, 2d 4h; ? from a time that is no
+    date (NaN or infinite)."""
+    if not -math.inf < seconds < math.inf:
+        return "?"
     seconds = max(0, int(seconds))
     for unit, size, sub_unit, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
         if seconds >= size:

@@ -174,8 +174,19 @@ def show(db: str, key: str, as_json: bool) -> None:
 @click.argument("kind")
 @click.argument("payload", metavar="PAYLOAD")
 @click.option("--max-attempts", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--delay", "delay_seconds", type=click.FloatRange(0), default=0.0, help="Seconds.")
-@click.option("--deadline", "deadline_seconds", type=click.FloatRange(0), help="Seconds from now.")
+@click.option(
+    "--delay",
+    "delay_seconds",
+    type=click.FloatRange(0),
+    default=0.0,
+    help="Seconds before the first attempt (at most 366 days).",
+)
+@click.option(
+    "--deadline",
+    "deadline_seconds",
+    type=click.FloatRange(0),
+    help="Seconds from now (at most 366 days).",
+)
 @json_option
 def accept(
     db: str,

@@ -1,12 +1,27 @@
-"""An injectable clock, so leases, backoff and retention are testable without sleeping."""
+"""An injectable clock, so leases, backoff and retention are testable without sleeping; and
+how a stored time is printed."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "iso_utc"]
+
+
+def iso_utc(ts: float) -> str:
+    """A Unix time as ISO 8601 in UTC, with milliseconds and the zone.
+
+    Any number a row can hold is printed, never raised on: a time no calendar date has (NaN,
+    infinite, past the year 9999 or before the year 1, written around oncewire's limits) is
+    ``"<seconds> (not a date)"``.
+    """
+    try:
+        return dt.datetime.fromtimestamp(float(ts), dt.UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{ts!r} (not a date)"
 
 
 class Clock(Protocol):

@@ -34,7 +34,7 @@ from oncewire.core import crash
 from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, StorageError
 from oncewire.core.ids import this_process_owner
-from oncewire.core.limits import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes
+from oncewire.core.limits import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes, check_seconds
 from oncewire.core.observe import ATTEMPT, CLAIMED, LISTENERS, RELEASED, emit
 from oncewire.dispatch import leases, marking, settling
 from oncewire.dispatch.outage import Outage, check_patience
@@ -45,7 +45,7 @@ from oncewire.dispatch.reporting import (
     shown,
     warn_waiting_kinds,
 )
-from oncewire.dispatch.retry import RetryPolicy
+from oncewire.dispatch.retry import DEFAULT_IDLE_HORIZON_SECONDS, RetryPolicy, drained
 from oncewire.dispatch.runner import Call, SinkRunner, attempt_of, form_calls
 from oncewire.dispatch.settling import Label, Verdict
 from oncewire.dispatch.sinkspec import SinkSpec, check_ledger, inspect_sinks
@@ -58,7 +58,7 @@ from oncewire.dispatch.stopping import (
 )
 from oncewire.effects.attempt import Attempt
 from oncewire.ledger import Ledger
-from oncewire.storage.records import Backlog, Claim, Settlement
+from oncewire.storage.records import Claim, Settlement
 
 __all__ = ["DispatchStats", "Dispatcher", "Sink"]
 
@@ -205,10 +205,13 @@ class Dispatcher:
         until_idle: bool = False,
         handle_signals: bool = True,
         grace_seconds: float | None = None,
+        idle_horizon_seconds: float = DEFAULT_IDLE_HORIZON_SECONDS,
     ) -> DispatchStats:
         """Dispatch until stopped (SIGTERM/SIGINT: see the class) or, with ``until_idle``,
-        until nothing is due, uncertain, claimed or waiting for a retry."""
+        until nothing is due or claimed and no retry is due within ``idle_horizon_seconds``
+        (:func:`~oncewire.dispatch.retry.drained`)."""
         grace = self.grace_seconds if grace_seconds is None else check_grace(grace_seconds)
+        horizon = check_seconds("idle_horizon_seconds", idle_horizon_seconds)
         self._stop.clear()
         self._abort.clear()
         self._finished_run.clear()
@@ -225,7 +228,7 @@ class Dispatcher:
         heartbeat.start()
         unsubscribe = self.ledger.store.subscribe(self.wake)
         try:
-            self._loop(until_idle, grace)
+            self._loop(until_idle, grace, horizon)
         finally:
             self._stop.set()
             self._finished_run.set()
@@ -243,7 +246,7 @@ class Dispatcher:
                 restore()
         return self.stats
 
-    def _loop(self, until_idle: bool, grace: float) -> None:
+    def _loop(self, until_idle: bool, grace: float, horizon: float) -> None:
         last_reap = last_kinds = -math.inf
         # Reaping is cheap (a read of the lease holders, an update that usually matches nothing)
         # and bounds how long a dead peer's claims wait: at most a second on the same host.
@@ -295,7 +298,7 @@ class Dispatcher:
                     # One reading of the backlog decides both whether to leave and how long
                     # to sleep.
                     backlog = self.ledger.store.backlog(self.kinds)
-                    if until_idle and self._idle(backlog):
+                    if until_idle and drained(backlog, self.clock.now(), horizon):
                         return
                     self._sleep_until_due(backlog.next_due)
                     continue
@@ -593,20 +596,10 @@ class Dispatcher:
                 emit(RELEASED, {"owner": self.owner, "count": released})
         return released
 
-    def _idle(self, backlog: Backlog) -> bool:
-        """Nothing due, uncertain, claimed or waiting for a retry.
-
-        A pending effect whose first attempt is scheduled later (``delay_seconds``) does not
-        keep ``run(until_idle=True)`` waiting; a retry already under way does.
-        """
-        if backlog.claimed or backlog.uncertain or backlog.retrying:
-            return False
-        return backlog.next_due is None or backlog.next_due > self.clock.now()
-
     def _sleep_until_due(self, next_due: float | None) -> None:
-        wait = self.poll_seconds
-        if next_due is not None:
-            wait = min(wait, max(0.0, next_due - self.clock.now()))
+        wait, now = self.poll_seconds, self.clock.now()
+        if next_due is not None and next_due - now < wait:  # never for NaN: a poll's wait
+            wait = max(0.0, next_due - now)
         if wait > 0:
             self.clock.wait(self._wake, wait)
         self._wake.clear()

@@ -7,16 +7,23 @@ import random
 from dataclasses import dataclass, field
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.limits import MAX_RETRY_SECONDS
+from oncewire.storage.records import Backlog
 from oncewire.storage.verbs.effects import MAX_RECOVERIES
 
-__all__ = ["RetryPolicy"]
+__all__ = ["DEFAULT_IDLE_HORIZON_SECONDS", "RetryPolicy", "drained"]
+
+# How far ahead run(until_idle=True) waits for a retry: the longest backoff of the default
+# policy (cap_seconds), so a drain sees every retry it schedules itself through.
+DEFAULT_IDLE_HORIZON_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """Delay before attempt ``n + 1`` after attempt ``n`` failed.
 
-    ``base_seconds * 2 ** (n - 1)``, capped at ``cap_seconds``, then scaled by a random factor in
+    ``base_seconds * 2 ** (n - 1)``, capped at ``cap_seconds`` (and, whatever the cap, at
+    :data:`~oncewire.core.limits.MAX_RETRY_SECONDS`, a day), then scaled by a random factor in
     ``[1 - jitter, 1]`` so that workers retrying the same receiver spread out. ``base_seconds``
     above ``cap_seconds`` (300 by default) is refused: the cap would silently replace it.
 
@@ -65,8 +72,27 @@ class RetryPolicy:
             raise ConfigurationError("max_recoveries must be a whole number of at least 1")
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait, never more than :data:`MAX_RETRY_SECONDS` (whatever the cap, an
+        infinite one included, and whatever the receiver asked)."""
         if retry_after is not None and 0 <= retry_after < math.inf:
-            return float(retry_after)
+            return min(float(retry_after), MAX_RETRY_SECONDS)
         exponent = min(max(attempt - 1, 0), 62)
-        raw = min(self.cap_seconds, self.base_seconds * (2.0**exponent))
+        raw = min(self.cap_seconds, MAX_RETRY_SECONDS, self.base_seconds * (2.0**exponent))
         return raw * (1.0 - self.jitter * self.rng.random())
+
+
+def drained(backlog: Backlog, now: float, horizon_seconds: float) -> bool:
+    """Whether ``run(until_idle=True)`` is done: nothing claimed, nothing due now, and no
+    retry (an uncertain effect's next attempt, or a pending one already attempted) due within
+    ``horizon_seconds``.
+
+    A pending effect whose first attempt is scheduled later (``delay_seconds``) does not keep a
+    drain waiting; a retry under way does, unless it is due past the horizon (a receiver's long
+    ``retry_after``). Written so that a time no clock reaches (NaN, stored around oncewire) is
+    never due.
+    """
+    if backlog.claimed:
+        return False
+    if backlog.next_retry is not None and backlog.next_retry <= now + horizon_seconds:
+        return False
+    return backlog.next_due is None or not backlog.next_due <= now

@@ -10,7 +10,6 @@ stored with a new effect, so that its attempts continue that trace.
 from __future__ import annotations
 
 import builtins
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +26,8 @@ from oncewire.core.errors import (
 from oncewire.core.limits import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_ATTEMPTS_LIMIT,
+    MAX_DEADLINE_SECONDS,
+    MAX_DELAY_SECONDS,
     MAX_KEY_CHARS,
     MAX_KIND_CHARS,
     check_count,
@@ -58,18 +59,18 @@ def _validate(
     kind = check_name("an effect kind", kind, MAX_KIND_CHARS)
     check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
     # NaN would be stored as NULL (no deadline) and Infinity as an effect never due; a bool is
-    # an int to Python but never a number of seconds anyone meant. A negative delay is "now".
-    refused = ConfigurationError(f"delay_seconds must be a finite number, not {delay_seconds!r}")
-    if type(delay_seconds) is bool or not isinstance(delay_seconds, int | float):
-        raise refused
-    try:
-        finite = math.isfinite(delay_seconds)
-    except OverflowError:  # an int too large for a float is not finite either
-        finite = False
-    if not finite:
-        raise refused
+    # an int to Python but never a number of seconds anyone meant; a time past the limits is a
+    # date no reader can print. A negative delay is a mistake, not "now".
+    delay = check_seconds("delay_seconds", delay_seconds, most=MAX_DELAY_SECONDS)
     if deadline_seconds is not None:
-        check_seconds("deadline_seconds", deadline_seconds, positive=True)
+        deadline = check_seconds(
+            "deadline_seconds", deadline_seconds, positive=True, most=MAX_DEADLINE_SECONDS
+        )
+        if delay > deadline:
+            raise ConfigurationError(
+                f"delay_seconds ({delay_seconds!r}) is past deadline_seconds "
+                f"({deadline_seconds!r}): the effect would be due only after its deadline"
+            )
     return key, kind
 
 
@@ -121,7 +122,7 @@ class Effects:
             payload_json=payload_json,
             digest=payload_digest,
             max_attempts=max_attempts,
-            not_before=now + max(0.0, delay_seconds),
+            not_before=now + delay_seconds,
             deadline=None if deadline_seconds is None else now + deadline_seconds,
             now=now,
             traceparent=current_traceparent() if observed else None,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.limits import MAX_RETRY_SECONDS
 
 __all__ = ["OUTCOME_TYPES", "Done", "EffectOutcome", "MaybeSent", "NotSent", "Rejected"]
 
@@ -33,7 +34,8 @@ class NotSent:
     """Nothing reached the receiver; safe to try again (not a redelivery).
 
     ``retry_after`` (seconds, finite, not negative) is the receiver's wish and wins over the
-    backoff schedule. A not-sent attempt does not count against the effect's ``max_attempts``
+    backoff schedule; more than :data:`~oncewire.core.limits.MAX_RETRY_SECONDS` (a day) is
+    clamped to it. A not-sent attempt does not count against the effect's ``max_attempts``
     (nothing was sent); the effect's deadline bounds how long it keeps trying, or, without a
     deadline, ``RetryPolicy.max_not_sent``.
     """
@@ -59,6 +61,8 @@ class NotSent:
             raise ConfigurationError(
                 f"NotSent.retry_after must be finite and not negative, not {wait!r}"
             )
+        # Longer is "later", not "never": the receiver is asked again after the limit.
+        object.__setattr__(self, "retry_after", min(seconds, float(MAX_RETRY_SECONDS)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from oncewire.core.errors import (
     StaleFence,
 )
 from oncewire.core.ids import this_process_owner
+from oncewire.core.limits import MAX_KEY_CHARS, check_name
 from oncewire.effects.outbox import Effects
 from oncewire.runs import append
 from oncewire.runs.append import RunContext
@@ -153,8 +154,7 @@ class Runs(RunReads):
         """:meth:`start` inside the caller's transaction: the run exists when it commits, and
         not at all when it rolls back."""
         _check_key(key)
-        if not isinstance(run_id, str) or not run_id:
-            raise ConfigurationError("a run id must be a non-empty string")
+        run_id = check_name("a run id", run_id, MAX_KEY_CHARS)
         branch = branch or scope
         request: dict[str, Any] = {
             "workflow": workflow_name,

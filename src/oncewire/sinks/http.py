@@ -18,8 +18,9 @@ connect refused, DNS failure, connect         ``NotSent``: no byte of the reques
 timeout, no pooled connection in time
 429, or 503 with ``Retry-After``              ``NotSent(retry_after=...)``: the server says it
                                               did not process it and when to come back
-                                              (seconds or an HTTP date; 429 without the header:
-                                              ``NotSent``, the backoff decides)
+                                              (seconds or an HTTP date, at most a day; 429
+                                              without the header: ``NotSent``, the backoff
+                                              decides)
 408 Request Timeout                           ``NotSent``: the server gave up reading the request
                                               before processing it
 425 Too Early                                 ``NotSent``: the server refused to process it yet
@@ -59,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncewire.core.canonical import canonical_json, loads
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 
@@ -84,13 +86,16 @@ def _httpx2() -> Any:
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` value (delta-seconds or an HTTP date), or
-    ``None`` when it is absent or unreadable. A date in the past is 0."""
+    ``None`` when it is absent or unreadable. A date in the past is 0; a wait longer than
+    :data:`~oncewire.core.limits.MAX_RETRY_SECONDS` (a day) is that long: the server said
+    "later", not "never"."""
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        seconds = float(int(text))
-        return seconds if math.isfinite(seconds) else None
+    if text.isascii() and text.isdigit():  # delta-seconds: ASCII digits, as many as it likes
+        if len(text.lstrip("0")) > 15:  # past any limit, and int() refuses 4,300 digits
+            return float(MAX_RETRY_SECONDS)
+        return min(float(int(text)), float(MAX_RETRY_SECONDS))
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
@@ -98,7 +103,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if when.tzinfo is None:  # an HTTP date is GMT; a naive one is read as such
         when = when.replace(tzinfo=datetime.UTC)
     current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
+    return min(max(0.0, when.timestamp() - current), float(MAX_RETRY_SECONDS))
 
 
 def _body(response: httpx2.Response) -> Any:

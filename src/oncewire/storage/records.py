@@ -342,6 +342,8 @@ class Backlog:
     uncertain: int  # effects whose last attempt may have landed
     claimed: int  # effects leased to some worker right now
     retrying: int  # pending effects already attempted at least once (a retry is scheduled)
+    # earliest not_before of an uncertain effect or a retrying one (None: no retry waits)
+    next_retry: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

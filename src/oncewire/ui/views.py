@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections import Counter
 from typing import Any
 
 from markupsafe import Markup
 
+from oncewire.core.clock import iso_utc
 from oncewire.core.errors import ConfigurationError
 from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
@@ -62,14 +64,18 @@ OP_COLOURS = {
 
 
 def when(ts: float | None) -> str:
-    """A Unix time as the command line prints it: ISO 8601, UTC, milliseconds, the zone."""
+    """A Unix time as the command line prints it: ISO 8601, UTC, milliseconds, the zone (one
+    that is no date, as ``"<seconds> (not a date)"``)."""
     if ts is None:
         return ""
-    return dt.datetime.fromtimestamp(float(ts), dt.UTC).isoformat(timespec="milliseconds")
+    return iso_utc(ts)
 
 
 def age(seconds: float) -> str:
-    """A duration for a person: ``42 s``, ``7 min 3 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    """A duration for a person: ``42 s``, ``7 min 3 s``, ``2 h 5 min``, ``3 d 4 h``; one no
+    clock can measure (from a time that is no date) as ``?``."""
+    if not -math.inf < seconds < math.inf:  # NaN too
+        return "?"
     s = max(0, int(seconds))
     if s < 60:
         return f"{s} s"
@@ -96,7 +102,10 @@ def overview(ledger: Ledger) -> dict[str, Any]:
     recent = ledger.store.recent_attempts(since=start, limit=ATTEMPTS_CHARTED)
     first, again = [0] * WINDOW_MINUTES, [0] * WINDOW_MINUTES
     for attempt in recent:
-        slot = min(WINDOW_MINUTES - 1, max(0, int(attempt.finished_at - start) // 60))
+        offset = attempt.finished_at - start  # a time that is no date goes in the last slot
+        slot = WINDOW_MINUTES - 1
+        if math.isfinite(offset):
+            slot = min(WINDOW_MINUTES - 1, max(0, int(offset) // 60))
         (again if attempt.redelivery else first)[slot] += 1
     labels = [
         dt.datetime.fromtimestamp(start + 60 * i, dt.UTC).strftime("%H:%M")

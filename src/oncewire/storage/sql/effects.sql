@@ -211,7 +211,10 @@ SELECT (SELECT MIN(not_before) FROM oncewire_effects
        (SELECT COUNT(*) FROM oncewire_effects
          WHERE state = 'claimed' AND (:any_kind OR kind {in :kinds})),
        (SELECT COUNT(*) FROM oncewire_effects
-         WHERE state = 'pending' AND fence > 0 AND (:any_kind OR kind {in :kinds}))
+         WHERE state = 'pending' AND fence > 0 AND (:any_kind OR kind {in :kinds})),
+       (SELECT MIN(not_before) FROM oncewire_effects
+         WHERE (state = 'uncertain' OR (state = 'pending' AND fence > 0))
+           AND (:any_kind OR kind {in :kinds}))
 
 -- name: waiting_kinds
 SELECT kind, COUNT(*), MIN(created_at) FROM oncewire_effects

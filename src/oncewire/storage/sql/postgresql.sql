@@ -47,7 +47,8 @@ RETURNING e.id, e.key, e.kind, e.payload, e.attempts, e.max_attempts, e.fence, e
 SELECT MIN(not_before) FILTER (WHERE state IN ('pending', 'uncertain')),
        COUNT(*) FILTER (WHERE state = 'uncertain'),
        COUNT(*) FILTER (WHERE state = 'claimed'),
-       COUNT(*) FILTER (WHERE state = 'pending' AND fence > 0)
+       COUNT(*) FILTER (WHERE state = 'pending' AND fence > 0),
+       MIN(not_before) FILTER (WHERE state = 'uncertain' OR (state = 'pending' AND fence > 0))
   FROM oncewire_effects
  WHERE state IN ('pending', 'uncertain', 'claimed') AND (:any_kind OR kind {in :kinds})
 

@@ -376,7 +376,9 @@ class EffectVerbs:
         row = self.db.read(
             self.db.queries.backlog, any_kind=kinds is None, kinds=() if kinds is None else kinds
         )[0]
-        return Backlog(next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3])
+        return Backlog(
+            next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3], next_retry=row[4]
+        )
 
     def waiting_kinds(self) -> dict[str, tuple[int, float]]:
         """Every kind with effects waiting for an attempt: kind -> (how many are pending or
