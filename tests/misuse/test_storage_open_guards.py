@@ -130,3 +130,18 @@ def test_a_failed_install_leaves_the_journal_as_it_was(app_db: Path) -> None:
     assert journal_mode(app_db) == "delete"
     assert tables(app_db) == ["oncewire_effects", "orders"]
     assert digest(app_db) == before
+
+
+def test_a_file_cut_short_after_its_check_is_checked_again(tmp_path: Path) -> None:
+    """The quick check runs once per file and process, and again when the header looks wrong:
+    a file that lost its tail (not a whole number of pages) is checked and refused."""
+    path = made_store(tmp_path / "cut.db", effects=600)
+    Ledger(str(path)).close()  # checked and found sound by this process
+    size = path.stat().st_size
+    with path.open("r+b") as f:
+        f.truncate(size - 100)  # the last page, cut short
+    before = digest(path)
+    with pytest.raises(StoreUnusable, match="quick_check") as caught:
+        Ledger(str(path))
+    assert caught.value.fields["reason"] == "corrupt"
+    assert digest(path) == before
