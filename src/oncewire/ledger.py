@@ -126,7 +126,9 @@ class Ledger:
     the run ledger's chain an HMAC. ``reconcile_runs_as`` closes, at boot, what dead owners
     left (see :meth:`Runs.reconcile`). ``open_timeout_seconds`` bounds how long opening rides
     out a busy file or a database that is restarting; a permanent failure (not a database,
-    read-only, corrupt) is raised at once.
+    read-only, corrupt) is raised at once. A database that already holds the application's
+    tables gains oncewire's beside them unless ``adopt=False``; ``read_only=True`` opens an
+    existing store without writing to it (see :func:`oncewire.storage.open_store`).
     """
 
     def __init__(
@@ -135,6 +137,8 @@ class Ledger:
         *,
         clock: Clock | None = None,
         create: bool = True,
+        adopt: bool = True,
+        read_only: bool = False,
         runs_key: bytes | None = None,
         reconcile_runs_as: str | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -144,7 +148,13 @@ class Ledger:
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
-            else open_store(url_or_path, create=create, open_timeout_seconds=open_timeout_seconds)
+            else open_store(
+                url_or_path,
+                create=create,
+                adopt=adopt,
+                read_only=read_only,
+                open_timeout_seconds=open_timeout_seconds,
+            )
         )
         self.clock: Clock = clock or SystemClock()
         self.effects = Effects(self.store, self.clock, max_payload_bytes=max_payload_bytes)

@@ -195,6 +195,7 @@ def test_a_sqlite_file_that_refuses_writes_fails(
     assert code == 1
     assert checks["write"]["status"] == "fail"
     assert "read-only" in checks["write"]["detail"]
+    assert f"this user may not write to {immutable}" in checks["write"]["detail"]
     assert "write access" in checks["write"]["fix"]
     assert immutable.read_bytes() == before
 

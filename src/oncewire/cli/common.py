@@ -1,5 +1,10 @@
 """Options and output helpers shared by the command groups.
 
+Readers open the store with :func:`open_reader`: as any command does, or, given ``--read-only``
+(or when the store turns out to be read-only: a read-only mount, a file or directory this user
+may not write), without writing to it. Commands that may create a store take ``--adopt``: a
+database that holds other tables is refused unless it is given.
+
 Every time the command line prints, in a table or in ``--json``, goes through :func:`when`: ISO
 8601 with milliseconds and an explicit zone (``2026-11-30T11:36:16.123+00:00``), so a reader
 never has to guess whether a number is seconds, milliseconds or local time.
@@ -18,16 +23,20 @@ import click
 
 from oncewire.core.canonical import loads
 from oncewire.core.clock import iso_utc
-from oncewire.core.errors import ConfigurationError, InvalidPayload
+from oncewire.core.errors import ConfigurationError, InvalidPayload, StoreUnusable
+from oncewire.storage import Store, open_store
 
 __all__ = [
     "TIME_FIELDS",
+    "adopt_option",
     "configure_logging",
     "db_option",
     "emit",
     "json_option",
     "json_text",
+    "open_reader",
     "read_json_argument",
+    "read_only_option",
     "stamped",
     "strict_json",
     "table",
@@ -75,6 +84,42 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
         fn
     )
+
+
+def read_only_option(fn: F) -> F:
+    return click.option(
+        "--read-only",
+        is_flag=True,
+        help="Open the store without writing to it (never migrated nor switched to WAL), e.g. "
+        "to inspect a copy. A SQLite file whose directory cannot take the WAL's -shm is read "
+        "as a snapshot (a warning says so). Without it, a read-only store is opened so anyway.",
+    )(fn)
+
+
+def adopt_option(fn: F) -> F:
+    return click.option(
+        "--adopt",
+        is_flag=True,
+        help="Let a new store be created in a database that holds other tables (oncewire's "
+        "tables beside the application's). Without it such a database is refused unchanged.",
+    )(fn)
+
+
+def open_reader(db: str, read_only: bool) -> Store:
+    """The store for a command that only reads it.
+
+    As every command opens it, unless ``read_only``; a store that cannot be opened so because
+    it is read-only (a read-only mount, a file or directory this user may not write) is then
+    opened read-only, which is all a reader needs.
+    """
+    if read_only:
+        return open_store(db, create=False, read_only=True)
+    try:
+        return open_store(db, create=False)
+    except StoreUnusable as exc:
+        if exc.fields.get("reason") != "read_only":
+            raise
+    return open_store(db, create=False, read_only=True)
 
 
 def yes_option(fn: F) -> F:

@@ -35,7 +35,7 @@ from typing import Any
 import click
 
 from oncewire.cli import logformat
-from oncewire.cli.common import configure_logging, db_option
+from oncewire.cli.common import adopt_option, configure_logging, db_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.dispatch.sinkspec import inspect_sinks
 
@@ -97,6 +97,7 @@ def _run_one(
     grace: float,
     status_every: float = 0.0,
     storage_patience: float = 60.0,
+    adopt: bool = False,
 ) -> int:
     from oncewire.dispatch import Dispatcher
     from oncewire.ledger import Ledger
@@ -106,7 +107,7 @@ def _run_one(
         # SIGUSR1 writes every thread's stack to stderr: where a worker that does not stop is
         # stuck (the supervisor asks before it kills one that outlived its grace).
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-    with Ledger(db) as ledger:
+    with Ledger(db, adopt=adopt) as ledger:
         dispatcher = Dispatcher(
             ledger,
             sinks,
@@ -386,6 +387,7 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
     callback=lambda ctx, param, value: _patience(value),
 )
 @click.option("--until-idle", is_flag=True, help="Drain what is due, then exit.")
+@adopt_option
 @logformat.log_format_option
 def command(
     db: str,
@@ -400,6 +402,7 @@ def command(
     status_every: float,
     storage_patience: float,
     until_idle: bool,
+    adopt: bool,
 ) -> None:
     """Run dispatchers: claim due effects, call the app's sinks, record their outcomes."""
     if workers == 1:
@@ -419,6 +422,7 @@ def command(
             grace,
             status_every,
             storage_patience,
+            adopt,
         )
         if code:
             raise click.exceptions.Exit(code)
@@ -444,6 +448,8 @@ def command(
         argv += ["--attempt-timeout", str(attempt_timeout)]
     if until_idle:
         argv.append("--until-idle")
+    if adopt:
+        argv.append("--adopt")
     code = _supervise(argv, workers, grace)
     # The app was imported here only to check it; whatever it started at import (a thread the
     # interpreter would wait for at exit, an atexit hook) serves nothing in the supervisor and

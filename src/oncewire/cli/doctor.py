@@ -11,6 +11,11 @@ exit 1. The checks only read: the write probe begins a write transaction and rol
   With ``--app`` (the sinks a dispatcher would load) a kind that no sink handles is named: its
   effects would wait forever without a word. Claims past their lease, dead and rejected effects;
 - with ``--deep``, every run's hash chain (a keyed store needs ``ONCEWIRE_RUNS_KEY``).
+
+A store writers refuse (SQLite reports it corrupt, or it is read-only) is opened read-only, so
+that the checks that can still run do; a check whose rows cannot be read fails with the error
+instead of ending the command; when even the schema cannot be read, the integrity check runs on
+the file alone. Each open failure's fix names its cause.
 """
 
 from __future__ import annotations
@@ -18,14 +23,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, when
-from oncewire.core.errors import OncewireError
+from oncewire.cli.common import db_option, emit, json_option, read_only_option, when
+from oncewire.core.errors import OncewireError, StoreUnusable
 from oncewire.runs.keys import KEY_ENV
 from oncewire.storage import Store, open_store
 from oncewire.storage.inspection import WriteProbe
@@ -88,10 +93,37 @@ def _clock(store: Store, health: dict[str, Any]) -> Check | None:
     return Check("clock", "ok", detail)
 
 
-def _storage_checks(store: Store) -> list[Check]:
+def _write_check(store: Store, refused: StoreUnusable | None) -> Check | None:
+    """The write check of a store doctor opened read-only (None: it probes writes itself)."""
+    if not store.read_only:
+        return None
+    if refused is None:
+        return Check("write", "warn", "not probed: opened with --read-only (nothing is written)")
+    if refused.fields.get("reason") == "corrupt":
+        return Check(
+            "write",
+            "fail",
+            "oncewire will not write into it: it fails PRAGMA quick_check (see integrity)",
+            "restore from a backup (or .recover the SQLite file); writers refuse it until then",
+        )
+    cause = refused.fields.get("cause") or str(refused)
+    return Check(
+        "write",
+        "fail",
+        f"writes are refused: {cause}",
+        "remount the file system read-write, or give this user write access to the file and "
+        "its directory (or work on a copy in a writable place); until then readers and doctor "
+        "open it read-only",
+    )
+
+
+def _storage_checks(store: Store, refused: StoreUnusable | None = None) -> list[Check]:
     found = store.inspect()
     checks = []
-    if found.write is WriteProbe.OK:
+    write = _write_check(store, refused)
+    if write is not None:
+        checks.append(write)
+    elif found.write is WriteProbe.OK:
         checks.append(Check("write", "ok", "a write transaction began and was rolled back"))
     elif found.write is WriteProbe.BUSY:
         checks.append(
@@ -245,6 +277,63 @@ def _runs(store: Store, runs_key: bytes | None) -> Check:
     return Check("runs", "fail", detail, fix)
 
 
+_OPEN_FIXES = {
+    "corrupt": "restore from a backup (or .recover the SQLite file): SQLite cannot read it",
+    "not_a_database": "--db names a file that is not a SQLite database: check the path",
+    "read_only": "remount the file system read-write or give this user write access; "
+    "--read-only reads it as it is",
+    "cannot_open": "check --db, and that this user may read the file and its directory",
+}
+_OPEN_FIX = "check --db / ONCEWIRE_DB and that it exists"
+
+
+def _open_failed(url: str, exc: OncewireError) -> list[Check]:
+    reason = exc.fields.get("reason")
+    checks = [Check("open", "fail", str(exc), _OPEN_FIXES.get(str(reason), _OPEN_FIX))]
+    if reason == "corrupt" and not url.startswith(("postgresql://", "postgres://")):
+        from oncewire.storage.sqlite.inspect import QUICK_CHECK, file_integrity
+
+        problems = file_integrity(url)
+        if problems:
+            checks.append(
+                Check(
+                    "integrity",
+                    "fail",
+                    f"{QUICK_CHECK}: {_listed(list(problems))}",
+                    "restore from a backup (or .recover the SQLite file) before writing to it",
+                )
+            )
+    return checks
+
+
+def _open(url: str, read_only: bool) -> tuple[Store | None, StoreUnusable | None, list[Check]]:
+    """The store (None: it cannot be opened), why a writer may not open it, and the checks
+    that say so. A store writers refuse (corrupt, read-only) is opened read-only instead, so
+    that every check that can still run does."""
+    try:
+        return open_store(url, create=False, read_only=read_only), None, []
+    except StoreUnusable as exc:
+        if read_only or exc.fields.get("reason") not in ("corrupt", "read_only"):
+            return None, None, _open_failed(url, exc)
+        refused = exc
+    except OncewireError as exc:
+        return None, None, _open_failed(url, exc)
+    try:
+        return open_store(url, create=False, read_only=True), refused, []
+    except OncewireError:
+        return None, None, _open_failed(url, refused)
+
+
+def _section(checks: list[Check], name: str, run: Callable[[], list[Check]]) -> None:
+    """The checks ``run`` makes, or one failing check when the store could not answer."""
+    try:
+        checks.extend(run())
+    except OncewireError as exc:
+        checks.append(
+            Check(name, "fail", f"could not be read: {exc}", "see the checks above (integrity)")
+        )
+
+
 def diagnose(
     url: str,
     now: float | None = None,
@@ -252,17 +341,20 @@ def diagnose(
     sinks: Mapping[str, Any] | None = None,
     deep: bool = False,
     runs_key: bytes | None = None,
+    read_only: bool = False,
 ) -> list[Check]:
     checks: list[Check] = []
-    try:
-        store = open_store(url, create=False)
-    except OncewireError as exc:
-        return [Check("open", "fail", str(exc), "check --db / ONCEWIRE_DB and that it exists")]
+    store, refused, failed = _open(url, read_only)
+    if store is None:
+        return failed
     try:
         health = store.health()
         where = health.get("path") or f"{health.get('database')} ({health.get('schema')})"
         version = health.get("sqlite_version") or health.get("server_version")
-        checks.append(Check("open", "ok", f"{health['backend']} {version} at {where}"))
+        opened = f"{health['backend']} {version} at {where}"
+        if store.read_only:
+            opened += ", read-only" + (" (a snapshot)" if getattr(store.db, "immutable", 0) else "")
+        checks.append(Check("open", "ok", opened))
         latest = _latest_schema(store.dialect)
         current = int(health["schema_version"])
         checks.append(
@@ -275,7 +367,7 @@ def diagnose(
                 "upgrade oncewire" if current > latest else "open it once with oncewire",
             )
         )
-        checks.extend(_storage_checks(store))
+        _section(checks, "integrity", lambda: _storage_checks(store, refused))
         if store.dialect == "sqlite":
             journal, sync = health["journal_mode"], health["synchronous"]
             checks.append(
@@ -291,9 +383,10 @@ def diagnose(
         clock = _clock(store, health)
         if clock:
             checks.append(clock)
-        checks.extend(_effect_checks(store, time.time() if now is None else now, sinks))
+        moment = time.time() if now is None else now
+        _section(checks, "effects", lambda: _effect_checks(store, moment, sinks))
         if deep:
-            checks.append(_runs(store, runs_key))
+            _section(checks, "runs", lambda: [_runs(store, runs_key)])
     finally:
         store.close()
     return checks
@@ -316,14 +409,27 @@ def diagnose(
     metavar="NAME",
     help="Environment variable holding the runs chain's HMAC key, for --deep (unset: no key).",
 )
+@read_only_option
 @json_option
-def command(db: str, app: str | None, deep: bool, key_env: str, as_json: bool) -> None:
-    """Check the store: access, integrity, schema, settings, clock skew and work that waits."""
+def command(
+    db: str, app: str | None, deep: bool, key_env: str, read_only: bool, as_json: bool
+) -> None:
+    """Check the store: access, integrity, schema, settings, clock skew and work that waits.
+
+    A store that writers refuse (corrupt, read-only) is opened read-only, so that every check
+    that can still run does; --read-only opens any store so (writes are then not probed).
+    """
     from oncewire.cli.dispatch import load_sinks
 
     sinks = load_sinks(app) if app else None  # a bad --app is one error line, as in dispatch
     key = os.environ.get(key_env)
-    checks = diagnose(db, sinks=sinks, deep=deep, runs_key=key.encode() if key else None)
+    checks = diagnose(
+        db,
+        sinks=sinks,
+        deep=deep,
+        runs_key=key.encode() if key else None,
+        read_only=read_only,
+    )
     if as_json:
         emit([asdict(c) for c in checks])
     else:

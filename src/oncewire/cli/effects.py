@@ -13,17 +13,21 @@ from typing import Any
 import click
 
 from oncewire.cli.common import (
+    adopt_option,
     db_option,
     emit,
     json_option,
     json_text,
+    open_reader,
     read_json_argument,
+    read_only_option,
     stamped,
     table,
     when,
     yes_option,
 )
 from oncewire.effects import EffectState
+from oncewire.effects.outbox import check_accept
 from oncewire.ledger import Ledger
 
 __all__ = ["group"]
@@ -60,6 +64,7 @@ def group() -> None:
     help="Continue after the effect with this id (the last one a page printed): older ones.",
 )
 @json_option
+@read_only_option
 def list_effects(
     db: str,
     state: tuple[str, ...],
@@ -67,9 +72,10 @@ def list_effects(
     limit: int,
     after_id: int | None,
     as_json: bool,
+    read_only: bool,
 ) -> None:
     """List effects, newest first, a page at a time (see --after)."""
-    with Ledger(db, create=False) as ledger:
+    with Ledger(open_reader(db, read_only)) as ledger:
         # One more than the page, only to know whether a next page exists.
         effects = ledger.effects.list(
             list(state) or None, kind=kind, limit=limit + 1, newest_first=True, before_id=after_id
@@ -154,9 +160,10 @@ def _show_text(data: dict[str, Any], attempts: list[dict[str, Any]]) -> None:
 @db_option
 @click.argument("key")
 @json_option
-def show(db: str, key: str, as_json: bool) -> None:
+@read_only_option
+def show(db: str, key: str, as_json: bool, read_only: bool) -> None:
     """Show one effect in full, with its attempt history."""
-    with Ledger(db, create=False) as ledger:
+    with Ledger(open_reader(db, read_only)) as ledger:
         effect = ledger.effects.get(key)
         history = ledger.effects.attempts(key)
     data = stamped(effect.as_dict())
@@ -187,6 +194,7 @@ def show(db: str, key: str, as_json: bool) -> None:
     type=click.FloatRange(0),
     help="Seconds from now (at most 366 days).",
 )
+@adopt_option
 @json_option
 def accept(
     db: str,
@@ -196,15 +204,25 @@ def accept(
     max_attempts: int,
     delay_seconds: float,
     deadline_seconds: float | None,
+    adopt: bool,
     as_json: bool,
 ) -> None:
     """Accept an effect: KEY KIND PAYLOAD, where PAYLOAD is JSON text, @file.json or - (stdin).
 
-    The same key and payload again is a no-op. A JSON object that names a key twice is refused
-    before anything is opened.
+    The same key and payload again is a no-op. A bad key, kind or payload (a JSON object that
+    names a key twice, too large) is refused before anything is opened. A new path becomes a
+    store; a database holding other tables only with --adopt.
     """
     value = read_json_argument(payload)
-    with Ledger(db) as ledger:
+    check_accept(
+        key,
+        kind,
+        value,
+        max_attempts=max_attempts,
+        delay_seconds=delay_seconds,
+        deadline_seconds=deadline_seconds,
+    )
+    with Ledger(db, adopt=adopt) as ledger:
         effect = ledger.accept(
             key,
             kind,

@@ -9,6 +9,8 @@ from oncewire.cli.common import (
     emit,
     json_option,
     json_text,
+    open_reader,
+    read_only_option,
     stamped,
     table,
     yes_option,
@@ -34,9 +36,10 @@ def group() -> None:
 )
 @click.option("--after", "after_key", default="", help="Start after this key (paging).")
 @json_option
-def list_receipts(db: str, limit: int, after_key: str, as_json: bool) -> None:
+@read_only_option
+def list_receipts(db: str, limit: int, after_key: str, as_json: bool, read_only: bool) -> None:
     """List receipts by key."""
-    with Receipts(db, create=False) as store:
+    with Receipts(open_reader(db, read_only)) as store:
         receipts = store.list(limit=limit, after_key=after_key)
     if as_json:
         emit([stamped(r.as_dict()) for r in receipts])
@@ -51,9 +54,10 @@ def list_receipts(db: str, limit: int, after_key: str, as_json: bool) -> None:
 @db_option
 @click.argument("key")
 @json_option
-def show(db: str, key: str, as_json: bool) -> None:
+@read_only_option
+def show(db: str, key: str, as_json: bool, read_only: bool) -> None:
     """Show one receipt."""
-    with Receipts(db, create=False) as receipts:
+    with Receipts(open_reader(db, read_only)) as receipts:
         data = stamped(receipts.get(key).as_dict())
     if as_json:
         emit(data)

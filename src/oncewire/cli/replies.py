@@ -7,7 +7,15 @@ from contextlib import contextmanager
 
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, stamped, table
+from oncewire.cli.common import (
+    db_option,
+    emit,
+    json_option,
+    open_reader,
+    read_only_option,
+    stamped,
+    table,
+)
 from oncewire.ledger import Ledger
 from oncewire.storage.replies import InboundState, ReplyState
 
@@ -15,8 +23,8 @@ __all__ = ["inbound_group", "replies_group"]
 
 
 @contextmanager
-def _ledger(db: str) -> Iterator[Ledger]:
-    with Ledger(db, create=False) as ledger:
+def _ledger(db: str, read_only: bool) -> Iterator[Ledger]:
+    with Ledger(open_reader(db, read_only)) as ledger:
         yield ledger
 
 
@@ -37,11 +45,12 @@ def inbound_group() -> None:
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @click.option("--after", "after_id", type=click.IntRange(0), default=0, help="Start after this id.")
 @json_option
+@read_only_option
 def list_inbound(
-    db: str, statuses: tuple[str, ...], limit: int, after_id: int, as_json: bool
+    db: str, statuses: tuple[str, ...], limit: int, after_id: int, as_json: bool, read_only: bool
 ) -> None:
     """List inbound messages by id."""
-    with _ledger(db) as ledger:
+    with _ledger(db, read_only) as ledger:
         rows = ledger.inbound.list(list(statuses) or None, limit=limit, after_id=after_id)
     if as_json:
         emit([row.as_dict() for row in rows])
@@ -68,9 +77,10 @@ def list_inbound(
 @db_option
 @click.argument("inbound_id", type=int)
 @json_option
-def show_inbound(db: str, inbound_id: int, as_json: bool) -> None:
+@read_only_option
+def show_inbound(db: str, inbound_id: int, as_json: bool, read_only: bool) -> None:
     """Show one inbound message and its reply."""
-    with _ledger(db) as ledger:
+    with _ledger(db, read_only) as ledger:
         data = ledger.inbound.get(inbound_id).as_dict()
         reply = ledger.replies.for_inbound(inbound_id)
         data["reply"] = None if reply is None else reply.id
@@ -98,11 +108,12 @@ def replies_group() -> None:
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @click.option("--after", "after_id", type=click.IntRange(0), default=0, help="Start after this id.")
 @json_option
+@read_only_option
 def list_replies(
-    db: str, states: tuple[str, ...], limit: int, after_id: int, as_json: bool
+    db: str, states: tuple[str, ...], limit: int, after_id: int, as_json: bool, read_only: bool
 ) -> None:
     """List replies by id."""
-    with _ledger(db) as ledger:
+    with _ledger(db, read_only) as ledger:
         rows = ledger.replies.list(list(states) or None, limit=limit, after_id=after_id)
     if as_json:
         emit([stamped(row.as_dict()) for row in rows])
@@ -130,9 +141,10 @@ def list_replies(
 @db_option
 @click.argument("reply_id", type=int)
 @json_option
-def show_reply(db: str, reply_id: int, as_json: bool) -> None:
+@read_only_option
+def show_reply(db: str, reply_id: int, as_json: bool, read_only: bool) -> None:
     """Show one reply with every wire operation it owns."""
-    with _ledger(db) as ledger:
+    with _ledger(db, read_only) as ledger:
         reply = ledger.replies.get(reply_id)
         data = stamped(reply.as_dict())
         ops = [op.as_dict() for op in ledger.replies.ops(reply_id)]
@@ -162,9 +174,10 @@ def show_reply(db: str, reply_id: int, as_json: bool) -> None:
 @replies_group.command("counts")
 @db_option
 @json_option
-def counts(db: str, as_json: bool) -> None:
+@read_only_option
+def counts(db: str, as_json: bool, read_only: bool) -> None:
     """Replies by state."""
-    with _ledger(db) as ledger:
+    with _ledger(db, read_only) as ledger:
         found = {str(state): n for state, n in ledger.replies.counts().items()}
     if as_json:
         emit(found)

@@ -6,7 +6,17 @@ import os
 
 import click
 
-from oncewire.cli.common import db_option, emit, json_option, stamped, table, when, yes_option
+from oncewire.cli.common import (
+    db_option,
+    emit,
+    json_option,
+    open_reader,
+    read_only_option,
+    stamped,
+    table,
+    when,
+    yes_option,
+)
 from oncewire.ledger import Ledger
 from oncewire.runs.keys import KEY_ENV
 
@@ -27,9 +37,13 @@ def key_option(fn: click.decorators.FC) -> click.decorators.FC:
     )(fn)
 
 
-def _open(db: str, key_env: str) -> Ledger:
+def _open(db: str, key_env: str, read_only: bool | None = None) -> Ledger:
+    """The run ledger; ``read_only`` not None: a reader's (see ``open_reader``)."""
     key = os.environ.get(key_env)
-    return Ledger(db, create=False, runs_key=key.encode() if key else None)
+    runs_key = key.encode() if key else None
+    if read_only is None:
+        return Ledger(db, create=False, runs_key=runs_key)
+    return Ledger(open_reader(db, read_only), runs_key=runs_key)
 
 
 @click.group("runs")
@@ -44,11 +58,18 @@ def group() -> None:
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @json_option
 @key_option
+@read_only_option
 def list_runs(
-    db: str, scope: str | None, status: tuple[str, ...], limit: int, as_json: bool, key_env: str
+    db: str,
+    scope: str | None,
+    status: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+    key_env: str,
+    read_only: bool,
 ) -> None:
     """List runs as stored (run `verify` before relying on one)."""
-    with _open(db, key_env) as ledger:
+    with _open(db, key_env, read_only) as ledger:
         rows = ledger.runs.list(scope=scope, status=list(status), limit=limit)
     if as_json:
         emit(
@@ -94,9 +115,10 @@ def list_runs(
 @click.argument("run_id")
 @json_option
 @key_option
-def show(db: str, run_id: str, as_json: bool, key_env: str) -> None:
+@read_only_option
+def show(db: str, run_id: str, as_json: bool, key_env: str, read_only: bool) -> None:
     """Show one run, verified, with its events."""
-    with _open(db, key_env) as ledger, ledger.runs.snapshot():  # one moment of the store
+    with _open(db, key_env, read_only) as ledger, ledger.runs.snapshot():  # one moment of the store
         run = ledger.runs.get(run_id)
         events = ledger.runs.events(run_id)
         verification = ledger.runs.verify(run_id)[0]
@@ -136,9 +158,10 @@ def show(db: str, run_id: str, as_json: bool, key_env: str) -> None:
 @click.argument("run_id", required=False)
 @json_option
 @key_option
-def verify(db: str, run_id: str | None, as_json: bool, key_env: str) -> None:
+@read_only_option
+def verify(db: str, run_id: str | None, as_json: bool, key_env: str, read_only: bool) -> None:
     """Verify one run's history, or every run's; exit 1 naming the first bad event."""
-    with _open(db, key_env) as ledger:
+    with _open(db, key_env, read_only) as ledger:
         results = ledger.runs.verify(run_id)
     bad = [r for r in results if not r.ok]
     if as_json:
@@ -208,9 +231,10 @@ def adopt_key(db: str, yes: bool, as_json: bool, key_env: str) -> None:
 @click.option("--subject", "subject_id", help="Only reports about this run or delivery.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @json_option
-def reports(db: str, subject_id: str | None, limit: int, as_json: bool) -> None:
+@read_only_option
+def reports(db: str, subject_id: str | None, limit: int, as_json: bool, read_only: bool) -> None:
     """What reconciliation did to each run and delivery, newest first."""
-    with Ledger(db, create=False) as ledger:
+    with Ledger(open_reader(db, read_only)) as ledger:
         rows = ledger.runs.reports(limit=limit, subject_id=subject_id)
     if as_json:
         emit(

@@ -40,7 +40,7 @@ from oncewire.core.states import coerce_states
 from oncewire.storage import Store, Transaction
 from oncewire.storage.records import AttemptRecord, Effect, EffectState
 
-__all__ = ["ACCEPT_BEFORE_COMMIT", "DEFAULT_MAX_ATTEMPTS", "Effects"]
+__all__ = ["ACCEPT_BEFORE_COMMIT", "DEFAULT_MAX_ATTEMPTS", "Effects", "check_accept"]
 
 DEFAULT_MAX_ATTEMPTS = 10
 
@@ -72,6 +72,22 @@ def _validate(
                 f"({deadline_seconds!r}): the effect would be due only after its deadline"
             )
     return key, kind
+
+
+def check_accept(
+    key: str,
+    kind: str,
+    payload: Any,
+    *,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    delay_seconds: float = 0.0,
+    deadline_seconds: float | None = None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> None:
+    """Refuse what :meth:`Effects.accept_in_tx` would refuse before any SQL, without a store:
+    the command line checks its arguments so before it opens (or creates) one."""
+    _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
+    canonical_json(payload, max_bytes=max_payload_bytes)
 
 
 class Effects:

@@ -66,6 +66,7 @@ class Receipts:
     """The receiver's store of receipts: ``Receipts("downstream.db")``.
 
     ``max_payload_bytes`` bounds a payload's canonical JSON (UTF-8 bytes), as for effects.
+    ``create``, ``adopt`` and ``read_only`` open the store as :class:`~oncewire.Ledger` does.
     """
 
     def __init__(
@@ -75,6 +76,8 @@ class Receipts:
         retention_seconds: float | None = DEFAULT_RETENTION_SECONDS,
         clock: Clock | None = None,
         create: bool = True,
+        adopt: bool = True,
+        read_only: bool = False,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
     ) -> None:
@@ -90,7 +93,13 @@ class Receipts:
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
-            else open_store(url_or_path, create=create, open_timeout_seconds=open_timeout_seconds)
+            else open_store(
+                url_or_path,
+                create=create,
+                adopt=adopt,
+                read_only=read_only,
+                open_timeout_seconds=open_timeout_seconds,
+            )
         )
         self.retention_seconds = retention_seconds
         self.clock: Clock = clock or SystemClock()

@@ -15,6 +15,8 @@ def open_store(
     url_or_path: str,
     *,
     create: bool = True,
+    adopt: bool = True,
+    read_only: bool = False,
     open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
 ) -> Store:
     """Open (and migrate) the store at ``url_or_path``.
@@ -22,7 +24,14 @@ def open_store(
     ``postgresql://...`` selects PostgreSQL; ``sqlite:///path``, ``sqlite:path`` or a plain path
     selects SQLite; any other ``scheme://`` is a :class:`ConfigurationError`. With
     ``create=False`` a missing database is an error instead of a new file, and a database
-    without oncewire's schema is refused without being changed.
+    without oncewire's schema is refused without being changed. A database that holds other
+    tables gains oncewire's beside them (the outbox in the application's own database); with
+    ``adopt=False`` it is refused unchanged, naming them, as the command line does unless
+    ``--adopt`` is given.
+
+    ``read_only=True`` opens an existing store without writing to it: never created, migrated
+    nor switched to WAL, every write refused (on PostgreSQL, a read-only session); a SQLite
+    file whose directory refuses the WAL's ``-shm`` is read as an immutable snapshot.
 
     A transient failure while opening (the server restarting, a connection terminated, the
     SQLite file locked by another writer) is retried with backoff for ``open_timeout_seconds``;
@@ -42,7 +51,19 @@ def open_store(
     if text.startswith(("postgresql://", "postgres://")):
         from oncewire.storage.postgres import PostgresStore
 
-        return PostgresStore(text, create=create, open_timeout_seconds=open_timeout_seconds)
+        return PostgresStore(
+            text,
+            create=create,
+            adopt=adopt,
+            read_only=read_only,
+            open_timeout_seconds=open_timeout_seconds,
+        )
     from oncewire.storage.sqlite import SQLiteStore
 
-    return SQLiteStore(text, create=create, open_timeout_seconds=open_timeout_seconds)
+    return SQLiteStore(
+        text,
+        create=create,
+        adopt=adopt,
+        read_only=read_only,
+        open_timeout_seconds=open_timeout_seconds,
+    )

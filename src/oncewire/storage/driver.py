@@ -232,6 +232,7 @@ class Driver(abc.ABC):
     values_chunk: int
     transaction_type: type[GuardedTransaction]
     schema: Dialect  # the schema's files and the migration runner's hooks
+    read_only = False  # opened without writing: never migrated, every write refused
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -242,10 +243,11 @@ class Driver(abc.ABC):
 
     # -- opening -----------------------------------------------------------------------------
     @abc.abstractmethod
-    def open(self, *, create: bool) -> None:
+    def open(self, *, create: bool, adopt: bool = True) -> None:
         """Check the database and migrate it (one attempt; the store retries a transient
         failure). Without ``create``, a database without oncewire's schema is refused
-        unchanged; a schema newer than this oncewire is always refused."""
+        unchanged; without ``adopt``, so is one that holds other tables; a schema newer than
+        this oncewire is always refused. A read-only driver checks and never migrates."""
 
     @abc.abstractmethod
     def health(self, schema_version: int) -> dict[str, Any]:

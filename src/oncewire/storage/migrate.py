@@ -23,7 +23,15 @@ from typing import Any
 
 from oncewire.core.errors import SchemaError
 
-__all__ = ["Dialect", "Migration", "check_not_newer", "migrate", "migrations"]
+__all__ = [
+    "Dialect",
+    "Migration",
+    "check_adoptable",
+    "check_current",
+    "check_not_newer",
+    "migrate",
+    "migrations",
+]
 
 Migration = tuple[int, str, str]  # (version, file name, SQL)
 
@@ -80,6 +88,34 @@ def check_not_newer(version: int | None, latest: int) -> None:
         raise SchemaError(
             f"the database has schema version {version}; this oncewire knows up to "
             f"{latest}: upgrade oncewire"
+        )
+
+
+def check_current(conn: Any, dialect: Dialect, where: str, version: int) -> None:
+    """For a read-only open, which cannot migrate: refuse a schema that is not up to date."""
+    available = migrations(dialect.package)
+    latest = available[-1][0]
+    check_not_newer(version, latest)
+    with dialect.translate_errors("reading the schema version"):
+        missing = {number for number, _, _ in available} - applied(conn, dialect)
+    if version != latest or missing:
+        raise SchemaError(
+            f"{where} has schema version {version}; this oncewire expects {latest}, and a "
+            "read-only open does not migrate: open it once for writing first"
+        )
+
+
+def check_adoptable(where: str, tables: list[str], *, adopt: bool) -> None:
+    """Refuse to install oncewire's schema beside ``tables`` unless asked to ``adopt`` them."""
+    if tables and not adopt:
+        shown = ", ".join(tables[:10]) + (
+            f" and {len(tables) - 10} more" if len(tables) > 10 else ""
+        )
+        raise SchemaError(
+            f"{where} holds other tables ({shown}) and no oncewire store: oncewire adds its "
+            "tables beside them only when asked (--adopt on the command line, adopt=True in "
+            "Python); nothing was changed",
+            tables=tables,
         )
 
 

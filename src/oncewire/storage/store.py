@@ -55,17 +55,23 @@ class Store(EffectVerbs, ReceiptVerbs, InboundVerbs, ReplyVerbs, RunLedgerVerbs,
         db: Driver,
         *,
         create: bool = True,
+        adopt: bool = True,
         open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
     ) -> None:
         self.db = db
         self.dialect = db.dialect
         self.url = db.url
         open_with_retries(
-            lambda: db.open(create=create),
+            lambda: db.open(create=create, adopt=adopt),
             what=f"opening {db.label}",
             timeout_seconds=check_open_timeout(open_timeout_seconds),
             cleanup=db.close,
         )
+
+    @property
+    def read_only(self) -> bool:
+        """Opened without writing (``read_only=True``): not migrated, every write refused."""
+        return self.db.read_only
 
     # -- lifecycle ---------------------------------------------------------------------------
     def transaction(self) -> AbstractContextManager[GuardedTransaction]:

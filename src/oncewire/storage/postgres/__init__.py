@@ -21,8 +21,13 @@ class PostgresStore(Store):
         url: str,
         *,
         create: bool = True,
+        adopt: bool = True,
+        read_only: bool = False,
         open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__(
-            PostgresDriver(url), create=create, open_timeout_seconds=open_timeout_seconds
+            PostgresDriver(url, read_only=read_only),
+            create=create,
+            adopt=adopt,
+            open_timeout_seconds=open_timeout_seconds,
         )

@@ -254,21 +254,32 @@ class PostgresDriver(Driver):
     schema = DIALECT
     translate_errors = staticmethod(translate_errors)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
         require_driver()
         super().__init__(url)
+        self.read_only = read_only
         self._connect_timeout = connect_timeout_seconds(url)
 
     # -- opening -----------------------------------------------------------------------------
-    def open(self, *, create: bool) -> None:
+    def open(self, *, create: bool, adopt: bool = True) -> None:
         conn = self.conn()
         try:
             with translate_errors("reading the schema"):
-                version = current_version(conn)
-            if version is None and not create:
-                raise SchemaError(
-                    "this database holds no oncewire schema (oncewire_schema missing)"
-                )
+                schema, tables = conn.execute(
+                    "SELECT current_schema(), ARRAY(SELECT tablename::text FROM "
+                    "pg_catalog.pg_tables WHERE schemaname = current_schema() ORDER BY 1)"
+                ).fetchone()
+                version = current_version(conn) if "oncewire_schema" in tables else None
+            where = f"the PostgreSQL schema {schema}"
+            if version is None:
+                if not create or self.read_only:
+                    raise SchemaError(
+                        "this database holds no oncewire schema (oncewire_schema missing)"
+                    )
+                runner.check_adoptable(where, list(tables), adopt=adopt)
+            elif self.read_only:
+                runner.check_current(conn, DIALECT, where, version)
+                return
             migrate(conn)
         finally:
             if conn.broken:
@@ -299,7 +310,11 @@ class PostgresDriver(Driver):
 
     # -- connections -------------------------------------------------------------------------
     def connect(self) -> Any:
-        return connect(self.url, timeout_seconds=self._connect_timeout)
+        conn = connect(self.url, timeout_seconds=self._connect_timeout)
+        if self.read_only:  # every transaction of this connection refuses to write
+            with translate_errors("opening a read-only session"):
+                conn.execute("SET default_transaction_read_only = on")
+        return conn
 
     def broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)

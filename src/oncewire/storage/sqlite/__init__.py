@@ -13,6 +13,10 @@ __all__ = ["SQLiteStore"]
 class SQLiteStore(Store):
     """Every ledger's verbs on one SQLite file: WAL, ``synchronous`` (FULL unless told otherwise)
     and foreign keys on every connection, writers waiting up to ``busy_timeout_ms`` for the lock.
+
+    ``read_only=True`` opens the file with ``mode=ro`` (query-only, never migrated nor switched
+    to WAL); where SQLite cannot create a WAL database's ``-shm`` (a read-only directory or
+    mount) it reads the file as an immutable snapshot and logs a warning saying so.
     """
 
     db: SQLiteDriver
@@ -22,12 +26,20 @@ class SQLiteStore(Store):
         url_or_path: str,
         *,
         create: bool = True,
+        adopt: bool = True,
+        read_only: bool = False,
         busy_timeout_ms: int = 10_000,
         synchronous: str = "FULL",
         open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
     ) -> None:
         driver = SQLiteDriver(
-            url_or_path, create=create, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
+            url_or_path,
+            create=create,
+            busy_timeout_ms=busy_timeout_ms,
+            synchronous=synchronous,
+            read_only=read_only,
         )
         self.path = driver.path
-        super().__init__(driver, create=create, open_timeout_seconds=open_timeout_seconds)
+        super().__init__(
+            driver, create=create, adopt=adopt, open_timeout_seconds=open_timeout_seconds
+        )

@@ -1,7 +1,9 @@
 """SQLiteDriver: WAL, synchronous=FULL, ``BEGIN IMMEDIATE`` writers, one connection per thread.
 
 The SQLite backend (:mod:`oncewire.storage.driver`): connecting and the pragmas every connection
-runs with, opening a file (checked before anything changes it, then migrated), the transaction
+runs with, opening a file (checked before anything changes it: its header, its tables, its
+integrity, :mod:`~oncewire.storage.sqlite.files`; then migrated in its own journal mode and only
+then switched to WAL; or opened read-only, never migrated), the transaction
 the caller shares with oncewire (:class:`SQLiteTransaction`, guarded by
 :mod:`oncewire.storage.sqlguard`), errors translated by SQLite's result code
 (:mod:`~oncewire.storage.sqlite.errors`), reads that survive a stored text which is not UTF-8,
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from oncewire.core.errors import (
     ConfigurationError,
@@ -29,6 +33,7 @@ from oncewire.storage import migrate as runner
 from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
+from oncewire.storage.sqlite import files
 from oncewire.storage.sqlite.errors import translate_errors, translated
 from oncewire.storage.sqlite.wake import watch as wake_watch
 
@@ -44,6 +49,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("oncewire.storage")
 
 _PACKAGE = "oncewire.storage.sqlite"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -104,6 +111,20 @@ def current_version(conn: sqlite3.Connection) -> int | None:
         return None
     row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
+
+
+def _version_and_tables(conn: sqlite3.Connection) -> tuple[int | None, list[str]]:
+    """The schema version, or None and the tables the file holds when it is not a store."""
+    names = [
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+        )
+    ]
+    if "oncewire_schema" not in names:
+        return None, names
+    return current_version(conn), []
 
 
 @contextlib.contextmanager
@@ -247,28 +268,83 @@ class SQLiteDriver(Driver):
     schema = DIALECT
 
     def __init__(
-        self, url_or_path: str, *, create: bool, busy_timeout_ms: int, synchronous: str
+        self,
+        url_or_path: str,
+        *,
+        create: bool,
+        busy_timeout_ms: int,
+        synchronous: str,
+        read_only: bool = False,
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS:
             raise ConfigurationError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}")
         super().__init__(url_or_path)
         self.path = self.label = path_from_url(url_or_path)
         self.synchronous = synchronous.upper()
-        self._create = create
+        self.read_only = read_only
+        self.immutable = False  # read-only, as a snapshot: no -shm can be created beside it
+        self.integrity: tuple[str, ...] | None = None  # what quick_check found while opening
+        self._create = create and not read_only
         self._busy_timeout_ms = busy_timeout_ms
 
     # -- opening -----------------------------------------------------------------------------
-    def open(self, *, create: bool) -> None:
+    def open(self, *, create: bool, adopt: bool = True) -> None:
+        try:
+            if self.read_only:
+                self._open_read_only()
+            else:
+                self._open(create=create and self._create, adopt=adopt)
+        except StoreUnusable as exc:
+            explained = files.explained(exc, self.path, read_only=self.read_only)
+            if explained is None:
+                raise
+            raise explained from exc
+
+    def _open(self, *, create: bool, adopt: bool) -> None:
+        if self.path != ":memory:":
+            files.refuse_unless_sqlite(self.path)  # before SQLite writes over a one-byte file
         conn = self._unconfigured()
         self.use(conn)  # closed with the driver if what follows fails
-        # Check before configuring: a file oncewire refuses keeps its journal mode and bytes.
+        # Check before changing anything: a file oncewire refuses keeps its journal and bytes.
         with translate_errors(f"reading the schema of {self.path}"):
-            version = current_version(conn)
+            version, tables = _version_and_tables(conn)
         if version is None and not create:
             raise SchemaError(f"{self.path} is not an oncewire store (no oncewire_schema table)")
+        if version is None:
+            runner.check_adoptable(self.path, tables, adopt=adopt)
         runner.check_not_newer(version, migrations()[-1][0])
-        self._configure(conn)
+        if self.path != ":memory:":
+            self.integrity = files.verify_integrity(conn, self.path)
+        self._configure(conn, wal=False)
+        # Migrated in the file's own journal mode, then switched to WAL: a migration that fails
+        # rolls back and leaves the file as it was, journal mode included.
         migrate(conn)
+        self._switch_to_wal(conn)
+
+    def _open_read_only(self) -> None:
+        if self.path == ":memory:":
+            raise ConfigurationError("an in-memory database cannot be opened read-only")
+        files.refuse_unless_sqlite(self.path)
+        try:
+            version = self._read_only_version()
+        except StoreUnusable as exc:
+            if not files.needs_snapshot(exc, self.path):
+                raise
+            # No -shm, and none can be created: read the file as it is, without locking.
+            self.close()
+            self.immutable = True
+            log.warning("%s", files.snapshot_warning(self.path))
+            version = self._read_only_version()
+        if version is None:
+            raise SchemaError(f"{self.path} is not an oncewire store (no oncewire_schema table)")
+        runner.check_current(self.conn(), DIALECT, self.path, version)
+        self._configure(self.conn())
+
+    def _read_only_version(self) -> int | None:
+        conn = self._unconfigured()
+        self.use(conn)
+        with translate_errors(f"reading the schema of {self.path}"):
+            return current_version(conn)
 
     def health(self, schema_version: int) -> dict[str, Any]:
         conn = self.conn()
@@ -276,6 +352,8 @@ class SQLiteDriver(Driver):
             journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
             synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
             busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        if self.immutable:  # read without its WAL: the file's header says what it runs with
+            journal = "wal" if files.in_wal_mode(self.path) else journal
         return {
             "backend": "sqlite",
             "path": self.path,
@@ -293,7 +371,7 @@ class SQLiteDriver(Driver):
         from oncewire.storage.sqlite.inspect import inspect
 
         with translate_errors("inspecting the store"):
-            return inspect(self.conn())
+            return inspect(self.conn(), self.integrity, self.path)
 
     # -- connections -------------------------------------------------------------------------
     def connect(self) -> sqlite3.Connection:
@@ -315,11 +393,15 @@ class SQLiteDriver(Driver):
             raise StoreUnusable(f"no database at {path}")  # a reader never waits for one to appear
         # Without create, an existing file only: SQLite would make a new one of any path.
         existing = not create and path != ":memory:"
+        mode = "ro" if self.read_only else "rw"
+        immutable = "&immutable=1" if self.immutable else ""
         with translate_errors(f"opening {path}"):
             # check_same_thread=False only so that close() may run on another thread; each
             # connection is used by the one thread that opened it.
             conn = sqlite3.connect(
-                f"file:{Path(path).resolve()}?mode=rw" if existing else path,
+                f"file:{quote(str(Path(path).resolve()))}?mode={mode}{immutable}"
+                if existing
+                else path,
                 uri=existing,
                 isolation_level=None,
                 timeout=self._busy_timeout_ms / 1000,
@@ -332,20 +414,26 @@ class SQLiteDriver(Driver):
                 raise
         return conn
 
-    def _configure(self, conn: sqlite3.Connection) -> None:
-        """WAL, the flush level and foreign keys: the settings every connection runs with."""
+    def _configure(self, conn: sqlite3.Connection, *, wal: bool = True) -> None:
+        """WAL, the flush level and foreign keys: the settings every connection runs with (a
+        read-only one is made query-only instead of switched to WAL)."""
         try:
             with translate_errors(f"configuring {self.path}"):
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if self.path != ":memory:" and str(mode).lower() != "wal":
-                    raise StorageError(
-                        f"{self.path}: could not switch the journal to WAL (got {mode})"
-                    )
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
                 conn.execute("PRAGMA foreign_keys = ON")
+                if self.read_only:
+                    conn.execute("PRAGMA query_only = ON")
+                elif wal:
+                    self._switch_to_wal(conn)
         except BaseException:
             conn.close()
             raise
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        with translate_errors(f"switching {self.path} to WAL"):
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if self.path != ":memory:" and str(mode).lower() != "wal":
+            raise StorageError(f"{self.path}: could not switch the journal to WAL (got {mode})")
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` within milliseconds of any commit to the file, by any process

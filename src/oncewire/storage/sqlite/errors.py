@@ -36,13 +36,14 @@ _SQLITE_RANGE = 25
 _SQLITE_NOTADB = 26
 
 # Codes that say the file cannot be used as it is: retrying will not help.
+# Each with the ``reason`` field its StoreUnusable carries, for a caller that acts on it.
 _UNUSABLE = {
-    _SQLITE_PERM: "permission denied",
-    _SQLITE_READONLY: "the database is read-only (file, directory or mount)",
-    _SQLITE_CORRUPT: "the database file is malformed (corrupt)",
-    _SQLITE_CANTOPEN: "cannot open the database file",
-    _SQLITE_AUTH: "access denied",
-    _SQLITE_NOTADB: "the file is not a SQLite database",
+    _SQLITE_PERM: ("permission denied", "read_only"),
+    _SQLITE_READONLY: ("the database is read-only (file, directory or mount)", "read_only"),
+    _SQLITE_CORRUPT: ("the database file is malformed (corrupt)", "corrupt"),
+    _SQLITE_CANTOPEN: ("cannot open the database file", "cannot_open"),
+    _SQLITE_AUTH: ("access denied", "access_denied"),
+    _SQLITE_NOTADB: ("the file is not a SQLite database", "not_a_database"),
 }
 # Codes that say the statement itself is wrong: a programming error, not an outage.
 _STATEMENT = {_SQLITE_ERROR, _SQLITE_CONSTRAINT, _SQLITE_MISMATCH, _SQLITE_RANGE}
@@ -65,7 +66,8 @@ def translated(what: str, exc: sqlite3.Error, store: str | None = None) -> Stora
             "nothing of this write was stored"
         )
     if code in _UNUSABLE:
-        return StoreUnusable(f"{what}: {_UNUSABLE[code]}")
+        text, reason = _UNUSABLE[code]
+        return StoreUnusable(f"{what}: {text}", reason=reason)
     if code in _STATEMENT or isinstance(
         exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.IntegrityError
     ):

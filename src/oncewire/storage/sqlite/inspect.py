@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from pathlib import Path
+from urllib.parse import quote
 
+from oncewire.core.errors import StorageError
 from oncewire.storage.inspection import Inspection, SchemaDifference, WriteProbe
+from oncewire.storage.sqlite import files
 from oncewire.storage.sqlite.driver import (
     SCHEMA_TABLE,
     fresh_schema,
+    path_from_url,
     split_statements,
 )
 from oncewire.storage.sqlite.errors import translated
 
-__all__ = ["inspect"]
+__all__ = ["file_integrity", "inspect"]
+
+QUICK_CHECK = "PRAGMA quick_check"
 
 _PREFIX = "oncewire_"
 _Master = dict[tuple[str, str], tuple[str, str | None]]  # (type, name) -> (table, sql)
@@ -89,19 +96,45 @@ def _probe_write(conn: sqlite3.Connection) -> tuple[WriteProbe, str | None]:
     return WriteProbe.OK, None
 
 
-def inspect(conn: sqlite3.Connection) -> Inspection:
-    probe, error = _probe_write(conn)
+def _integrity(conn: sqlite3.Connection) -> tuple[str, ...]:
     try:
-        rows = conn.execute("PRAGMA quick_check").fetchall()
-        integrity = tuple(str(row[0]) for row in rows if row[0] != "ok")
-    except sqlite3.Error as exc:
-        integrity = (str(exc),)
+        return files.integrity_problems(conn)
+    except (sqlite3.Error, StorageError) as exc:  # busy throughout: the check did not run
+        return (str(exc),)
+
+
+def file_integrity(url: str) -> tuple[str, ...] | None:
+    """``PRAGMA quick_check`` of a file that cannot be opened as a store (its schema is
+    unreadable), read-only; None when the file cannot be opened at all."""
+    path = str(Path(path_from_url(url)).resolve())
+    snapshot = files.wal_index_missing(path) and files.read_only_cause(path) is not None
+    immutable = "&immutable=1" if snapshot else ""  # no -shm can be created beside it
+    try:
+        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro{immutable}", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        return _integrity(conn)
+    finally:
+        conn.close()
+
+
+def inspect(
+    conn: sqlite3.Connection, integrity: tuple[str, ...] | None = None, path: str | None = None
+) -> Inspection:
+    """The inspection; ``integrity`` is what quick_check found while opening, if it ran."""
+    probe, error = _probe_write(conn)
+    cause = files.read_only_cause(path) if path and path != ":memory:" else None
+    if probe is WriteProbe.REFUSED and cause:
+        error = f"{error}: {cause}"  # which of the file, its directory or its mount
+    if integrity is None:
+        integrity = _integrity(conn)
     expected = expected_master()
     return Inspection(
         write=probe,
         write_error=error,
         integrity=integrity,
-        integrity_check="PRAGMA quick_check",
+        integrity_check=QUICK_CHECK,
         objects=len(expected),
         differences=tuple(compare(_master(conn), expected)),
     )
