@@ -27,7 +27,8 @@ is its default message; each carries a stable ``code`` and ``as_dict()``. The tr
     │   ├── StoreUnusable                  read-only, not a database, corrupt, or no access
     │   └── StatementError                 the database refused a statement
     ├── ConfigurationError (a ValueError)  an option or argument is invalid
-    │   └── CrashPointUnknown              an armed crash point that no code registers
+    │   ├── CrashPointUnknown              an armed crash point that no code registers
+    │   └── MissingExtra (an ImportError)  needs an extra that is not installed (``extra``)
     ├── ReplyConflict                      the message already has a reply with other text
     └── RunError                           a run ledger operation was refused
         ├── RunNotFound (a KeyError)       no run, checkpoint, branch or delivery has this id
@@ -52,6 +53,7 @@ from oncewire.core.errors import (
     InvalidPayload,
     InvalidState,
     KindConflict,
+    MissingExtra,
     OncewireError,
     PayloadConflict,
     ReceiptNotFound,
@@ -83,6 +85,7 @@ __all__ = [
     "InvalidPayload",
     "InvalidState",
     "KindConflict",
+    "MissingExtra",
     "OncewireError",
     "PayloadConflict",
     "ReceiptNotFound",

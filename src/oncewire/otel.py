@@ -24,11 +24,16 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from oncewire.core.extras import refusal
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("otel", "oncewire.otel", exc) from exc
 
 from oncewire.core import observe
 from oncewire.core.clock import Clock

@@ -68,5 +68,8 @@ def test_without_the_gateway_extra_the_demo_says_what_to_install(
     ran = CliRunner().invoke(demo, ["--keep", str(tmp_path / "demo")])
 
     assert ran.exit_code == 1
-    assert "pip install 'oncewire[gateway]' (not_an_installed_module missing)" in ran.output
+    assert (
+        "needs the 'gateway' extra: pip install 'oncewire[gateway]' (not_an_installed_module "
+        "not installed)" in ran.output
+    )
     assert not (tmp_path / "demo").exists()  # nothing was started

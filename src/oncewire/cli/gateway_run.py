@@ -13,7 +13,6 @@ from oncewire.cli import logformat
 from oncewire.cli.common import configure_logging, db_option, emit, json_option, table
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.config import load_config
-from oncewire.gateway.runner import Runner
 from oncewire.gateway.status import session_status
 from oncewire.ledger import Ledger
 
@@ -64,6 +63,8 @@ def run(config_path: str, grace_seconds: float) -> None:
       export OPENAI_API_KEY=... TELEGRAM_BOT_TOKEN=...
       oncewire gateway run --config gateway.toml
     """
+    from oncewire.gateway.runner import Runner  # needs the gateway extra; --help does not
+
     configure_logging(logging.INFO)
     try:
         config = load_config(config_path)

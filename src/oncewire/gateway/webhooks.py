@@ -53,6 +53,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from oncewire.core.errors import ConfigurationError, OncewireError
+from oncewire.core.extras import refusal
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
 from oncewire.gateway.platforms.telegram_updates import TelegramInbound, parse_update
 from oncewire.gateway.platforms.webhook import (
@@ -71,9 +72,7 @@ try:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "oncewire's webhook server needs the 'gateway' extra: pip install 'oncewire[gateway]'"
-    ) from exc
+    raise refusal("gateway", "oncewire's webhook server", exc) from exc
 
 __all__ = [
     "MAX_BODY_BYTES",

@@ -20,7 +20,6 @@ folder, kept as evidence.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import select
@@ -34,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oncewire.core import extras
+from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.lab.framework import ProcessRecord
 from oncewire.lab.ports import stable_port
@@ -65,9 +66,11 @@ START_SECONDS = 30.0  # how long a fake or the gateway may take to say it is rea
 GATEWAY_EXTRA = ("httpx2", "starlette", "uvicorn")  # oncewire[gateway]
 
 
-def missing_gateway_extra() -> list[str]:
-    """The modules of ``oncewire[gateway]`` that are not installed (the gateway needs them)."""
-    return [name for name in GATEWAY_EXTRA if importlib.util.find_spec(name) is None]
+def missing_gateway_extra(feature: str) -> MissingExtra | None:
+    """What ``feature`` (a suite, the demo) would raise for the modules of
+    ``oncewire[gateway]`` the rig's processes need that are not installed; None when all are."""
+    missing = extras.missing("gateway", GATEWAY_EXTRA)
+    return MissingExtra(feature, "gateway", missing) if missing else None
 
 
 class RigError(RuntimeError):

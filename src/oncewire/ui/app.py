@@ -15,13 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
-import jinja2
-from markupsafe import Markup
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
+from oncewire.core.extras import refusal
+
+try:
+    import jinja2
+    from markupsafe import Markup
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, RedirectResponse, Response
+    from starlette.routing import Route
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("ui", "oncewire ui", exc) from exc
 
 from oncewire.core.errors import ConfigurationError, InvalidState, OncewireError
 from oncewire.ledger import Ledger
