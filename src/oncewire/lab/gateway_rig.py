@@ -96,12 +96,20 @@ def _child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _not_ready(what: str, line: str, code: int | None) -> str:
+    """Why ``what`` is not ready: it exited first (its stdout ended), or its first line was not
+    the ready line."""
+    if line == "":
+        return f"{what} exited with code {code} before it was ready"
+    return f"{what} did not start: its first line was {line.strip()!r}, not the ready line"
+
+
 def _ready_port(process: subprocess.Popen[str], what: str) -> int:
     line = _read_line(process, what)
     if not line.startswith("ready port="):
         process.kill()
         process.communicate(timeout=10)
-        raise RigError(f"{what} did not start: {line!r}")
+        raise RigError(_not_ready(what, line, process.returncode))
     return int(line.strip().split("=", 1)[1])
 
 
@@ -143,9 +151,12 @@ class GatewayRig:
     ) -> None:
         if platform not in KINDS:
             raise ValueError(f"unknown platform {platform!r} (one of {KINDS})")
+        # Absolute: the gateway.toml written here resolves a relative path against its own
+        # folder, and the processes the rig starts may run elsewhere.
+        folder = folder.absolute()
         self.folder = folder
-        self.db = db
         self.dialect = dialect_of(db)
+        self.db = db if self.dialect == "postgresql" else str(Path(db).absolute())
         self.kind = platform
         self.platform = PLATFORM if platform == "telegram" else HOOK_PLATFORM
         self.chat = CHAT if platform == "telegram" else HOOK_CHAT
@@ -298,9 +309,12 @@ chat_burst = 1000
             self.kill9()
             raise
         if line.strip() != "ready" and not line.startswith("ready port="):
-            self.kill9()
-            log = self.log_path(self.starts).read_text(encoding="utf-8")[-2000:]
-            raise RigError(f"the gateway did not start: {line!r}\n{log}")
+            code = self.kill9()
+            log = self.log_path(self.starts).read_text(encoding="utf-8", errors="replace")
+            lines = log.strip().splitlines() or ["(nothing on stderr)"]
+            # Its last line says why; a longer log follows for the lines before it.
+            more = "\n" + log.strip()[-2000:] if len(lines) > 1 else ""
+            raise RigError(f"{_not_ready('the gateway', line, code)}: {lines[-1]}{more}")
         self.note(f"gateway started (pid {self.gateway.pid})")
         return self.gateway.pid
 
