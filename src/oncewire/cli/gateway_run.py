@@ -96,6 +96,7 @@ COLUMNS = (
     "answering",
     "answered_not_delivered",
     "scheduled",
+    "dead",
     "quarantined",
 )
 
@@ -109,9 +110,11 @@ def status(db: str, as_json: bool) -> None:
     \b
     Read from the store, safe while the gateway runs: active_turn (its run id), received
     (waiting for their turn), answering (turn started, answer not committed),
-    answered_not_delivered (committed, not yet visible in full), scheduled (of those, waiting
-    for a retry time in the future) and quarantined. Sessions with nothing pending are left
-    out; an empty list means every message was answered and delivered.
+    answered_not_delivered (committed, still being delivered: not yet visible in full),
+    scheduled (of those, waiting for a retry time in the future), dead (delivery given up for
+    good: the platform refused it, e.g. "chat not found", or it ran out of attempts; never
+    tried again) and quarantined. Sessions with nothing pending are left out; an empty list
+    means every message was answered and delivered.
 
     \b
     Example:
