@@ -28,7 +28,8 @@ is its default message; each carries a stable ``code`` and ``as_dict()``. The tr
     │   └── StatementError                 the database refused a statement
     ├── ConfigurationError (a ValueError)  an option or argument is invalid
     │   ├── WrongType (a TypeError too)    an argument is not of the type the call takes
-    │   └── CrashPointUnknown              an armed crash point that no code registers
+    │   ├── CrashPointUnknown              an armed crash point that no code registers
+    │   └── MissingExtra (an ImportError)  needs an extra that is not installed (``extra``)
     ├── ReplyConflict                      the message already has a reply with other text
     └── RunError                           a run ledger operation was refused
         ├── RunNotFound (a KeyError)       no run, checkpoint, branch or delivery has this id
@@ -53,6 +54,7 @@ from oncewire.core.errors import (
     InvalidPayload,
     InvalidState,
     KindConflict,
+    MissingExtra,
     OncewireError,
     PayloadConflict,
     ReceiptNotFound,
@@ -85,6 +87,7 @@ __all__ = [
     "InvalidPayload",
     "InvalidState",
     "KindConflict",
+    "MissingExtra",
     "OncewireError",
     "PayloadConflict",
     "ReceiptNotFound",

@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from oncewire.core.extras import refusal
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, trace
@@ -31,7 +33,7 @@ try:
     from opentelemetry.trace import SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("oncewire.otel needs the 'otel' extra: pip install 'oncewire[otel]'") from exc
+    raise refusal("otel", "oncewire.otel", exc) from exc
 
 from oncewire.core import observe
 from oncewire.core.clock import Clock

@@ -22,6 +22,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.core.errors import ConfigurationError
+from oncewire.gateway.admission import Admitted
 from oncewire.gateway.check import check_config
 from oncewire.gateway.config import GatewayConfig, PlatformConfig, WebhooksConfig, parse_config
 from oncewire.gateway.platforms.telegram import PollConflict, TelegramBot, WebhookRefused
@@ -141,7 +142,7 @@ class Admitter:
         self.after: Callable[[], None] = lambda: None
         self.calls = 0
 
-    def __call__(self, platform: PlatformConfig, message: InboundMessage) -> None:
+    def __call__(self, platform: PlatformConfig, message: InboundMessage) -> Admitted:
         self.calls += 1
         self.before()
         if isinstance(message, TelegramInbound):
@@ -165,6 +166,7 @@ class Admitter:
             )
         self.admissions.append(admission)
         self.after()
+        return Admitted(admission, "new" if admission.new else "redelivered")
 
 
 def fail_once(error: str) -> Callable[[], None]:
@@ -367,7 +369,10 @@ def test_an_update_with_nothing_to_admit_is_answered_200(
             server.paths()["tg"], json=callback, headers={TELEGRAM_SECRET_HEADER: TG_SECRET}
         )
 
-    assert (answer.status_code, answer.json()) == (200, {"ok": True, "admitted": False})
+    assert (answer.status_code, answer.json()) == (
+        200,
+        {"ok": True, "admitted": False, "reason": "nothing_to_admit"},
+    )
     assert admitter.calls == 0
 
 

@@ -30,5 +30,6 @@ def test_the_cli_says_the_same_in_one_line() -> None:
     )
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 1
-    assert ran.stderr.startswith("error: the PostgreSQL backend needs psycopg 3")
+    assert ran.stderr.startswith("error: the PostgreSQL backend needs the 'postgres' extra")
+    assert len(ran.stderr.splitlines()) == 1
     assert "Traceback" not in ran.stderr

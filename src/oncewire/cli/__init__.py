@@ -52,30 +52,8 @@ def cli() -> None:
     """oncewire: every accepted action happens once; every unknown is said out loud."""
 
 
-def _unavailable(name: str, summary: str, extra: str, modules: list[str]) -> click.Command:
-    """A stand-in for a command whose extra is not installed: listed in ``--help`` with the
-    extra it needs, and any use of it (``--help`` included) says so in one line."""
-    from oncewire.core.extras import unavailable_message
-
-    message = unavailable_message(f"oncewire {name}", extra, modules)
-
-    def refuse(args: tuple[str, ...]) -> None:
-        raise click.ClickException(message)
-
-    return click.Command(
-        name,
-        callback=refuse,
-        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
-        help=f"{summary} Needs the '{extra}' extra: pip install 'oncewire[{extra}]'.",
-        short_help=f"{summary} (needs oncewire[{extra}])",
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-        add_help_option=False,
-    )
-
-
 def _register() -> None:
-    from oncewire.cli import dispatch, doctor, effects, lab, receipts, replies, runs
-    from oncewire.core.extras import missing
+    from oncewire.cli import dispatch, doctor, effects, gateway, lab, receipts, replies, runs, ui
 
     cli.add_command(effects.group)
     cli.add_command(receipts.group)
@@ -85,21 +63,8 @@ def _register() -> None:
     cli.add_command(runs.group)
     cli.add_command(replies.inbound_group)
     cli.add_command(replies.replies_group)
-    # The gateway and the dashboard import their extras' modules: without them, a stand-in.
-    absent = missing("gateway")
-    if absent:
-        cli.add_command(_unavailable("gateway", "The chat gateway.", "gateway", absent))
-    else:
-        from oncewire.cli import gateway
-
-        cli.add_command(gateway.group)
-    absent = missing("ui")
-    if absent:
-        cli.add_command(_unavailable("ui", "The local web dashboard.", "ui", absent))
-    else:
-        from oncewire.cli import ui
-
-        cli.add_command(ui.command)
+    cli.add_command(gateway.group)
+    cli.add_command(ui.command)
 
     def add_verbose(command: click.Command) -> None:
         # Every command and group takes -v, so `oncewire effects list -v` works as well as

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -12,9 +12,11 @@ from oncewire.cli.common import emit, json_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.check import CheckResult, check_config, config_error
 from oncewire.gateway.config import GatewayConfig, PlatformConfig, load_config
-from oncewire.gateway.platforms.telegram import TelegramBot, TelegramError
-from oncewire.gateway.platforms.telegram_updates import ALLOWED_UPDATES
-from oncewire.gateway.webhooks import telegram_webhook_path
+
+if TYPE_CHECKING:
+    # Needs the gateway extra: the commands that talk to Telegram import it when they run, so
+    # that the others (and --help) work without it.
+    from oncewire.gateway.platforms.telegram import TelegramBot
 
 __all__ = ["group"]
 
@@ -131,6 +133,9 @@ def webhook_set(config_path: str, platform_name: str | None, url: str | None) ->
       export TELEGRAM_BOT_TOKEN=... TELEGRAM_WEBHOOK_SECRET=...
       oncewire gateway webhook set --config gateway.toml --url https://bot.example.org
     """
+    from oncewire.gateway.platforms.telegram_updates import ALLOWED_UPDATES
+    from oncewire.gateway.webhooks import telegram_webhook_path
+
     config = _load(config_path)
     platform = _telegram_platform(config, platform_name, webhook_mode=True)
     assert platform.token_env is not None and platform.webhook_secret_env is not None
@@ -164,6 +169,8 @@ def webhook_delete(config_path: str, platform_name: str | None) -> None:
     Example:
       oncewire gateway webhook delete --config gateway.toml --platform tg
     """
+    from oncewire.gateway.platforms.telegram import TelegramBot  # noqa: F401 - the extra, first
+
     config = _load(config_path)
     platform = _telegram_platform(config, platform_name, webhook_mode=False)
     assert platform.token_env is not None
@@ -217,6 +224,8 @@ def _telegram_platform(
 
 
 def _bot_call(platform: PlatformConfig, token: str, call: Callable[[TelegramBot], None]) -> None:
+    from oncewire.gateway.platforms.telegram import TelegramBot, TelegramError
+
     assert platform.api_base is not None
     try:
         bot = TelegramBot(token, api_base=platform.api_base)

@@ -56,13 +56,9 @@ def demo(keep: Path | None) -> None:
       oncewire gateway demo
       oncewire gateway demo --keep ./demo   # then: oncewire gateway status --db ./demo/gateway.db
     """
-    missing = missing_gateway_extra()
-    if missing:
-        click.echo(
-            f"error: the gateway needs pip install 'oncewire[gateway]' ({', '.join(missing)} "
-            "missing)",
-            err=True,
-        )
+    missing = missing_gateway_extra("oncewire gateway demo")
+    if missing is not None:
+        click.echo(f"error: {missing} [{missing.code}]", err=True)
         raise click.exceptions.Exit(EXIT_FAILED)
     if keep is not None:
         if keep.exists() and any(keep.iterdir()):

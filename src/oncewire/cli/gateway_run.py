@@ -13,7 +13,6 @@ from oncewire.cli import logformat
 from oncewire.cli.common import configure_logging, db_option, emit, json_option, table
 from oncewire.core.errors import ConfigurationError
 from oncewire.gateway.config import load_config
-from oncewire.gateway.runner import Runner
 from oncewire.gateway.status import session_status
 from oncewire.ledger import Ledger
 
@@ -64,6 +63,8 @@ def run(config_path: str, grace_seconds: float) -> None:
       export OPENAI_API_KEY=... TELEGRAM_BOT_TOKEN=...
       oncewire gateway run --config gateway.toml
     """
+    from oncewire.gateway.runner import Runner  # needs the gateway extra; --help does not
+
     configure_logging(logging.INFO)
     try:
         config = load_config(config_path)
@@ -95,6 +96,7 @@ COLUMNS = (
     "answering",
     "answered_not_delivered",
     "scheduled",
+    "dead",
     "quarantined",
 )
 
@@ -108,9 +110,11 @@ def status(db: str, as_json: bool) -> None:
     \b
     Read from the store, safe while the gateway runs: active_turn (its run id), received
     (waiting for their turn), answering (turn started, answer not committed),
-    answered_not_delivered (committed, not yet visible in full), scheduled (of those, waiting
-    for a retry time in the future) and quarantined. Sessions with nothing pending are left
-    out; an empty list means every message was answered and delivered.
+    answered_not_delivered (committed, still being delivered: not yet visible in full),
+    scheduled (of those, waiting for a retry time in the future), dead (delivery given up for
+    good: the platform refused it, e.g. "chat not found", or it ran out of attempts; never
+    tried again) and quarantined. Sessions with nothing pending are left out; an empty list
+    means every message was answered and delivered.
 
     \b
     Example:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from oncewire.cli.common import db_option
+from oncewire.core.extras import require
 from oncewire.runs.keys import KEY_ENV
 
 __all__ = ["command"]
@@ -66,13 +67,7 @@ def command(
     Listening on anything but loopback requires --token. Prints one JSON line with the
     address once listening; Ctrl-C stops it.
     """
-    from oncewire.ui import MISSING_HINT, missing_modules
-
-    missing = missing_modules()
-    if missing:
-        raise click.ClickException(
-            f"oncewire ui needs {', '.join(missing)}, which cannot be imported: {MISSING_HINT}"
-        )
+    require("ui", "oncewire ui")
     from oncewire.ui.server import serve
 
     key = os.environ.get(key_env)

@@ -20,6 +20,7 @@ __all__ = [
     "InvalidPayload",
     "InvalidState",
     "KindConflict",
+    "MissingExtra",
     "OncewireError",
     "PayloadConflict",
     "ReceiptNotFound",
@@ -208,6 +209,26 @@ class CrashPointUnknown(ConfigurationError):
     """A crash point was armed that no code registers."""
 
     code = "crash_point_unknown"
+
+
+class MissingExtra(ConfigurationError, ImportError):
+    """This needs an optional extra of oncewire that is not installed."""
+
+    code = "missing_extra"
+
+    def __init__(
+        self, feature: str = "", extra: str = "", missing: tuple[str, ...] | list[str] = ()
+    ) -> None:
+        # Also an ImportError: a caller that guards an optional import catches this one too.
+        message = None
+        if feature and extra:
+            message = f"{feature} needs the '{extra}' extra: pip install 'oncewire[{extra}]'"
+            if missing:
+                message += f" ({', '.join(missing)} not installed)"
+        super().__init__(message, feature=feature, extra=extra, missing=list(missing))
+        self.feature = feature
+        self.extra = extra
+        self.missing = list(missing)
 
 
 class InboundNotFound(_NotFound):

@@ -1,19 +1,21 @@
-"""Which optional extras are installed, and the one line that says which one is missing.
+"""The optional extras and the modules each brings, for saying which one a feature needs.
 
-``pip install oncewire`` installs click and nothing else; each extra brings what one part needs.
-A part that needs an extra checks for it where it is used (never at ``import oncewire``), and
-says which extra to install, in one line.
+``pip install oncewire`` brings click and nothing else: the outbox, the dispatcher, receipts,
+the reply and run ledgers, the command line and the crash lab run on SQLite with that. A
+feature that needs more says which extra, through :class:`MissingExtra` (a
+``ConfigurationError`` and an ``ImportError``): a module that cannot work without its extra
+raises it when imported, a class when it is built, a command as its one error line.
 """
 
 from __future__ import annotations
 
 import importlib.util
 
-from oncewire.core.errors import ConfigurationError
+from oncewire.core.errors import MissingExtra
 
-__all__ = ["EXTRAS", "MissingExtra", "missing", "require", "unavailable_message"]
+__all__ = ["EXTRAS", "MissingExtra", "missing", "refusal", "require"]
 
-# Each extra and the top-level modules it installs (as pyproject.toml's optional-dependencies).
+# Each extra of pyproject.toml and the top-level modules its packages install.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "gateway": ("httpx2", "starlette", "uvicorn", "websockets"),
@@ -24,33 +26,29 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 }
 
 
-class MissingExtra(ConfigurationError):
-    """A part of oncewire was asked for whose optional dependencies are not installed."""
-
-    code = "missing_extra"
-
-
-def _installed(module: str) -> bool:
+def _importable(name: str) -> bool:
     try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package that cannot be imported, or a stub
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses the name: not importable here
         return False
 
 
-def missing(extra: str) -> list[str]:
-    """The modules of ``extra`` that cannot be imported here (empty: it is installed)."""
-    return [name for name in EXTRAS[extra] if not _installed(name)]
+def missing(extra: str, modules: tuple[str, ...] | None = None) -> list[str]:
+    """The modules of ``extra`` (or only those of ``modules`` a feature uses) that cannot be
+    imported here; empty when all can."""
+    names = EXTRAS[extra] if modules is None else modules
+    return [name for name in names if not _importable(name)]
 
 
-def unavailable_message(what: str, extra: str, modules: list[str]) -> str:
-    return (
-        f"{what} needs the '{extra}' extra: pip install 'oncewire[{extra}]' "
-        f"({', '.join(modules)} not installed)"
-    )
-
-
-def require(extra: str, what: str) -> None:
-    """Raise :class:`MissingExtra` naming ``extra`` unless all of its modules are installed."""
-    absent = missing(extra)
+def require(extra: str, feature: str, modules: tuple[str, ...] | None = None) -> None:
+    """Raise :class:`MissingExtra` when a module ``feature`` needs from ``extra`` is missing."""
+    absent = missing(extra, modules)
     if absent:
-        raise MissingExtra(unavailable_message(what, extra, absent))
+        raise MissingExtra(feature, extra, absent)
+
+
+def refusal(extra: str, feature: str, exc: ImportError) -> MissingExtra:
+    """The error for a module whose optional import just failed with ``exc``: raise it
+    ``from exc`` in the ``except ImportError`` around that import."""
+    absent = missing(extra) or [exc.name or str(exc)]
+    return MissingExtra(feature, extra, absent)

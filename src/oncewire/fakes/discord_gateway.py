@@ -38,8 +38,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.server import Server, ServerConnection, serve
+from oncewire.core.extras import refusal
+
+try:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.server import Server, ServerConnection, serve
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("gateway", "oncewire's fake Discord", exc) from exc
 
 __all__ = ["MESSAGE_CONTENT", "GatewayHub", "serve_gateway"]
 

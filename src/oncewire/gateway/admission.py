@@ -11,8 +11,12 @@ bot's user id, the channel, the thread and the message's snowflake); only once i
 the Gateway client trust the dispatch's ``seq``. :meth:`Admitter.admit_webhook` is the same for
 a generic webhook platform's message (keyed by the platform, :data:`WEBHOOK_BOT`, the chat, the
 thread and the platform's message id), and
-:meth:`Admitter.admit_pushed` is the webhook server's callback for both kinds: it raises when
-the message was not committed, so the server answers 500 and the platform delivers it again.
+:meth:`Admitter.admit_pushed` is the webhook server's callback for both kinds: it returns what
+it did (:class:`Admitted`; the server's answer says whether the message was admitted, and why
+not) and raises when the message was not committed: ``InvalidPayload`` or
+``ConfigurationError`` when the inbox refuses the message itself (an id with a control
+character or over 512 characters), which the server answers 400, anything else 500, and the
+platform delivers it again.
 
 What is not admitted, and why (each is still confirmed: serving it again changes nothing):
 

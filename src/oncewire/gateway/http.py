@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncewire.core.extras import refusal
+
 try:
     import httpx2
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "oncewire's gateway needs the 'gateway' extra: pip install 'oncewire[gateway]'"
-    ) from exc
+    raise refusal("gateway", "oncewire's gateway", exc) from exc
 
 __all__ = [
     "Client",

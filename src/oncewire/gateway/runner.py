@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, TextIO
 from oncewire.core.errors import ConfigurationError, OncewireError
 from oncewire.core.ids import this_process_owner
 from oncewire.dispatch import Dispatcher
-from oncewire.gateway.admission import WEBHOOK_BOT, Admitter, telegram_bot_id
+from oncewire.gateway.admission import WEBHOOK_BOT, Admitted, Admitter, telegram_bot_id
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
 from oncewire.gateway.http import Timeouts
 from oncewire.gateway.leases import BotLeases, bot_lease_name, token_digest
@@ -179,9 +179,9 @@ class Runner:
 
         def admit_pushed(
             platform: PlatformConfig, message: TelegramInbound | WebhookInbound
-        ) -> None:
+        ) -> Admitted:
             assert admitter is not None  # the server starts after the admitter is made
-            admitter.admit_pushed(platform, message)
+            return admitter.admit_pushed(platform, message)
 
         # Made before the store opens: a secret it needs that is not set stops the start here.
         server = self._webhook_server(admit_pushed)
@@ -416,7 +416,7 @@ class Runner:
             self.out.flush()
 
     def _webhook_server(
-        self, admit: Callable[[PlatformConfig, TelegramInbound | WebhookInbound], None]
+        self, admit: Callable[[PlatformConfig, TelegramInbound | WebhookInbound], Admitted]
     ) -> WebhookServer | None:
         """The inbound webhook server, when a platform takes its messages by webhook."""
         pushed = [

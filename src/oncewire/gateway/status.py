@@ -8,12 +8,17 @@ taken and nothing is written, so it is safe while a gateway runs) and counts, pe
 ``active_turn``             the run id of the session's active turn, or None
 ``received``                messages admitted and waiting for their turn (the queue)
 ``answering``               messages whose turn started and whose answer is not committed
-``answered_not_delivered``  answers committed and not yet visible in full
+``answered_not_delivered``  answers committed and still being delivered (not yet visible in
+                            full)
 ``scheduled``               of those, replies waiting for a retry time still in the future
+``dead``                    answers whose delivery was given up for good (the platform refused
+                            it, "chat not found", or it ran out of attempts): never tried again;
+                            ``oncewire replies show`` gives the reason
 ``quarantined``             messages set aside after too many starts
 ==========================  ==================================================================
 
-Sessions with nothing to report (every message delivered, superseded or merged) are left out.
+Sessions with nothing to report (every message delivered, superseded or merged) are left out;
+a dead reply is reported, since its message was never delivered.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 from oncewire.inbound import InboundState
 from oncewire.ledger import Ledger
-from oncewire.replies import Reply
+from oncewire.replies import Reply, ReplyState
 from oncewire.storage.replies import Inbound
 
 __all__ = ["SessionStatus", "session_status"]
@@ -50,6 +55,7 @@ class SessionStatus:
     answering: int = 0
     answered_not_delivered: int = 0
     scheduled: int = 0
+    dead: int = 0
     quarantined: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,6 +76,18 @@ def _undelivered(ledger: Ledger) -> list[Reply]:
     return ledger.replies.undelivered(limit=100_000)
 
 
+def _given_up(ledger: Ledger) -> set[int]:
+    """The inbound ids whose reply is dead: their message stays ``answered`` for good."""
+    found: set[int] = set()
+    after = 0
+    while True:
+        page = ledger.replies.list(ReplyState.DEAD, limit=PAGE, after_id=after)
+        found.update(reply.inbound_id for reply in page)
+        if len(page) < PAGE:
+            return found
+        after = page[-1].id
+
+
 def session_status(ledger: Ledger) -> list[SessionStatus]:
     """Every session with an active turn or a message not yet delivered, in key order."""
     sessions: dict[tuple[str, str, str, str], SessionStatus] = {}
@@ -82,9 +100,12 @@ def session_status(ledger: Ledger) -> list[SessionStatus]:
 
     with ledger.store.read_snapshot():
         now = ledger.clock.now()
+        dead = _given_up(ledger)
         for inbound in _inbound(ledger, list(_COUNTED)):
             status = of(inbound.platform, inbound.bot, inbound.chat, inbound.thread)
             field = _COUNTED[inbound.status]
+            if inbound.status is InboundState.ANSWERED and inbound.id in dead:
+                field = "dead"
             setattr(status, field, getattr(status, field) + 1)
         for reply in _undelivered(ledger):
             if reply.not_before > now:

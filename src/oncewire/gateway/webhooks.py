@@ -2,8 +2,13 @@
 
 A platform that pushes its messages retries a POST until it gets a 2xx, so the server answers
 200 only once the admission callback it was given has *returned*: the callback's commit is what
-makes the message the gateway's. Everything else is an answer that makes the platform deliver
-again (500: the admission failed) or that tells a sender it was refused (401, 400, 413):
+makes the message the gateway's, and what it returns says whether it admitted the message
+(``admitted``; a message it chose not to admit is confirmed too, with its ``reason``: serving
+it again would change nothing). Everything else is an answer that makes the platform deliver
+again (500: the admission failed) or that tells a sender it was refused (401, 400, 413); a
+message the inbox refuses for what it is (an id with a control character, over 512
+characters, a text UTF-8 cannot encode) can never be admitted, so it is a 400, never a 500
+that would have it delivered for ever:
 
 ====================================================  =========================================
 what arrived                                          answer
@@ -15,10 +20,14 @@ webhook platform: a wrong or missing signature         401, nothing admitted
 a body over ``max_body_bytes`` (1 MiB)                 413, nothing admitted
 a body that is no JSON object, a webhook message       400, nothing admitted
 without its fields
-a Telegram update that carries nothing to admit        200, nothing admitted
-(another update type)
-the admission callback returned                        200
-the admission callback raised                          500 (the platform delivers it again)
+a Telegram update that carries nothing to admit        200 ``{"admitted": false, "reason":
+(another update type)                                  "nothing_to_admit"}``
+the admission callback admitted it (new or again)      200 ``{"admitted": true}``
+the admission callback chose not to admit it (from a   200 ``{"admitted": false, "reason"}``,
+bot, a sender not allowed, an edit)                    nothing admitted
+the admission callback refused the message itself      400, nothing admitted
+(``InvalidPayload`` or ``ConfigurationError``)
+the admission callback raised anything else            500 (the platform delivers it again)
 ====================================================  =========================================
 
 No answer carries a traceback. Routes, for each platform of the config:
@@ -52,7 +61,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-from oncewire.core.errors import ConfigurationError, OncewireError
+from oncewire.core.errors import ConfigurationError, InvalidPayload, OncewireError
+from oncewire.core.extras import refusal
+from oncewire.gateway.admission import Admitted
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
 from oncewire.gateway.platforms.telegram_updates import TelegramInbound, parse_update
 from oncewire.gateway.platforms.webhook import (
@@ -71,9 +82,7 @@ try:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "oncewire's webhook server needs the 'gateway' extra: pip install 'oncewire[gateway]'"
-    ) from exc
+    raise refusal("gateway", "oncewire's webhook server", exc) from exc
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -96,8 +105,10 @@ _DRAIN_BYTES = 16 << 20
 START_TIMEOUT_SECONDS = 10.0
 
 InboundMessage = TelegramInbound | WebhookInbound
-# The admission: commit the message (platform, message) or raise. Its return value is ignored.
-Admit = Callable[[PlatformConfig, InboundMessage], object]
+# The admission: commit the message (platform, message) and say what it did, or raise:
+# InvalidPayload or ConfigurationError for a message that can never be admitted (the inbox's
+# rules for its ids and payload), anything else for a failure the platform's retry may pass.
+Admit = Callable[[PlatformConfig, InboundMessage], Admitted]
 
 
 class WebhookServerError(OncewireError):
@@ -341,7 +352,7 @@ class WebhookServer:
             return _Answer(400, {"ok": False, "error": str(exc)})
         message = parse_update(update)
         if message is None:
-            return _Answer(200, {"ok": True, "admitted": False})
+            return _Answer(200, {"ok": True, "admitted": False, "reason": "nothing_to_admit"})
         return self._admission(route.platform, message)
 
     def _webhook(self, route: _Route, headers: Mapping[str, str], body: bytes) -> _Answer:
@@ -356,11 +367,19 @@ class WebhookServer:
 
     def _admission(self, platform: PlatformConfig, message: InboundMessage) -> _Answer:
         try:
-            self._admit(platform, message)
+            admitted = self._admit(platform, message)
+        except (InvalidPayload, ConfigurationError) as exc:
+            # The message itself is refused: delivered again, it would be refused again.
+            log.warning(
+                "message refused: %s", exc, extra={"platform": platform.name, "code": exc.code}
+            )
+            return _Answer(400, {"ok": False, "error": f"the message can never be admitted: {exc}"})
         except Exception:
             # Not answered 2xx, so the platform delivers the message again.
             log.exception("admission failed", extra={"platform": platform.name})
             return _Answer(500, {"ok": False, "error": "admission failed; deliver it again"})
+        if admitted.admission is None:
+            return _Answer(200, {"ok": True, "admitted": False, "reason": admitted.reason})
         return _Answer(200, {"ok": True, "admitted": True})
 
 

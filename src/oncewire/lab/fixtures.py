@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from oncewire.core import extras
 from oncewire.core.errors import ConfigurationError
 
 __all__ = [
@@ -98,6 +99,8 @@ class Backend:
             ("postgresql://", "postgres://")
         ):
             raise ConfigurationError("--backend postgresql needs --db postgresql://...")
+        if self.name == "postgresql":
+            extras.require("postgres", "the lab on PostgreSQL")
 
     def pair(self, folder: Path) -> StorePair:
         if self.name == "sqlite":

@@ -20,7 +20,6 @@ folder, kept as evidence.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import select
@@ -34,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oncewire.core import extras
+from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.lab.framework import ProcessRecord
 from oncewire.lab.ports import stable_port
@@ -65,9 +66,11 @@ START_SECONDS = 30.0  # how long a fake or the gateway may take to say it is rea
 GATEWAY_EXTRA = ("httpx2", "starlette", "uvicorn")  # oncewire[gateway]
 
 
-def missing_gateway_extra() -> list[str]:
-    """The modules of ``oncewire[gateway]`` that are not installed (the gateway needs them)."""
-    return [name for name in GATEWAY_EXTRA if importlib.util.find_spec(name) is None]
+def missing_gateway_extra(feature: str) -> MissingExtra | None:
+    """What ``feature`` (a suite, the demo) would raise for the modules of
+    ``oncewire[gateway]`` the rig's processes need that are not installed; None when all are."""
+    missing = extras.missing("gateway", GATEWAY_EXTRA)
+    return MissingExtra(feature, "gateway", missing) if missing else None
 
 
 class RigError(RuntimeError):
@@ -93,12 +96,20 @@ def _child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _not_ready(what: str, line: str, code: int | None) -> str:
+    """Why ``what`` is not ready: it exited first (its stdout ended), or its first line was not
+    the ready line."""
+    if line == "":
+        return f"{what} exited with code {code} before it was ready"
+    return f"{what} did not start: its first line was {line.strip()!r}, not the ready line"
+
+
 def _ready_port(process: subprocess.Popen[str], what: str) -> int:
     line = _read_line(process, what)
     if not line.startswith("ready port="):
         process.kill()
         process.communicate(timeout=10)
-        raise RigError(f"{what} did not start: {line!r}")
+        raise RigError(_not_ready(what, line, process.returncode))
     return int(line.strip().split("=", 1)[1])
 
 
@@ -140,9 +151,12 @@ class GatewayRig:
     ) -> None:
         if platform not in KINDS:
             raise ValueError(f"unknown platform {platform!r} (one of {KINDS})")
+        # Absolute: the gateway.toml written here resolves a relative path against its own
+        # folder, and the processes the rig starts may run elsewhere.
+        folder = folder.absolute()
         self.folder = folder
-        self.db = db
         self.dialect = dialect_of(db)
+        self.db = db if self.dialect == "postgresql" else str(Path(db).absolute())
         self.kind = platform
         self.platform = PLATFORM if platform == "telegram" else HOOK_PLATFORM
         self.chat = CHAT if platform == "telegram" else HOOK_CHAT
@@ -295,9 +309,12 @@ chat_burst = 1000
             self.kill9()
             raise
         if line.strip() != "ready" and not line.startswith("ready port="):
-            self.kill9()
-            log = self.log_path(self.starts).read_text(encoding="utf-8")[-2000:]
-            raise RigError(f"the gateway did not start: {line!r}\n{log}")
+            code = self.kill9()
+            log = self.log_path(self.starts).read_text(encoding="utf-8", errors="replace")
+            lines = log.strip().splitlines() or ["(nothing on stderr)"]
+            # Its last line says why; a longer log follows for the lines before it.
+            more = "\n" + log.strip()[-2000:] if len(lines) > 1 else ""
+            raise RigError(f"{_not_ready('the gateway', line, code)}: {lines[-1]}{more}")
         self.note(f"gateway started (pid {self.gateway.pid})")
         return self.gateway.pid
 

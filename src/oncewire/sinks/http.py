@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncewire.core.canonical import canonical_json, loads
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.extras import refusal
 from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
@@ -80,7 +81,7 @@ def _httpx2() -> Any:
     try:
         import httpx2
     except ImportError as exc:
-        raise ConfigurationError("HttpSink needs httpx2: pip install 'oncewire[http]'") from exc
+        raise refusal("http", "HttpSink", exc) from exc
     return httpx2
 
 

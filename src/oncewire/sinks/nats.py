@@ -46,6 +46,7 @@ from typing import Any
 
 from oncewire.core.canonical import canonical_json
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.extras import require
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 
@@ -72,6 +73,8 @@ class NatsJetStreamSink:
         timeout_seconds: float = 5.0,
         connect_timeout_seconds: float = 2.0,
     ) -> None:
+        # Fail where the sink is built, not as a sink that raises at its first attempt.
+        require("nats", "NatsJetStreamSink")
         if not callable(subject) and (not isinstance(subject, str) or not subject.strip()):
             raise ConfigurationError("subject must be a non-empty string or a function")
         for name, value in (

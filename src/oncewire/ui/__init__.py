@@ -10,19 +10,10 @@ Retry and cancel are the only writes, through the same verbs as ``oncewire effec
 ``cancel``, and only when the server was started with ``--allow-actions``; each one carries the
 server's CSRF token. Binding beyond loopback requires a token (see :mod:`oncewire.ui.guard`).
 
-Needs the ``ui`` extra (``pip install 'oncewire[ui]'``); importing this package does not.
+Needs the ``ui`` extra (``pip install 'oncewire[ui]'``). Importing this package does not; without
+the extra, importing any of its modules raises :class:`oncewire.errors.MissingExtra`.
 """
 
 from __future__ import annotations
 
-__all__ = ["MISSING_HINT", "missing_modules"]
-
-MISSING_HINT = "pip install 'oncewire[ui]'"
-_NEEDED = ("starlette", "uvicorn", "jinja2")
-
-
-def missing_modules() -> list[str]:
-    """The modules the dashboard needs that cannot be imported here (empty when all can)."""
-    import importlib.util
-
-    return [name for name in _NEEDED if importlib.util.find_spec(name) is None]
+__all__: list[str] = []

@@ -23,13 +23,18 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
-import jinja2
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp
+from oncewire.core.extras import refusal
+
+try:
+    import jinja2
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, RedirectResponse, Response
+    from starlette.routing import Route
+    from starlette.types import ASGIApp
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("ui", "oncewire ui", exc) from exc
 
 from oncewire.core.errors import ConfigurationError, InvalidState, OncewireError
 from oncewire.ledger import Ledger

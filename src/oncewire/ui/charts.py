@@ -13,7 +13,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from markupsafe import Markup, escape
+from oncewire.core.extras import refusal
+
+try:
+    from markupsafe import Markup, escape
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("ui", "oncewire ui", exc) from exc
 
 __all__ = ["Series", "bars", "columns", "timeline"]
 

@@ -16,7 +16,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from markupsafe import Markup
+from oncewire.core.extras import refusal
+
+try:
+    from markupsafe import Markup
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("ui", "oncewire ui", exc) from exc
 
 from oncewire.core.limits import MAX_DEPTH
 from oncewire.lab.report import STYLE, render_fragment

@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import uvicorn
+from oncewire.core.extras import refusal
+
+try:
+    import uvicorn
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("ui", "oncewire ui", exc) from exc
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.ledger import Ledger

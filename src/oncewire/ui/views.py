@@ -15,7 +15,12 @@ import math
 from collections import Counter
 from typing import Any
 
-from markupsafe import Markup
+from oncewire.core.extras import refusal
+
+try:
+    from markupsafe import Markup
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("ui", "oncewire ui", exc) from exc
 
 from oncewire.core.clock import iso_utc
 from oncewire.core.errors import ConfigurationError

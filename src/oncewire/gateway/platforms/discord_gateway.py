@@ -40,13 +40,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core.extras import refusal
+
 try:
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
     from websockets.sync.client import ClientConnection, connect
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "oncewire's Discord gateway needs the 'gateway' extra: pip install 'oncewire[gateway]'"
-    ) from exc
+    raise refusal("gateway", "oncewire's Discord gateway", exc) from exc
 
 from oncewire.gateway.platforms.discord import DiscordApi, DiscordUnavailable, raise_for
 

@@ -278,9 +278,9 @@ def _store(ctx: LabContext, folder: Path, key: str) -> str:
 def run_scenario(ctx: LabContext, scenario: Scenario) -> ScenarioResult:
     name = f"{scenario.name}[{ctx.backend.name}]"
     result = ScenarioResult(name)
-    missing = missing_gateway_extra()
-    if missing:
-        result.skipped = f"needs pip install 'oncewire[gateway]' ({', '.join(missing)} missing)"
+    missing = missing_gateway_extra("the gateway suite")
+    if missing is not None:
+        result.skipped = str(missing)
         return result
     started = time.monotonic()
     folder = ctx.scenario_dir("gateway", scenario.name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncewire.core.errors import (
-    ConfigurationError,
+    MissingExtra,
     StatementError,
     StorageError,
     StoreBusy,
@@ -43,9 +43,7 @@ _STATEMENT_CLASSES = ("42", "22", "23", "21", "0A")
 
 def require_driver() -> Any:
     if psycopg is None:
-        raise ConfigurationError(
-            "the PostgreSQL backend needs psycopg 3: pip install 'oncewire[postgres]'"
-        )
+        raise MissingExtra("the PostgreSQL backend", "postgres", ["psycopg"])
     return psycopg
 
 
