@@ -72,8 +72,14 @@ def test_an_effect_with_absurd_stored_times_is_shown_and_cancelled(
         assert "(not a date)" in page
         csrf = re.search(r'name="csrf" value="([^"]+)"', page)
         assert csrf is not None
-        body = urllib.parse.urlencode({"csrf": csrf.group(1), "reason": "parked for ever"})
-        request = urllib.request.Request(ui.url + "/effects/odd/cancel", data=body.encode())
+        body = urllib.parse.urlencode(
+            {"csrf": csrf.group(1), "key": "odd", "reason": "parked for ever"}
+        )
+        request = urllib.request.Request(
+            ui.url + "/effect/cancel",
+            data=body.encode(),
+            headers={"Origin": ui.url, "Sec-Fetch-Site": "same-origin"},
+        )
         with urllib.request.urlopen(request, timeout=30) as response:  # follows the 303
             assert response.status == 200
             assert "cancel: now cancelled" in response.read().decode("utf-8")
