@@ -14,7 +14,12 @@ a static file, a refusal, a redirect, a 404.
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from oncewire.core.extras import refusal
+
+try:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("ui", "oncewire ui", exc) from exc
 
 __all__ = ["CONTENT_SECURITY_POLICY", "HEADERS", "SecurityHeaders"]
 
