@@ -110,10 +110,8 @@ def test_each_call_is_one_effect_accepted_with_the_turn_and_answered_from_the_st
     ]
     with ledger.transaction() as tx:
         tx.execute(
-            "INSERT INTO turns (id, response) VALUES (?, ?)"
-            if not url.startswith("postgresql")
-            else "INSERT INTO turns (id, response) VALUES (%s, %s)",
-            ("turn-1", "asked for 4 tools"),
+            "INSERT INTO turns (id, response) VALUES (:id, :response)",
+            {"id": "turn-1", "response": "asked for 4 tools"},
         )
         accepted = toolcalls.accept_in_tx(tx, "turn-1", response, max_attempts=1)
     assert [a.key for a in accepted] == [

@@ -32,7 +32,7 @@ from oncewire.core.errors import InvalidState, StorageError
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.migrate import Dialect
 from oncewire.storage.sql import Queries, Query, queries
-from oncewire.storage.sqlguard import SavepointStack, check_statement
+from oncewire.storage.sqlguard import SavepointStack, caller_statement, check_statement
 
 __all__ = [
     "Driver",
@@ -53,7 +53,7 @@ class Transaction(Protocol):
     """An open database transaction shared by the caller and oncewire."""
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        """Run the caller's own SQL (in the backend's dialect and placeholder style)."""
+        """Run the caller's own SQL: ``:name`` placeholders with a dict, on every backend."""
         ...
 
 
@@ -94,13 +94,17 @@ class ErrorTranslation:
 class GuardedTransaction(abc.ABC):
     """An open write transaction oncewire shares with its caller, on one connection.
 
-    ``execute`` (the caller's SQL) refuses what would end the transaction or change the
-    connection (:mod:`oncewire.storage.sqlguard`); oncewire's own savepoints go around that
+    ``execute`` (the caller's SQL, ``:name`` placeholders with a dict, rendered for the
+    ``dialect``) refuses positional values and each driver's own placeholders, and what would
+    end the transaction or change the connection (:mod:`oncewire.storage.sqlguard`); oncewire's
+    own savepoints go around that
     check and are recorded as oncewire's, so the caller's SQL may not release them. Nothing runs
     once the transaction is no longer open: a statement would autocommit outside of it.
     """
 
     __slots__ = ("conn", "is_open", "savepoints")
+
+    dialect: str  # the caller's SQL is rendered for it
 
     def __init__(self, conn: Any, *, is_open: bool) -> None:
         self.conn = conn
@@ -110,7 +114,8 @@ class GuardedTransaction(abc.ABC):
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
         check_statement(sql, self.savepoints)
-        return self.conn.execute(sql, params)
+        text, values = caller_statement(sql, params, self.dialect)
+        return self.conn.execute(text, () if values is None else values)
 
     def check_open(self) -> None:
         """Refuse to go on unless this transaction is still the connection's open one."""

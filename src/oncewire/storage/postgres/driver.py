@@ -31,7 +31,7 @@ from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
 from oncewire.storage.postgres.listen import SETTLED, listener
-from oncewire.storage.sqlguard import check_statement, named_to_pyformat
+from oncewire.storage.sqlguard import caller_statement, check_statement
 
 __all__ = [
     "CHANNEL",
@@ -130,11 +130,12 @@ class PostgresTransaction(GuardedTransaction):
     """The caller's view of an open PostgreSQL transaction.
 
     ``execute`` takes ``:name`` placeholders with a dict (the portable form, translated to
-    ``%(name)s``) or psycopg's own ``%s`` / ``%(name)s``, and refuses several statements in one
-    string as well.
+    psycopg's ``%(name)s``), and refuses several statements in one string as well.
     """
 
     __slots__ = ()
+
+    dialect = "postgresql"
 
     ended_by_database = (
         "the transaction is no longer open; nothing more was written and nothing will be committed"
@@ -143,9 +144,7 @@ class PostgresTransaction(GuardedTransaction):
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
         check_statement(sql, self.savepoints)
-        if isinstance(params, Mapping):
-            sql = named_to_pyformat(sql) or sql
-        return self.conn.execute(sql, params or None)
+        return self.conn.execute(*caller_statement(sql, params, "postgresql"))
 
     def open_on_connection(self) -> bool:
         conn = self.conn

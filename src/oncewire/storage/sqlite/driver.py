@@ -166,13 +166,15 @@ fresh_schema = DIALECT.fresh_schema
 class SQLiteTransaction(GuardedTransaction):
     """An open SQLite write transaction (``BEGIN IMMEDIATE``), and the caller's view of it.
 
-    ``execute`` takes ``?`` or ``:name`` placeholders. Used as a context manager it commits on
+    ``execute`` takes ``:name`` placeholders with a dict. Used as a context manager it commits on
     normal exit and rolls back on an exception; the commit first checks that the transaction is
     still open. A class rather than a generator: every accept and every dispatcher step goes
     through it.
     """
 
     __slots__ = ("store", "what")
+
+    dialect = "sqlite"
 
     # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O error): a
     # statement run after that would commit on its own, outside of it.
