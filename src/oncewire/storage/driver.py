@@ -8,8 +8,9 @@ the store's driver, ``self.db``::
     rows = self.db.read(Q.get_effect, key=key)                # outside any transaction
 
 :class:`Driver` holds what every backend does the same way: one connection per thread (opened
-on first use, a broken one forgotten and replaced), running a named query on a connection, the
-caller's transaction checked before a verb writes through it. A backend's driver
+on first use, a broken one forgotten and replaced, and new ones in a child process forked from
+this one), running a named query on a connection, the caller's transaction checked before a
+verb writes through it. A backend's driver
 (:class:`oncewire.storage.sqlite.driver.SQLiteDriver`,
 :class:`oncewire.storage.postgres.driver.PostgresDriver`) adds what differs: connecting and its
 settings, the transaction discipline (``BEGIN IMMEDIATE`` on SQLite, an explicit ``BEGIN`` on
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -47,6 +49,19 @@ __all__ = [
 
 Row = Sequence[Any]
 T = TypeVar("T")
+
+# This process's pid, updated in a child as soon as os.fork() returns there: what a driver
+# compares its own with on every call for a connection (a global read, where os.getpid() is a
+# system call).
+_process = os.getpid()
+
+
+def _forked() -> None:
+    global _process
+    _process = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class Transaction(Protocol):
@@ -245,6 +260,9 @@ class Driver(abc.ABC):
         self._local = threading.local()
         self._all: list[Any] = []
         self._all_lock = threading.Lock()
+        self._pid = _process
+        # The connections a forked child inherited: never used, closed or freed there.
+        self._inherited: list[Any] = []
 
     # -- opening -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -272,8 +290,26 @@ class Driver(abc.ABC):
         """Whether ``conn`` can no longer be used (closed, or dropped by the server)."""
         return False
 
+    def check_fork(self) -> None:
+        """In a process forked after this driver opened connections, start afresh: the
+        parent's connections are the parent's (its SQLite handles and locks, its PostgreSQL
+        sessions), so the child never runs a statement on them and never closes them (closing
+        a psycopg connection sends the server a Terminate on the parent's socket). They are
+        kept referenced, so that collecting them cannot close them either, and this process
+        opens its own at the next call. Cheap: the pid compared is kept up to date by a fork
+        hook (``os.register_at_fork``), so the check is one comparison."""
+        if self._pid == _process:
+            return
+        self._pid = _process
+        self._all_lock = threading.Lock()  # another thread of the parent may have held it
+        self._inherited.extend(self._all)
+        self._all = []
+        self._local = threading.local()
+
     def conn(self) -> Any:
-        """This thread's connection (opened on first use, replaced when broken)."""
+        """This thread's connection (opened on first use, replaced when broken, new in a
+        forked child)."""
+        self.check_fork()
         conn = getattr(self._local, "conn", None)
         if conn is not None and self.broken(conn):
             self.forget(conn)
@@ -301,6 +337,7 @@ class Driver(abc.ABC):
         self._local.conn = None
 
     def close(self) -> None:
+        self.check_fork()  # a forked child closes its own connections, never its parent's
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:

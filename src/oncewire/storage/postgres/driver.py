@@ -350,7 +350,9 @@ class PostgresDriver(Driver):
     # -- transactions ------------------------------------------------------------------------
     def conn(self) -> Any:
         """This thread's connection; a transaction of this thread whose ``BEGIN`` waits for its
-        first statement is begun first, so that nothing runs on it outside the transaction."""
+        first statement is begun first, so that nothing runs on it outside the transaction (in
+        a forked child, never the parent's: see :meth:`Driver.check_fork`)."""
+        self.check_fork()
         waiting: _FirstStatementBegins | None = getattr(self._local, "waiting", None)
         if waiting is not None and not waiting.begun:
             with translate_errors("running a transaction: beginning"):

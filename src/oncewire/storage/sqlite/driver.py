@@ -383,7 +383,9 @@ class SQLiteDriver(Driver):
 
     def conn(self) -> sqlite3.Connection:
         # Every verb asks for it: SQLite's connections do not break under it, so there is
-        # nothing to check once this thread has one.
+        # nothing to check once this thread has one, but whether this is still the process
+        # that opened it (a forked child opens its own).
+        self.check_fork()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         return super().conn() if conn is None else conn
 
