@@ -54,10 +54,6 @@ def notes(raw: RawDatabase) -> str:
     return "notes"
 
 
-def native_cases(backend: str) -> list[tuple[str, Any]]:
-    return NATIVE[backend]
-
-
 def _refused(exc: BaseException) -> None:
     assert isinstance(exc, StatementError), repr(exc)
     assert ":name" in str(exc), str(exc)
@@ -71,7 +67,7 @@ def _refused(exc: BaseException) -> None:
 def test_a_drivers_own_style_is_refused_in_ledger_transaction(
     ledger: Ledger, raw: RawDatabase, notes: str, backend: str
 ) -> None:
-    for sql, params in native_cases(backend):
+    for sql, params in NATIVE[backend]:
         with pytest.raises(StatementError) as caught, ledger.transaction() as tx:
             tx.execute(INSERT, {"id": 9, "body": "before"})
             tx.accept("k-1", "send", {"n": 1})
@@ -120,7 +116,7 @@ def test_receipts_take_the_portable_style_and_refuse_a_drivers_own(
         return 1
 
     assert receipts.run_once("r-1", {"n": 1}, work).result == 1
-    for i, (sql, params) in enumerate(native_cases(backend)):
+    for i, (sql, params) in enumerate(NATIVE[backend]):
 
         def native(tx: Transaction, sql: str = sql, params: Any = params, row: int = i) -> int:
             tx.execute(INSERT, {"id": 100 + row, "body": "before"})
@@ -133,7 +129,7 @@ def test_receipts_take_the_portable_style_and_refuse_a_drivers_own(
 
     def item(tx: Transaction, key: str, payload: Any) -> str:
         if key == "m-bad":
-            sql, params = native_cases(backend)[0]
+            sql, params = NATIVE[backend][0]
             tx.execute(sql, params)
         tx.execute(INSERT, {"id": payload["id"], "body": key})
         return key
@@ -152,7 +148,7 @@ def test_receipts_take_the_portable_style_and_refuse_a_drivers_own(
 def test_async_transactions_take_the_portable_style_and_refuse_a_drivers_own(
     store_url: str, raw: RawDatabase, notes: str, backend: str
 ) -> None:
-    sql, params = native_cases(backend)[0]
+    sql, params = NATIVE[backend][0]
 
     async def portable(tx: ThreadTransaction) -> int:
         await tx.execute(INSERT, {"id": 2, "body": "receipt"})
@@ -232,7 +228,7 @@ def test_the_middlewares_writes_take_the_portable_style_and_refuse_a_drivers_own
     ledger: Ledger, raw: RawDatabase, notes: str, backend: str
 ) -> None:
     receipts = Receipts(ledger.store)
-    sql, params = native_cases(backend)[0]
+    sql, params = NATIVE[backend][0]
     portable = IdempotencyKeyMiddleware(
         _handler(lambda tx: tx.execute(INSERT, {"id": 1, "body": "asgi"})), receipts=receipts
     )

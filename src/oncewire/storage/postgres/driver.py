@@ -16,7 +16,7 @@ PostgreSQL-only forms of statements are in ``storage/sql/postgresql.sql`` (SKIP 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
