@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 README_API = ("README.md", 'import oncewire\n\nledger = oncewire.Ledger("app.db")')
 README_RECEIVER = ("README.md", 'receipts = oncewire.Receipts("payments.db")')
 RECEIVER = ("docs/receivers.md", 'import oncewire\n\nreceipts = oncewire.Receipts("payments.db")')
-RECEIPTS_SINK = (
-    "docs/receivers.md",
-    'import oncewire\n\nledger = oncewire.Ledger("app.db")\nreceipts',
-)
+SINK_HEAD = 'import oncewire\n\nledger = oncewire.Ledger("app.db")\n'
+SINK_HEAD += 'receipts = oncewire.Receipts("payments.db")'
+RECEIPT_RESULT = ("docs/receivers.md", SINK_HEAD + "   # and charge_card")
+RECEIPTS_SINK = ("docs/receivers.md", SINK_HEAD + "\n\n\ndef work(")
 ASYNC_FIRST = ("docs/asyncio.md", "import asyncio\nfrom oncewire.aio import AsyncLedger\n")
 ASYNC_ACCEPT_IN = ("docs/asyncio.md", "import asyncio\n\nimport psycopg\n")
 ASYNC_RECEIPTS = ("docs/asyncio.md", "import asyncio\n\nfrom oncewire.aio import AsyncReceipts")
@@ -54,6 +54,7 @@ RUN_HERE = [
     README_API,
     README_RECEIVER,
     RECEIVER,
+    RECEIPT_RESULT,
     RECEIPTS_SINK,
     ASYNC_FIRST,
     ASYNC_ACCEPT_IN,
@@ -229,6 +230,21 @@ def test_the_receiver_example_runs_and_replays(dbs: Databases) -> None:
     assert dbs.run(code) == ["{'charge': 'ch_42'} True", "{'charge': 'ch_42'} True"]
     assert dbs.rows("payments.db", "SELECT id, cents FROM charges") == [("ch_42", 1999)]
     assert dbs.rows("payments.db", "SELECT key FROM oncewire_receipts") == [("order-42/charge",)]
+
+
+def test_a_sink_returning_run_onces_result_runs(dbs: Databases) -> None:
+    """The receiver's example runs first; the sink then finds its receipt and replays it."""
+    receiver = block(RECEIVER)
+    dbs.run(receiver)
+    work = re.search(r"^def charge_card\(tx\):\n(?:(?:    .*)?\n)+", receiver, flags=re.M)
+    assert work is not None
+    assert dbs.run(work.group(0), block(RECEIPT_RESULT)) == ["{'charge': 'ch_42'}"]
+    assert dbs.rows("payments.db", "SELECT id, cents FROM charges") == [("ch_42", 1999)]
+    assert dbs.rows("app.db", "SELECT key, state, result FROM oncewire_effects") == [
+        ("order-42/charge", "done", '{"charge":"ch_42"}')
+    ]
+    (error,) = dbs.rows("app.db", "SELECT error FROM oncewire_attempts")
+    assert str(error[0]).startswith("replayed")
 
 
 def test_the_receipts_sink_example_runs(dbs: Databases) -> None:
