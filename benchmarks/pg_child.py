@@ -64,7 +64,7 @@ def run_oncewire(args: argparse.Namespace) -> dict[str, Any]:
 
         def apply(tx: Any) -> None:
             work(attempt)
-            tx.execute("INSERT INTO bench_downstream (key) VALUES (%s)", (attempt.key,))
+            tx.execute("INSERT INTO bench_downstream (key) VALUES (:key)", {"key": attempt.key})
 
         return receipts.run_once(attempt.key, attempt.payload, apply).result
 

@@ -156,7 +156,10 @@ def replies(folder: Path, name: str, count: int, *, journaled: bool, streamed: b
         iid = inbound.inbound.id
 
         def persist(tx: Any, text: str, iid: int = iid) -> None:
-            tx.execute("INSERT INTO transcript (inbound_id, text) VALUES (?, ?)", (iid, text))
+            tx.execute(
+                "INSERT INTO transcript (inbound_id, text) VALUES (:id, :text)",
+                {"id": iid, "text": text},
+            )
 
         if streamed:
             result = engine.stream(iid, deltas, on_commit=persist)

@@ -177,8 +177,8 @@ def _receiver(ctx: Context) -> tuple[Receipts, Callable[[Attempt], Any]]:
 
     def work(tx: Any, attempt: Attempt) -> dict[str, int]:
         cursor = tx.execute(
-            "INSERT INTO downstream (key, body) VALUES (?, ?)",
-            (attempt.key, attempt.payload["text"]),
+            "INSERT INTO downstream (key, body) VALUES (:key, :body)",
+            {"key": attempt.key, "body": attempt.payload["text"]},
         )
         return {"row": cursor.lastrowid}
 

@@ -87,8 +87,8 @@ class IdempotentRequest:
 
     ``write(fn)`` defers ``fn(tx)`` to the transaction that stores this request's response:
     the handler's rows and the receipt commit together or not at all. ``fn`` runs after the
-    handler returned, in a worker thread, in the order given; ``tx.execute`` takes the
-    backend's placeholders.
+    handler returned, in a worker thread, in the order given; ``tx.execute`` takes ``:name``
+    placeholders with a dict, on every backend.
     """
 
     def __init__(self, key: str) -> None:

@@ -76,9 +76,10 @@ class LedgerTransaction:
         ``%(name)s``: a ``:name`` inside a string literal, a quoted identifier, a dollar quote
         or a comment is left alone, ``x::int`` stays a cast, and a literal ``%`` needs no
         escaping. A ``:`` directly followed by a name is always a placeholder: write an array
-        slice as ``a[1 : n]``. Each backend's native style keeps working: ``?`` with a tuple
-        on SQLite, ``%s`` (tuple) or ``%(name)s`` (dict) on PostgreSQL; do not mix ``:name``
-        and ``%(name)s`` in one statement.
+        slice as ``a[1 : n]``. It is the only style: positional values (``?`` on SQLite, ``%s``
+        on PostgreSQL) and a driver's own placeholders (``%s``, ``%(name)s``; ``?``, ``$name``,
+        ``@name`` on SQLite; ``$1`` on PostgreSQL) are :class:`StatementError` before they run,
+        since they would run on one backend only.
 
         Statements that would end the shared transaction or change the connection are refused
         (:class:`InvalidState`) before they run; see :mod:`oncewire.storage.sqlguard`.

@@ -107,7 +107,10 @@ def _receiver(path: Path) -> tuple[Receipts, Any, list[tuple[str, int, bool]]]:
 
     def work(tx: Transaction, attempt: Attempt) -> int:
         tx.execute("CREATE TABLE IF NOT EXISTS tickets (key TEXT NOT NULL, fence INTEGER)")
-        tx.execute("INSERT INTO tickets (key, fence) VALUES (?, ?)", (attempt.key, attempt.fence))
+        tx.execute(
+            "INSERT INTO tickets (key, fence) VALUES (:key, :fence)",
+            {"key": attempt.key, "fence": attempt.fence},
+        )
         return attempt.fence
 
     inner = ReceiptsSink(receipts, work)
@@ -122,7 +125,7 @@ def _receiver(path: Path) -> tuple[Receipts, Any, list[tuple[str, int, bool]]]:
 def _accept(ledger: Ledger, key: str) -> None:
     """The caller's own row and the effect, in one transaction."""
     with ledger.transaction() as tx:
-        tx.execute("INSERT INTO orders (key) VALUES (?)", (key,))
+        tx.execute("INSERT INTO orders (key) VALUES (:key)", {"key": key})
         tx.accept(key, "ticket", {"key": key, "pad": "x" * 400})
 
 

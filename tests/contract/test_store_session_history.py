@@ -1,4 +1,4 @@
-"""Store contract: a session's history (``session_history``, migration 0010/0011).
+"""Store contract: a session's history (``session_history``, migration 0011).
 
 The messages before a given id on a session (platform, bot, chat, thread), those whose status
 is asked for, the latest ``limit`` of them oldest first, each with the answer its user was given:

@@ -55,7 +55,10 @@ def receive(attempt):
         os.kill(os.getpid(), signal.SIGKILL)
 
     def work(tx):
-        tx.execute("INSERT INTO tickets (key, pid) VALUES (?, ?)", (attempt.key, os.getpid()))
+        tx.execute(
+            "INSERT INTO tickets (key, pid) VALUES (:key, :pid)",
+            {"key": attempt.key, "pid": os.getpid()},
+        )
         return {"ticket": attempt.key}
 
     outcome = receipts.run_once(attempt.key, attempt.payload, work)

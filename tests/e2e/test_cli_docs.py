@@ -1,7 +1,8 @@
 """The examples in README.md and docs/ run as shown: each is cut out of the Markdown and run in a
 fresh directory as its own process, and what it stored is read back with plain drivers.
 
-A broken example here is a broken promise to the first person who copies it."""
+A broken example here is a broken promise to the first person who copies it. The examples with a
+transaction run on both backends in test_docs_transactions.py."""
 
 from __future__ import annotations
 
@@ -19,18 +20,6 @@ import pytest
 from tests.support.pg import server_url
 
 ROOT = Path(__file__).resolve().parents[2]
-
-# The README's charge sink calls the reader's payment provider; this stands in for it.
-PAYMENTS_STUB = """
-class _Response:
-    status, id, retry_after = 200, "ch_1", None
-
-class payments:
-    @staticmethod
-    def charge(payload, idempotency_key):
-        assert idempotency_key == "order-42/charge"
-        return _Response()
-"""
 
 
 def python_blocks(path: Path) -> list[str]:
@@ -51,44 +40,11 @@ def run_python(code: str, cwd: Path) -> str:
     return ran.stdout
 
 
-def test_the_readme_python_example_runs(tmp_path: Path) -> None:
-    readme = ROOT / "README.md"
-    quick = block(readme, 'import oncewire\n\nledger = oncewire.Ledger("app.db")')
-    receiver = block(readme, 'receipts = oncewire.Receipts("payments.db")')
-    out = run_python(PAYMENTS_STUB + quick + receiver, tmp_path)
-    assert out.splitlines() == ["done", "1 False"]
-    with closing(sqlite3.connect(tmp_path / "app.db")) as app:
-        assert app.execute("SELECT id, total FROM orders").fetchall() == [(42, 1999)]
-        assert app.execute("SELECT key, state, result FROM oncewire_effects").fetchall() == [
-            ("order-42/charge", "done", '{"charge":"ch_1"}')
-        ]
-    with closing(sqlite3.connect(tmp_path / "payments.db")) as payments:
-        assert payments.execute("SELECT id, cents FROM charges").fetchall() == [(1, 1999)]
-        assert payments.execute("SELECT key, result FROM oncewire_receipts").fetchall() == [
-            ("order-42/charge", "1")
-        ]
-
-
 def test_the_readme_testing_example_runs_on_a_manual_clock(tmp_path: Path) -> None:
     code = block(
         ROOT / "README.md", "import oncewire\nfrom oncewire.errors import EffectNotFound\n"
     )
     assert run_python(code, tmp_path).splitlines() == ["1 done", "effect_not_found"]
-
-
-def test_the_receiver_example_runs_and_replays(tmp_path: Path) -> None:
-    code = python_blocks(ROOT / "docs" / "receivers.md")[0]
-    assert run_python(code, tmp_path).splitlines() == [
-        "{'charge': 1} False",
-        "{'charge': 1} True",
-    ]
-    # A second run of the whole program: the receipt replays, no second charge.
-    assert run_python(code, tmp_path).splitlines() == [
-        "{'charge': 1} True",
-        "{'charge': 1} True",
-    ]
-    with closing(sqlite3.connect(tmp_path / "payments.db")) as payments:
-        assert payments.execute("SELECT COUNT(*) FROM charges").fetchone() == (1,)
 
 
 def test_the_replies_program_runs(tmp_path: Path) -> None:

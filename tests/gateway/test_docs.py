@@ -58,3 +58,19 @@ def test_the_configuration_example_reads() -> None:
 
     assert [p.kind for p in config.platforms] == ["telegram", "discord", "webhook"]
     assert [t.name for t in config.tools] == ["create_ticket"]
+
+
+def test_the_replies_guide_says_what_the_discord_adapter_does() -> None:
+    """docs/replies.md said Discord has no idempotency key; the adapter sends a nonce with
+    enforce_nonce on every create (tests/gateway/test_discord_wire.py checks the wire), and its
+    profile tells the engine for how long a repeat is dropped."""
+    from oncewire.gateway.platforms.discord import DISCORD, NONCE_WINDOW_SECONDS
+    from oncewire.replies import DISCORD_LIKE
+
+    guide = (DOC.parent / "replies.md").read_text(encoding="utf-8")
+    opening = " ".join(guide.split("## Inbound messages")[0].split())
+    assert "Discord have no idempotency" not in opening
+    assert "`nonce` with `enforce_nonce: true`" in opening
+    assert DISCORD.idempotent_send_window_seconds == NONCE_WINDOW_SECONDS
+    assert f"{NONCE_WINDOW_SECONDS:g} s for oncewire's Discord adapter" in " ".join(guide.split())
+    assert DISCORD_LIKE.idempotent_send_window_seconds == 0  # "0 by default ... DISCORD_LIKE"

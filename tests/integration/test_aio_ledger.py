@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -416,19 +414,3 @@ def test_async_receipts_commit_the_work_with_its_receipt(url: str) -> None:
     assert calls == ["work"]
     assert order_ids(url) == [11]
     assert [r[0] for r in raw(url, "SELECT key FROM oncewire_receipts")] == ["r-11"]
-
-
-def test_the_guides_first_example_runs_as_shown(tmp_path: Path) -> None:
-    guide = (Path(__file__).resolve().parents[2] / "docs" / "asyncio.md").read_text()
-    example = guide.split("```python\n", 1)[1].split("```", 1)[0]
-    done = subprocess.run(
-        [sys.executable, "-c", example],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "pending"
-    assert effect_keys(str(tmp_path / "app.db")) == ["order-42/charge"]
-    assert order_ids(str(tmp_path / "app.db")) == [42]

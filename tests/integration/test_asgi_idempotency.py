@@ -49,7 +49,6 @@ class Backend:
     def __init__(self, url: str, postgres: bool) -> None:
         self.url = url
         self.postgres = postgres
-        self.mark = "%s" if postgres else "?"
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         if self.postgres:
@@ -111,11 +110,10 @@ class Handlers:
             await asyncio.to_thread(self.release.wait, 30)
         idempotency = getattr(request.state, "idempotency", None)
         if idempotency is not None:  # the recipe: the row commits with the receipt
-            sql = f"INSERT INTO charges (idem_key, cents) VALUES ({self.backend.mark}, "
-            sql += f"{self.backend.mark})"
+            sql = "INSERT INTO charges (idem_key, cents) VALUES (:key, :cents)"
 
             def insert(tx: Transaction, key: str = idempotency.key) -> None:
-                tx.execute(sql, (key, body["cents"]))
+                tx.execute(sql, {"key": key, "cents": body["cents"]})
 
             idempotency.write(insert)
         return JSONResponse(
@@ -324,12 +322,25 @@ def test_two_servers_on_one_store_do_the_work_of_a_key_once(backend: Backend) ->
     assert backend.receipts() == ["k-8"]
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def recipe_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """An empty receiver database for the documented recipe, which creates its own table."""
+    if request.param == "sqlite":
+        yield Backend(str(tmp_path / "payments.db"), postgres=False)
+        return
+    pytest.importorskip("psycopg")
+    with fresh_schema(server_url(), "asgi") as url:
+        yield Backend(url, postgres=True)
+
+
 def test_the_documented_recipe_runs_as_shown(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recipe_db: Backend
 ) -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "http.md").read_text("utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     recipe = next(b for b in blocks if "def create_charge" in b)
+    if recipe_db.postgres:  # the same code, its database on PostgreSQL
+        recipe = recipe.replace('"payments.db"', repr(recipe_db.url))
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "recipe"}
     exec(compile(recipe, "docs/http.md", "exec"), namespace)
@@ -343,11 +354,8 @@ def test_the_documented_recipe_runs_as_shown(
     assert (first.status_code, again.status_code, keyless.status_code) == (201, 201, 400)
     assert first.json() == again.json()
     assert again.headers["idempotent-replayed"] == "true"
-    with sqlite3.connect(tmp_path / "payments.db") as conn:
-        rows = conn.execute("SELECT id, cents FROM charges").fetchall()
-        receipts = conn.execute("SELECT key FROM oncewire_receipts").fetchall()
-    assert rows == [(first.json()["charge"], 1999)]
-    assert receipts == [("order-42",)]
+    assert recipe_db.rows("SELECT id, cents FROM charges") == [(first.json()["charge"], 1999)]
+    assert recipe_db.receipts() == ["order-42"]
 
 
 def test_a_fastapi_app_runs_a_key_once(backend: Backend) -> None:
@@ -366,9 +374,10 @@ def test_a_fastapi_app_runs_a_key_once(backend: Backend) -> None:
 
     async def charge(charge: Charge, request: fastapi.Request) -> dict[str, int]:
         runs.append(charge.cents)
-        sql = f"INSERT INTO charges (idem_key, cents) VALUES ({backend.mark}, {backend.mark})"
+        sql = "INSERT INTO charges (idem_key, cents) VALUES (:key, :cents)"
         key = request.state.idempotency.key
-        request.state.idempotency.write(lambda tx: tx.execute(sql, (key, charge.cents)))
+        values = {"key": key, "cents": charge.cents}
+        request.state.idempotency.write(lambda tx: tx.execute(sql, values))
         return {"charge": len(runs)}
 
     # This module's annotations are strings, and Charge is local: FastAPI gets the objects.

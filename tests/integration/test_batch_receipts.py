@@ -33,12 +33,12 @@ def _tickets_table(receipts: Receipts, serial: str = "INTEGER") -> None:
         tx.execute(f"CREATE TABLE tickets (id {serial} PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
 
 
-def _insert(placeholder: str) -> Any:
+def _insert() -> Any:
     def work(tx: Transaction, key: str, payload: Any) -> dict[str, Any]:
         if payload.get("explode"):
             raise RuntimeError("receiver refused to work")
         row = tx.execute(
-            f"INSERT INTO tickets (key) VALUES ({placeholder}) RETURNING id", (key,)
+            "INSERT INTO tickets (key) VALUES (:key) RETURNING id", {"key": key}
         ).fetchone()
         return {"ticket": row[0]}
 
@@ -61,7 +61,7 @@ def _keys(path: str) -> list[str]:
 
 
 def test_run_many_isolates_each_item_in_one_transaction(receiver: Receipts) -> None:
-    work = _insert("?")
+    work = _insert()
     receiver.run_once("old", {"n": 0}, lambda tx: work(tx, "old", {"n": 0}))
     results = receiver.run_many(
         [
@@ -93,7 +93,7 @@ def test_a_dispatcher_hands_a_batch_sink_whole_batches(tmp_path: Path, receiver:
             calls.append(len(attempts))
             return super().call_batch(attempts)
 
-    work = _insert("?")
+    work = _insert()
     sink = CountingSink(receiver, lambda tx, attempt: work(tx, attempt.key, attempt.payload))
     with Ledger(str(tmp_path / "app.db")) as ledger:
         with ledger.transaction() as tx:
@@ -111,7 +111,7 @@ def test_a_dispatcher_hands_a_batch_sink_whole_batches(tmp_path: Path, receiver:
 
 
 def test_batch_outcomes_map_to_what_the_receiver_knows(receiver: Receipts) -> None:
-    work = _insert("?")
+    work = _insert()
     receiver.run_once("taken", {"v": 1}, lambda tx: work(tx, "taken", {"v": 1}))
     sink = ReceiptsSink(receiver, lambda tx, attempt: work(tx, attempt.key, attempt.payload))
 
@@ -154,12 +154,12 @@ def test_a_batch_sink_that_raises_or_miscounts_is_an_unknown_outcome(tmp_path: P
 def test_run_many_on_postgresql_survives_a_failing_item() -> None:
     with fresh_schema(server_url(), "batch") as url, Receipts(url) as receipts:
         _tickets_table(receipts, "BIGSERIAL")
-        work = _insert("%s")
+        work = _insert()
 
         def clash(tx: Transaction, key: str, payload: Any) -> Any:
             # A unique violation aborts a PostgreSQL transaction; only the savepoint saves
             # the rest of the batch.
-            tx.execute("INSERT INTO tickets (key) VALUES (%s)", ("same",))
+            tx.execute("INSERT INTO tickets (key) VALUES (:key)", {"key": "same"})
             return work(tx, key, payload)
 
         results = receipts.run_many([("a", {}), ("b", {}), ("c", {})], clash)

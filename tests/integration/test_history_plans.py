@@ -1,4 +1,4 @@
-"""The history reads use their indexes on both backends (migrations 0010/0011).
+"""The history reads use their indexes on both backends (migration 0011).
 
 A gateway turn reads its session's earlier messages (``session_history``) and the dashboard the
 attempts closed lately (``recent_attempts``). On a store with many chats and a long attempt

@@ -44,7 +44,7 @@ def test_the_callers_row_and_the_effect_commit_together(
     orders: Ledger, db_path: Path, peek: Peek
 ) -> None:
     with orders.transaction() as tx:
-        tx.execute("INSERT INTO orders (id, cents) VALUES (?, ?)", (42, 1999))
+        tx.execute("INSERT INTO orders (id, cents) VALUES (:id, :cents)", {"id": 42, "cents": 1999})
         effect = tx.accept("order-42/charge", "charge", {"order": 42, "cents": 1999})
         # Inside the transaction another connection sees neither.
         assert _state_of(db_path, peek) == ([], [])
@@ -59,7 +59,7 @@ def test_an_exception_in_the_block_rolls_back_both(
     orders: Ledger, db_path: Path, peek: Peek
 ) -> None:
     with pytest.raises(Boom), orders.transaction() as tx:
-        tx.execute("INSERT INTO orders (id, cents) VALUES (?, ?)", (42, 1999))
+        tx.execute("INSERT INTO orders (id, cents) VALUES (:id, :cents)", {"id": 42, "cents": 1999})
         tx.accept("order-42/charge", "charge", {"order": 42})
         raise Boom
     assert _state_of(db_path, peek) == ([], [])
@@ -72,7 +72,7 @@ def test_a_payload_conflict_inside_a_transaction_leaves_nothing(
     original = orders.accept("order-1/charge", "charge", {"cents": 100})
     before = _state_of(db_path, peek)
     with pytest.raises(PayloadConflict) as caught, orders.transaction() as tx:
-        tx.execute("INSERT INTO orders (id, cents) VALUES (?, ?)", (2, 500))
+        tx.execute("INSERT INTO orders (id, cents) VALUES (:id, :cents)", {"id": 2, "cents": 500})
         tx.accept("order-2/charge", "charge", {"cents": 500})
         tx.accept("order-1/charge", "charge", {"cents": 999})  # same key, other payload
     assert caught.value.key == "order-1/charge"

@@ -44,7 +44,7 @@ class CreateTicket:
 
     def __call__(self, tx: Transaction) -> dict[str, Any]:
         self.calls += 1
-        cursor = tx.execute("INSERT INTO tickets (title) VALUES (?)", (self.title,))
+        cursor = tx.execute("INSERT INTO tickets (title) VALUES (:title)", {"title": self.title})
         return {"ticket": cursor.lastrowid}
 
 

@@ -31,7 +31,10 @@ def ledger() -> Iterator[Ledger]:
 
 def _persist(inbound_id: int):  # type: ignore[no-untyped-def]
     def write(tx, text: str) -> None:  # type: ignore[no-untyped-def]
-        tx.execute("INSERT INTO transcript (inbound_id, text) VALUES (%s, %s)", (inbound_id, text))
+        tx.execute(
+            "INSERT INTO transcript (inbound_id, text) VALUES (:id, :text)",
+            {"id": inbound_id, "text": text},
+        )
 
     return write
 

@@ -110,10 +110,8 @@ def test_each_call_is_one_effect_accepted_with_the_turn_and_answered_from_the_st
     ]
     with ledger.transaction() as tx:
         tx.execute(
-            "INSERT INTO turns (id, response) VALUES (?, ?)"
-            if not url.startswith("postgresql")
-            else "INSERT INTO turns (id, response) VALUES (%s, %s)",
-            ("turn-1", "asked for 4 tools"),
+            "INSERT INTO turns (id, response) VALUES (:id, :response)",
+            {"id": "turn-1", "response": "asked for 4 tools"},
         )
         accepted = toolcalls.accept_in_tx(tx, "turn-1", response, max_attempts=1)
     assert [a.key for a in accepted] == [
@@ -188,7 +186,6 @@ NOT_A_CALL: dict[str, tuple[Any, str]] = {
 
 
 def _refused_and_nothing_stored(url: str, tool_calls: Any, message: str) -> None:
-    ph = "%s" if url.startswith("postgresql") else "?"
     with Ledger(url) as ledger:
         with ledger.transaction() as tx:
             tx.execute("CREATE TABLE turns (id TEXT PRIMARY KEY)")
@@ -196,7 +193,7 @@ def _refused_and_nothing_stored(url: str, tool_calls: Any, message: str) -> None
             with pytest.raises(TypeError) as caught:
                 toolcalls.accept_in_tx(tx, "turn-9", tool_calls)
             # The caller caught it and committed its own row: no effect went with it.
-            tx.execute(f"INSERT INTO turns (id) VALUES ({ph})", ("turn-9",))
+            tx.execute("INSERT INTO turns (id) VALUES (:id)", {"id": "turn-9"})
     assert message in str(caught.value), str(caught.value)
     assert "accept_in_tx" in str(caught.value)
     assert raw(url, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]

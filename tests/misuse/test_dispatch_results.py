@@ -60,10 +60,6 @@ def receipts(ledger: Ledger, store_url: str, raw: RawDatabase) -> Iterator[Recei
         opened.close()
 
 
-def _placeholder(backend: str) -> str:
-    return "?" if backend == "sqlite" else "%s"
-
-
 def attempt_rows(raw: RawDatabase, key: str) -> list[tuple[Any, ...]]:
     return raw.query(
         "SELECT a.outcome, a.state, a.error FROM oncewire_attempts a "
@@ -88,11 +84,11 @@ def charges(raw: RawDatabase) -> list[tuple[Any, ...]]:
 def test_a_receipt_result_is_done_with_its_result(
     ledger: Ledger, raw: RawDatabase, receipts: Receipts, backend: str
 ) -> None:
-    insert = f"INSERT INTO charges (key, fence) VALUES ({_placeholder(backend)}, {{}})"
+    insert = "INSERT INTO charges (key, fence) VALUES (:key, {})"
 
     def charge(attempt: Attempt) -> ReceiptResult[Any]:
         def work(tx: Transaction) -> dict[str, Any]:
-            tx.execute(insert.format(attempt.fence), (attempt.key,))
+            tx.execute(insert.format(attempt.fence), {"key": attempt.key})
             return {"charged": attempt.key}
 
         return receipts.run_once(attempt.key, attempt.payload, work)
@@ -116,13 +112,13 @@ def test_a_replayed_receipt_is_done_and_noted_in_the_attempt_history(
 ) -> None:
     """The receiver committed on an earlier attempt whose outcome was not recorded (its
     dispatcher died): the redelivery replays the receipt, and the history says so."""
-    insert = f"INSERT INTO charges (key, fence) VALUES ({_placeholder(backend)}, 0)"
+    insert = "INSERT INTO charges (key, fence) VALUES (:key, 0)"
     calls: list[str] = []
 
     def work_for(key: str) -> Any:
         def work(tx: Transaction) -> dict[str, Any]:
             calls.append(key)
-            tx.execute(insert, (key,))
+            tx.execute(insert, {"key": key})
             return {"charged": key}
 
         return work
@@ -147,7 +143,7 @@ def test_a_replayed_receipt_is_done_and_noted_in_the_attempt_history(
 def test_an_async_sink_returning_async_receipts_result_is_done(
     ledger: Ledger, raw: RawDatabase, receipts: Receipts, backend: str
 ) -> None:
-    insert = f"INSERT INTO charges (key, fence) VALUES ({_placeholder(backend)}, 1)"
+    insert = "INSERT INTO charges (key, fence) VALUES (:key, 1)"
 
     class Charge:
         def __init__(self) -> None:
@@ -155,7 +151,7 @@ def test_an_async_sink_returning_async_receipts_result_is_done(
 
         async def __call__(self, attempt: Attempt) -> ReceiptResult[Any]:
             async def work(tx: ThreadTransaction) -> dict[str, Any]:
-                await tx.execute(insert, (attempt.key,))
+                await tx.execute(insert, {"key": attempt.key})
                 return {"charged": attempt.key}
 
             return await self.receiver.run_once(attempt.key, attempt.payload, work)

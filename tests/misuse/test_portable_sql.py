@@ -19,7 +19,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.core.errors import InvalidPayload, InvalidState, PayloadConflict
-from oncewire.storage.sqlguard import named_to_pyformat
+from oncewire.storage.sqlguard import caller_statement
 from tests.contract.conftest import RawDatabase
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,20 +100,6 @@ def test_the_same_named_statement_runs_many_times(
     assert raw.count("notes") == 5
 
 
-def test_native_placeholders_still_work(
-    ledger: Ledger, raw: RawDatabase, notes: str, backend: str
-) -> None:
-    with ledger.transaction() as tx:
-        if backend == "sqlite":
-            tx.execute("INSERT INTO notes (id, body) VALUES (?, ?)", (1, "q"))
-        else:
-            tx.execute("INSERT INTO notes (id, body) VALUES (%s, %s)", (1, "q"))
-            tx.execute("INSERT INTO notes (id, body) VALUES (%(id)s, %(b)s)", {"id": 2, "b": "p"})
-    assert sorted(raw.query("SELECT id, body FROM notes")) == (
-        [(1, "q")] if backend == "sqlite" else [(1, "q"), (2, "p")]
-    )
-
-
 def test_postgres_casts_and_dollar_quotes(ledger: Ledger, raw: RawDatabase, notes: str) -> None:
     if ledger.store.dialect != "postgresql":
         pytest.skip("'::' casts and dollar quotes are PostgreSQL syntax")
@@ -133,14 +119,17 @@ def test_postgres_casts_and_dollar_quotes(ledger: Ledger, raw: RawDatabase, note
 
 
 def test_the_translation_rules() -> None:
-    assert named_to_pyformat("SELECT 1") is None
-    assert named_to_pyformat("SELECT ':x', x::int") is None  # nothing to translate: as is
-    assert named_to_pyformat("SELECT :a, :b_2") == "SELECT %(a)s, %(b_2)s"
-    assert named_to_pyformat("SELECT :a::int, '5%'") == "SELECT %(a)s::int, '5%%'"
-    assert named_to_pyformat('SELECT "c:d", :a -- :e\n') == 'SELECT "c:d", %(a)s -- :e\n'
-    assert named_to_pyformat("SELECT a[1 : n], :x") == "SELECT a[1 : n], %(x)s"
-    assert named_to_pyformat("SELECT f(a := 1), :x") == "SELECT f(a := 1), %(x)s"
-    assert named_to_pyformat("SELECT x$y$ + :x") == "SELECT x$y$ + %(x)s"  # '$' in a name
+    def pg(sql: str) -> str:
+        return caller_statement(sql, {"x": 1}, "postgresql")[0]
+
+    assert pg("SELECT 1") == "SELECT 1"
+    assert pg("SELECT ':x', x::int") == "SELECT ':x', x::int"  # nothing to translate: as is
+    assert pg("SELECT :a, :b_2") == "SELECT %(a)s, %(b_2)s"
+    assert pg("SELECT :a::int, '5%'") == "SELECT %(a)s::int, '5%%'"
+    assert pg('SELECT "c:d", :a -- :e\n') == 'SELECT "c:d", %(a)s -- :e\n'
+    assert pg("SELECT a[1 : n], :x") == "SELECT a[1 : n], %(x)s"
+    assert pg("SELECT f(a := 1), :x") == "SELECT f(a := 1), %(x)s"
+    assert pg("SELECT x$y$ + :x") == "SELECT x$y$ + %(x)s"  # '$' in a name
 
 
 def test_a_refused_statement_is_still_refused_with_named_params(

@@ -89,7 +89,7 @@ def test_a_file_with_a_newer_schema_is_refused_unchanged(app_db: Path) -> None:
 def test_sharing_a_file_with_the_callers_tables_is_the_intended_use(app_db: Path) -> None:
     # create=True: oncewire's tables join the app's
     with Ledger(str(app_db)) as ledger, ledger.transaction() as tx:
-        tx.execute("INSERT INTO orders VALUES (?, ?)", (2, 3.0))
+        tx.execute("INSERT INTO orders VALUES (:id, :total)", {"id": 2, "total": 3.0})
         tx.accept("order-2", "email", {"order": 2})
     conn = sqlite3.connect(app_db)
     assert conn.execute("SELECT id FROM orders ORDER BY id").fetchall() == [(1,), (2,)]

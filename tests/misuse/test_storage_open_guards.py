@@ -87,7 +87,7 @@ def test_read_only_never_creates(tmp_path: Path) -> None:
 
 def test_the_documented_shared_database_is_adopted_by_default(app_db: Path) -> None:
     with Ledger(str(app_db)) as ledger, ledger.transaction() as tx:
-        tx.execute("INSERT INTO orders VALUES (?, ?)", (2, 3.0))
+        tx.execute("INSERT INTO orders VALUES (:id, :total)", {"id": 2, "total": 3.0})
         tx.accept("order-2", "email", {"order": 2})
     assert {"orders", "oncewire_effects"} <= set(tables(app_db))
 

@@ -16,10 +16,6 @@ from oncewire.receipts.service import Receipts
 from tests.contract.conftest import RawDatabase
 
 
-def _sql(backend: str, sql: str) -> str:
-    return sql.replace("?", "%s") if backend == "postgresql" else sql
-
-
 @pytest.fixture
 def caller_table(raw: RawDatabase) -> str:
     raw.execute("CREATE TABLE caller_rows (id INTEGER PRIMARY KEY)")
@@ -71,7 +67,7 @@ def test_a_refused_statement_leaves_neither_row_nor_effect(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str, statement: str
 ) -> None:
     with pytest.raises(InvalidState, match="nothing was executed"), ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         tx.accept("k-1", "send", {"n": 1})
         tx.execute(statement)
     assert raw.count(caller_table) == 0
@@ -83,7 +79,7 @@ def test_a_refused_statement_runs_nothing_and_the_transaction_goes_on(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str, statement: str
 ) -> None:
     with ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         with pytest.raises(InvalidState):
             tx.execute(statement)
         tx.accept("k-1", "send", {"n": 1})
@@ -95,7 +91,7 @@ def test_a_normal_exit_commits_both(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str
 ) -> None:
     with ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         tx.execute("  -- a comment before a plain statement\nSELECT 1")
         tx.execute("SELECT 'COMMIT; ROLLBACK' AS text;")  # one statement, keywords in a string
         tx.accept("k-1", "send", {"n": 1})
@@ -106,16 +102,16 @@ def test_a_normal_exit_commits_both(
 def test_the_callers_own_savepoints_nest_inside_the_transaction(
     ledger: Ledger, raw: RawDatabase, backend: str, caller_table: str
 ) -> None:
-    insert = _sql(backend, "INSERT INTO caller_rows VALUES (?)")
+    insert = "INSERT INTO caller_rows VALUES (:id)"
     with ledger.transaction() as tx:
-        tx.execute(insert, (1,))
+        tx.execute(insert, {"id": 1})
         tx.accept("k-1", "send", {"n": 1})
         tx.execute("SAVEPOINT mine")
-        tx.execute(insert, (2,))
+        tx.execute(insert, {"id": 2})
         tx.execute("ROLLBACK TO SAVEPOINT mine")
         tx.execute("RELEASE mine")
         tx.execute("SAVEPOINT Outer_One")
-        tx.execute(insert, (3,))
+        tx.execute(insert, {"id": 3})
         tx.execute("release savepoint outer_one")
         with pytest.raises(InvalidState):
             tx.execute("RELEASE mine")  # already released
@@ -127,10 +123,10 @@ def test_a_receivers_work_cannot_release_oncewires_savepoint(
     store_url: str, backend: str, ledger: Ledger, raw: RawDatabase, caller_table: str
 ) -> None:
     receipts = Receipts(ledger.store)
-    insert = _sql(backend, "INSERT INTO caller_rows VALUES (?)")
+    insert = "INSERT INTO caller_rows VALUES (:id)"
 
     def work(tx: object, key: str, payload: object) -> str:
-        tx.execute(insert, (int(key),))  # type: ignore[attr-defined]
+        tx.execute(insert, {"id": int(key)})  # type: ignore[attr-defined]
         if key == "2":
             tx.execute('RELEASE SAVEPOINT "oncewire_item"')  # type: ignore[attr-defined]
         return "ok"
@@ -146,7 +142,7 @@ def test_a_transaction_ended_around_oncewire_commits_nothing_more(
 ) -> None:
     """Reaching past ``tx.execute`` to the driver still cannot make oncewire write alone."""
     with pytest.raises(InvalidState, match="no longer open"), ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         tx._raw.conn.execute("ROLLBACK")  # type: ignore[attr-defined]
         tx.accept("k-1", "send", {"n": 1})
     assert raw.count(caller_table) == 0
@@ -171,14 +167,14 @@ def test_a_failed_statement_the_caller_swallowed(
 ) -> None:
     """SQLite undoes only the failed statement; PostgreSQL aborts the whole transaction, and
     leaving the block normally then says so instead of reporting a commit that did not happen."""
-    insert = _sql(backend, "INSERT INTO caller_rows VALUES (?)")
+    insert = "INSERT INTO caller_rows VALUES (:id)"
 
     def body() -> None:
         with ledger.transaction() as tx:
-            tx.execute(insert, (1,))
+            tx.execute(insert, {"id": 1})
             tx.accept("k-1", "send", {"n": 1})
             with pytest.raises(Exception):  # noqa: B017 - the driver's own error
-                tx.execute(insert, (1,))  # a duplicate key
+                tx.execute(insert, {"id": 1})  # a duplicate key
 
     if backend == "sqlite":
         body()
@@ -197,7 +193,7 @@ def test_execute_after_the_block_is_refused(
     with ledger.transaction() as tx:
         tx.accept("k-1", "send", {"n": 1})
     with pytest.raises(InvalidState):
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (9,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 9})
     with pytest.raises(InvalidState):
         tx.accept("k-2", "send", {"n": 2})
     assert raw.count(caller_table) == 0
@@ -209,7 +205,7 @@ def test_wrong_placeholder_count_is_a_statement_error_on_both_backends(
 ) -> None:
     with pytest.raises(StatementError) as caught, ledger.transaction() as tx:
         tx.accept("k-1", "send", {"n": 1})
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1, 2))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"other": 1})  # no value for :id
     assert "connection failed" not in str(caught.value)
     assert not caught.value.transient
     assert raw.count(caller_table) == 0

@@ -8,7 +8,11 @@ the work runs there, in the same transaction) until the work answers; then it st
 result with the receipt and commits. A replay never calls the work.
 
 Work that raises, or is cancelled, rolls back everything (the receipt too): the key is new
-work again. A cancellation during the commit is delivered once the commit has ended; whether it
+work again. The work's exception goes into the synchronous transaction's exit, as it would in
+a ``with`` block: a driver error (a unique violation, a syntax error, a dropped connection) is
+translated there, and ``run_once`` raises the same :class:`~oncewire.errors.StorageError` as the
+synchronous ``run_once`` would, the driver's error as its cause; any other exception is raised
+as it is. A cancellation during the commit is delivered once the commit has ended; whether it
 committed is then read for good with ``await receipts.get(key)`` (a receipt with a result is
 there exactly when the work committed).
 """
@@ -23,7 +27,7 @@ from typing import Any, TypeVar
 
 from oncewire.aio.ledger import DEFAULT_MAX_TRANSACTIONS, ThreadTransaction
 from oncewire.aio.threads import WorkerPool, finish
-from oncewire.core.errors import InvalidState
+from oncewire.core.errors import InvalidState, StorageError
 from oncewire.receipts import ReceiptResult, Receipts
 from oncewire.storage.driver import Transaction
 from oncewire.storage.records import Receipt
@@ -34,7 +38,7 @@ T = TypeVar("T")
 
 
 class _WorkFailed(Exception):
-    """The caller's work raised (or was cancelled): the receipt's transaction rolls back."""
+    """The caller's work was cancelled (or never ran): the receipt's transaction rolls back."""
 
 
 class AsyncReceipts:
@@ -98,11 +102,13 @@ class AsyncReceipts:
         due: asyncio.Future[Transaction] = loop.create_future()
         answer: cf.Future[Any] = cf.Future()  # the work's result, for the worker
 
-        def answered(value: Any = None, failed: bool = False) -> None:
+        def answered(value: Any = None, failed: BaseException | None = None) -> None:
             if answer.done():
                 pass
-            elif failed:
-                answer.set_exception(_WorkFailed())
+            elif failed is not None:
+                # The work's own exception ends the transaction, as in a with block (a driver
+                # error is translated there); a cancellation is a plain rollback.
+                answer.set_exception(failed if isinstance(failed, Exception) else _WorkFailed())
             else:
                 answer.set_result(value)
             worker.wake()
@@ -119,21 +125,23 @@ class AsyncReceipts:
             waiting: list[asyncio.Future[Any]] = [ran, due]
             try:
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            except BaseException:
-                answered(failed=True)  # the work will not run: roll back if it was due
+            except BaseException as exc:
+                answered(failed=exc)  # the work will not run: roll back if it was due
                 raise
             if due.done():
                 tx = ThreadTransaction()
                 tx._attach(worker, due.result())
                 try:
                     value = await work(tx)
-                except BaseException:
-                    answered(failed=True)
+                except BaseException as exc:
+                    answered(failed=exc)
                     raise
                 answered(value)
             return await finish(job)
-        except BaseException:
-            await _ended(job)
+        except BaseException as exc:
+            ended = await _ended(job)
+            if isinstance(ended, StorageError) and ended.__cause__ is exc:
+                raise ended from exc  # the driver error, translated as the synchronous one is
             raise
         finally:
             due.cancel()
@@ -165,10 +173,12 @@ def _hand(due: asyncio.Future[Transaction], tx: Transaction) -> None:
         due.set_result(tx)
 
 
-async def _ended(job: cf.Future[Any]) -> None:
+async def _ended(job: cf.Future[Any]) -> Exception | None:
     """Wait for the receipt's call to end (it rolls back after a failure) before the worker is
-    lent again; its own error (the rollback of the work's) is not the one reported."""
+    lent again; what it raised, for the caller to tell the work's error translated from
+    another (a failed rollback after the work's error is not the one reported)."""
     try:
         await finish(job)
-    except Exception:
-        pass
+    except Exception as exc:
+        return exc
+    return None

@@ -262,10 +262,8 @@ def accept_all(pair: StorePair, operations: int, first: int = 0) -> list[str]:
                 for key in keys[start : start + 50]:
                     payload = {**FIXTURE, "title": f"{FIXTURE['title']} #{key}"}
                     tx.execute(
-                        pair.sql(
-                            "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, 0)"
-                        ),
-                        (key, str(payload)),
+                        "INSERT INTO operations (id, payload, created_by) VALUES (:id, :p, 0)",
+                        {"id": key, "p": str(payload)},
                     )
                     tx.accept(key, KIND, payload, max_attempts=25)
     return keys

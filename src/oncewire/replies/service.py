@@ -5,7 +5,8 @@ is written down) or created when the final text is committed. The final assistan
 reply record commit in one transaction with the caller's own rows::
 
     with ledger.transaction() as tx:
-        tx.execute("INSERT INTO transcript (inbound, text) VALUES (?, ?)", (inbound.id, text))
+        tx.execute("INSERT INTO transcript (inbound, text) VALUES (:id, :text)",
+                   {"id": inbound.id, "text": text})
         ledger.replies.commit_in_tx(tx, inbound.id, text, profile)
 
 Delivering it is the reply engine's job (:class:`oncewire.replies.engine.ReplyEngine`).

@@ -8,8 +8,9 @@ the store's driver, ``self.db``::
     rows = self.db.read(Q.get_effect, key=key)                # outside any transaction
 
 :class:`Driver` holds what every backend does the same way: one connection per thread (opened
-on first use, a broken one forgotten and replaced), running a named query on a connection, the
-caller's transaction checked before a verb writes through it. A backend's driver
+on first use, a broken one forgotten and replaced, and new ones in a child process forked from
+this one), running a named query on a connection, the caller's transaction checked before a
+verb writes through it. A backend's driver
 (:class:`oncewire.storage.sqlite.driver.SQLiteDriver`,
 :class:`oncewire.storage.postgres.driver.PostgresDriver`) adds what differs: connecting and its
 settings, the transaction discipline (``BEGIN IMMEDIATE`` on SQLite, an explicit ``BEGIN`` on
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -32,7 +34,7 @@ from oncewire.core.errors import InvalidState, StorageError
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.migrate import Dialect
 from oncewire.storage.sql import Queries, Query, queries
-from oncewire.storage.sqlguard import SavepointStack, check_statement
+from oncewire.storage.sqlguard import SavepointStack, caller_statement, check_statement
 
 __all__ = [
     "Driver",
@@ -48,12 +50,25 @@ __all__ = [
 Row = Sequence[Any]
 T = TypeVar("T")
 
+# This process's pid, updated in a child as soon as os.fork() returns there: what a driver
+# compares its own with on every call for a connection (a global read, where os.getpid() is a
+# system call).
+_process = os.getpid()
+
+
+def _forked() -> None:
+    global _process
+    _process = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
 
 class Transaction(Protocol):
     """An open database transaction shared by the caller and oncewire."""
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        """Run the caller's own SQL (in the backend's dialect and placeholder style)."""
+        """Run the caller's own SQL: ``:name`` placeholders with a dict, on every backend."""
         ...
 
 
@@ -94,13 +109,17 @@ class ErrorTranslation:
 class GuardedTransaction(abc.ABC):
     """An open write transaction oncewire shares with its caller, on one connection.
 
-    ``execute`` (the caller's SQL) refuses what would end the transaction or change the
-    connection (:mod:`oncewire.storage.sqlguard`); oncewire's own savepoints go around that
+    ``execute`` (the caller's SQL, ``:name`` placeholders with a dict, rendered for the
+    ``dialect``) refuses positional values and each driver's own placeholders, and what would
+    end the transaction or change the connection (:mod:`oncewire.storage.sqlguard`); oncewire's
+    own savepoints go around that
     check and are recorded as oncewire's, so the caller's SQL may not release them. Nothing runs
     once the transaction is no longer open: a statement would autocommit outside of it.
     """
 
     __slots__ = ("conn", "is_open", "savepoints")
+
+    dialect: str  # the caller's SQL is rendered for it
 
     def __init__(self, conn: Any, *, is_open: bool) -> None:
         self.conn = conn
@@ -110,7 +129,8 @@ class GuardedTransaction(abc.ABC):
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
         check_statement(sql, self.savepoints)
-        return self.conn.execute(sql, params)
+        text, values = caller_statement(sql, params, self.dialect)
+        return self.conn.execute(text, () if values is None else values)
 
     def check_open(self) -> None:
         """Refuse to go on unless this transaction is still the connection's open one."""
@@ -240,6 +260,9 @@ class Driver(abc.ABC):
         self._local = threading.local()
         self._all: list[Any] = []
         self._all_lock = threading.Lock()
+        self._pid = _process
+        # The connections a forked child inherited: never used, closed or freed there.
+        self._inherited: list[Any] = []
 
     # -- opening -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -267,8 +290,26 @@ class Driver(abc.ABC):
         """Whether ``conn`` can no longer be used (closed, or dropped by the server)."""
         return False
 
+    def check_fork(self) -> None:
+        """In a process forked after this driver opened connections, start afresh: the
+        parent's connections are the parent's (its SQLite handles and locks, its PostgreSQL
+        sessions), so the child never runs a statement on them and never closes them (closing
+        a psycopg connection sends the server a Terminate on the parent's socket). They are
+        kept referenced, so that collecting them cannot close them either, and this process
+        opens its own at the next call. Cheap: the pid compared is kept up to date by a fork
+        hook (``os.register_at_fork``), so the check is one comparison."""
+        if self._pid == _process:
+            return
+        self._pid = _process
+        self._all_lock = threading.Lock()  # another thread of the parent may have held it
+        self._inherited.extend(self._all)
+        self._all = []
+        self._local = threading.local()
+
     def conn(self) -> Any:
-        """This thread's connection (opened on first use, replaced when broken)."""
+        """This thread's connection (opened on first use, replaced when broken, new in a
+        forked child)."""
+        self.check_fork()
         conn = getattr(self._local, "conn", None)
         if conn is not None and self.broken(conn):
             self.forget(conn)
@@ -296,6 +337,7 @@ class Driver(abc.ABC):
         self._local.conn = None
 
     def close(self) -> None:
+        self.check_fork()  # a forked child closes its own connections, never its parent's
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:

@@ -24,20 +24,29 @@ The scan is a small lexer, not a parser: it skips comments, string literals, quo
 identifiers and PostgreSQL dollar quotes, splits at top-level semicolons, and looks at the first
 words of each statement.
 
-The same lexing makes the caller's SQL portable (:func:`named_to_pyformat`): ``:name``
+The same lexing makes the caller's SQL portable (:func:`caller_statement`): ``:name``
 placeholders with a dict of values run on SQLite as written and on PostgreSQL translated to
-psycopg's ``%(name)s``.
+psycopg's ``%(name)s``; positional values and each driver's own placeholders are refused.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
-from oncewire.core.errors import InvalidState
+from oncewire.core.errors import InvalidState, StatementError
 
-__all__ = ["SavepointStack", "Statement", "check_statement", "named_to_pyformat", "scan"]
+__all__ = [
+    "PORTABLE_STYLE",
+    "SavepointStack",
+    "Statement",
+    "caller_statement",
+    "check_statement",
+    "scan",
+]
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
@@ -367,6 +376,19 @@ def _check_pragma(statement: Statement) -> None:
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Placeholders of one driver's own style, which would run on that backend alone: psycopg's
+# %s and %(name)s (both backends: outside a literal, '%' then 's' is nothing else a statement
+# means; write a modulo by a column named s as 'a % s'), SQLite's ?, ?NNN, $name and @name, and
+# PostgreSQL's $1, which would silently take the value of the first translated :name.
+_PYFORMAT = re.compile(r"%(?:\([A-Za-z_][A-Za-z0-9_]*\))?s(?![A-Za-z0-9_$])")
+_SQLITE_NATIVE = re.compile(r"\?[0-9]*|[$@][A-Za-z0-9_]+")
+_POSTGRES_NATIVE = re.compile(r"\$[0-9]+")
+_NATIVE_OWNER = {"%": "psycopg", "?": "SQLite", "@": "SQLite"}
+
+PORTABLE_STYLE = (
+    ":name placeholders with a dict (the one style that runs on SQLite and PostgreSQL alike: "
+    "VALUES (:id, :total) with {'id': ..., 'total': ...})"
+)
 
 
 @lru_cache(maxsize=1)
@@ -376,20 +398,58 @@ def _pg_word() -> re.Pattern[str]:
     return re.compile(r"[A-Za-z_\u0080-\uffff][A-Za-z0-9_$\u0080-\uffff]*")
 
 
-@lru_cache(maxsize=1024)  # the caller's hot path: the same few statement texts, again and again
-def named_to_pyformat(sql: str) -> str | None:
-    """``sql`` with its ``:name`` placeholders as psycopg's ``%(name)s``, or None if it has none.
+def caller_statement(
+    sql: str, params: Sequence[Any] | Mapping[str, Any] | None, dialect: str
+) -> tuple[str, Mapping[str, Any] | None]:
+    """The caller's ``tx.execute(sql, params)`` as the driver of ``dialect`` takes it: the text
+    and its dict of values (None when there are none).
 
-    A placeholder is a ``:`` followed by a name, outside string literals (``'...'``,
-    ``E'...'``), quoted identifiers, dollar quotes and comments, and not part of a ``::`` cast
-    (``x::int``). Every ``%`` is doubled, since psycopg reads ``%`` anywhere in the text, even
-    inside a literal. PostgreSQL's lexing only: ``[`` is an array subscript there, not a quote.
+    One style runs on both backends: ``:name`` placeholders with a dict. SQLite takes the text
+    as written; PostgreSQL gets psycopg's ``%(name)s``, with every ``%`` doubled once values go
+    with it (psycopg reads ``%`` anywhere, even in a literal). Positional values (a tuple or a
+    list), or a placeholder of one driver's own style outside literals, quoted identifiers and
+    comments, are a :class:`StatementError` naming the portable style, before anything runs:
+    they would run on one backend and not on the other.
     """
-    if ":" not in sql:
-        return None
+    values: Mapping[str, Any] | None
+    if params is None or isinstance(params, Mapping):
+        values = params or None
+    elif isinstance(params, str | bytes) or not isinstance(params, Sequence):
+        raise StatementError(
+            f"tx.execute takes its values as a dict, not {type(params).__name__}: "
+            f"{PORTABLE_STYLE}; nothing was run"
+        )
+    elif len(params) > 0:
+        raise StatementError(
+            f"tx.execute takes {PORTABLE_STYLE}, not positional values in a "
+            f"{type(params).__name__} (? is SQLite's own, %s psycopg's); nothing was run"
+        )
+    else:
+        values = None
+    text, native = _rendered(sql, dialect == "postgresql")
+    if native is not None:
+        owner = _NATIVE_OWNER.get(native[0], "SQLite" if dialect == "sqlite" else "PostgreSQL")
+        raise StatementError(
+            f"tx.execute takes {PORTABLE_STYLE}; {native!r} is a placeholder of {owner}'s own "
+            "style, which does not run on the other backend; nothing was run"
+        )
+    return (text if values is not None else sql), values
+
+
+@lru_cache(maxsize=1024)  # the caller's hot path: the same few statement texts, again and again
+def _rendered(sql: str, postgres: bool) -> tuple[str, str | None]:
+    """``sql`` for the driver (PostgreSQL: ``:name`` as ``%(name)s``, every ``%`` doubled), and
+    the first placeholder of a driver's own style in it, or None.
+
+    A placeholder is a ``:`` followed by a name, outside string literals (``'...'``, and
+    ``E'...'`` on PostgreSQL), quoted identifiers (``"..."``; on SQLite also ``[...]`` and
+    backquotes), PostgreSQL's dollar quotes and comments, and not part of a ``::`` cast
+    (``x::int``). On PostgreSQL ``[`` is an array subscript, not a quote, and ``?`` is an
+    operator.
+    """
+    native = _POSTGRES_NATIVE if postgres else _SQLITE_NATIVE
     out: list[str] = []
     start = 0  # sql[start:i] is copied as is (with its % doubled)
-    found = False
     i, n = 0, len(sql)
     while i < n:
         ch = sql[i]
@@ -399,28 +459,38 @@ def named_to_pyformat(sql: str) -> str | None:
         elif ch == "/" and sql.startswith("/*", i):
             i = _skip_block_comment(sql, i)
         elif ch == "'":
-            escapes = i > 0 and sql[i - 1] in "eE" and (i < 2 or not _is_word_char(sql[i - 2]))
+            escapes = (
+                postgres
+                and i > 0
+                and sql[i - 1] in "eE"
+                and (i < 2 or not _is_word_char(sql[i - 2]))
+            )
             i = _skip_string(sql, i, "'", backslash=escapes)
-        elif ch == '"':
-            i = _skip_string(sql, i, '"', backslash=False)
-        elif ch == "$" and (match := _DOLLAR.match(sql, i)) is not None:
+        elif ch == '"' or (ch == "`" and not postgres):
+            i = _skip_string(sql, i, ch, backslash=False)
+        elif ch == "[" and not postgres:
+            end = sql.find("]", i + 1)
+            i = n if end < 0 else end + 1
+        elif ch == "$" and postgres and (match := _DOLLAR.match(sql, i)) is not None:
             end = sql.find(match.group(0), match.end())
             i = n if end < 0 else end + len(match.group(0))
         elif ch == ":":
             if sql.startswith("::", i):
                 i += 2  # a cast; the type name after it is a word
             elif (match := _NAME.match(sql, i + 1)) is not None:
-                out.append(sql[start:i].replace("%", "%%"))
-                out.append(f"%({match.group(0)})s")
-                found = True
+                if postgres:
+                    out.append(sql[start:i].replace("%", "%%"))
+                    out.append(f"%({match.group(0)})s")
                 i = start = match.end()
             else:
                 i += 1
+        elif ch in "%?$@" and (match := (_PYFORMAT if ch == "%" else native).match(sql, i)):
+            return sql, match.group(0)  # a placeholder of a driver's own style
         elif (match := _pg_word().match(sql, i)) is not None:
             i = match.end()  # a word, so that a '$' inside it opens no dollar quote
         else:
             i += 1
-    if not found:
-        return None
+    if not postgres:
+        return sql, None
     out.append(sql[start:].replace("%", "%%"))
-    return "".join(out)
+    return "".join(out), None

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json, loads
 from oncewire.core.errors import PayloadConflict
-from oncewire.lab.fixtures import KIND, dialect_of, placeholders
+from oncewire.lab.fixtures import KIND
 
 if TYPE_CHECKING:
     from oncewire.dispatch.retry import RetryPolicy
@@ -54,32 +54,31 @@ def lab_retry() -> RetryPolicy:
     return RetryPolicy(base_seconds=0.02, cap_seconds=0.25)
 
 
-def _sql(url: str, text: str) -> str:
-    return placeholders(dialect_of(url), text)
-
-
 def accept(caller: str, key: str, payload: Any) -> dict[str, Any]:
     from oncewire.ledger import Ledger
 
     with Ledger(caller) as ledger, ledger.transaction() as tx:
         tx.execute(
-            _sql(caller, "INSERT INTO operations (id, payload, created_by) VALUES (?, ?, ?)"),
-            (key, canonical_json(payload), os.getpid()),
+            "INSERT INTO operations (id, payload, created_by) VALUES (:id, :payload, :pid)",
+            {"id": key, "payload": canonical_json(payload), "pid": os.getpid()},
         )
         tx.accept(key, KIND, payload)
     return {"accepted": key}
 
 
 def _insert_ticket(
-    tx: Transaction, url: str, key: str, payload: Any, attempt: int, redelivery: bool
+    tx: Transaction, key: str, payload: Any, attempt: int, redelivery: bool
 ) -> dict[str, int]:
     row = tx.execute(
-        _sql(
-            url,
-            "INSERT INTO tickets (operation_id, payload, attempt, redelivery, service_pid) "
-            "VALUES (?, ?, ?, ?, ?) RETURNING id",
-        ),
-        (key, canonical_json(payload), attempt, int(redelivery), os.getpid()),
+        "INSERT INTO tickets (operation_id, payload, attempt, redelivery, service_pid) "
+        "VALUES (:key, :payload, :attempt, :redelivery, :pid) RETURNING id",
+        {
+            "key": key,
+            "payload": canonical_json(payload),
+            "attempt": attempt,
+            "redelivery": int(redelivery),
+            "pid": os.getpid(),
+        },
     ).fetchone()
     return {"ticket_id": int(row[0])}
 
@@ -88,14 +87,13 @@ def write_ticket(
     receipts: Receipts, key: str, payload: Any, attempt: int, redelivery: bool, deduplicate: bool
 ) -> tuple[Any, bool]:
     """The downstream service's one operation: (result, replayed)."""
-    url = receipts.store.url
     if deduplicate:
         outcome = receipts.run_once(
-            key, payload, lambda tx: _insert_ticket(tx, url, key, payload, attempt, redelivery)
+            key, payload, lambda tx: _insert_ticket(tx, key, payload, attempt, redelivery)
         )
         return outcome.result, outcome.replayed
     with receipts.store.transaction() as tx:
-        return _insert_ticket(tx, url, key, payload, attempt, redelivery), False
+        return _insert_ticket(tx, key, payload, attempt, redelivery), False
 
 
 def service(downstream: str, key: str, payload: Any, deduplicate: bool) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from typing import Any
 from oncewire import Ledger, LedgerTransaction, Platform, PlatformProfile, ReplyEngine
 from oncewire.core.clock import Clock
 from oncewire.inbound import Admission, InboundState
-from oncewire.lab.fixtures import placeholders
 from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import DISCORD_LIKE, NON_EDITABLE, TELEGRAM_LIKE, DeliveryPass, ReplyState
 from oncewire.storage import Store, open_store
@@ -52,15 +51,11 @@ def _open(db: str, synchronous: str) -> Store:
     return SQLiteStore(db, synchronous=synchronous)
 
 
-def _sql(ledger: Ledger, text: str) -> str:
-    return placeholders(ledger.store.dialect, text)
-
-
 def persisted(ledger: Ledger, inbound_id: int) -> list[str]:
     """The application's transcript rows for one inbound message."""
     with ledger.transaction() as tx:
         rows = tx.execute(
-            _sql(ledger, "SELECT text FROM transcript WHERE inbound_id = ?"), (inbound_id,)
+            "SELECT text FROM transcript WHERE inbound_id = :id", {"id": inbound_id}
         ).fetchall()
     return [row[0] for row in rows]
 
@@ -144,8 +139,8 @@ class Rig:
 
     def _persist(self, tx: LedgerTransaction, inbound_id: int, text: str) -> None:
         tx.execute(
-            _sql(self.ledger, "INSERT INTO transcript (inbound_id, text) VALUES (?, ?)"),
-            (inbound_id, text),
+            "INSERT INTO transcript (inbound_id, text) VALUES (:id, :text)",
+            {"id": inbound_id, "text": text},
         )
 
     def answer(self, inbound_id: int, text: str, mode: str = "off") -> DeliveryPass:
@@ -176,7 +171,7 @@ class Rig:
     def transcript(self, inbound_id: int) -> list[str]:
         with self.ledger.transaction() as tx:
             rows = tx.execute(
-                _sql(self.ledger, "SELECT text FROM transcript WHERE inbound_id = ?"), (inbound_id,)
+                "SELECT text FROM transcript WHERE inbound_id = :id", {"id": inbound_id}
             ).fetchall()
         return [row[0] for row in rows]
 
@@ -213,7 +208,7 @@ def check_reply(
         persisted = [
             row[0]
             for row in tx.execute(
-                _sql(ledger, "SELECT text FROM transcript WHERE inbound_id = ?"), (inbound_id,)
+                "SELECT text FROM transcript WHERE inbound_id = :id", {"id": inbound_id}
             ).fetchall()
         ]
     reply = ledger.replies.for_inbound(inbound_id)

@@ -16,7 +16,7 @@ PostgreSQL-only forms of statements are in ``storage/sql/postgresql.sql`` (SKIP 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
 from oncewire.storage.postgres.listen import SETTLED, listener
-from oncewire.storage.sqlguard import check_statement, named_to_pyformat
+from oncewire.storage.sqlguard import caller_statement, check_statement
 
 __all__ = [
     "CHANNEL",
@@ -130,11 +130,12 @@ class PostgresTransaction(GuardedTransaction):
     """The caller's view of an open PostgreSQL transaction.
 
     ``execute`` takes ``:name`` placeholders with a dict (the portable form, translated to
-    ``%(name)s``) or psycopg's own ``%s`` / ``%(name)s``, and refuses several statements in one
-    string as well.
+    psycopg's ``%(name)s``), and refuses several statements in one string as well.
     """
 
     __slots__ = ()
+
+    dialect = "postgresql"
 
     ended_by_database = (
         "the transaction is no longer open; nothing more was written and nothing will be committed"
@@ -143,9 +144,7 @@ class PostgresTransaction(GuardedTransaction):
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
         check_statement(sql, self.savepoints)
-        if isinstance(params, Mapping):
-            sql = named_to_pyformat(sql) or sql
-        return self.conn.execute(sql, params or None)
+        return self.conn.execute(*caller_statement(sql, params, "postgresql"))
 
     def open_on_connection(self) -> bool:
         conn = self.conn
@@ -351,7 +350,9 @@ class PostgresDriver(Driver):
     # -- transactions ------------------------------------------------------------------------
     def conn(self) -> Any:
         """This thread's connection; a transaction of this thread whose ``BEGIN`` waits for its
-        first statement is begun first, so that nothing runs on it outside the transaction."""
+        first statement is begun first, so that nothing runs on it outside the transaction (in
+        a forked child, never the parent's: see :meth:`Driver.check_fork`)."""
+        self.check_fork()
         waiting: _FirstStatementBegins | None = getattr(self._local, "waiting", None)
         if waiting is not None and not waiting.begun:
             with translate_errors("running a transaction: beginning"):

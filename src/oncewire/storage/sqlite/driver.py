@@ -166,13 +166,15 @@ fresh_schema = DIALECT.fresh_schema
 class SQLiteTransaction(GuardedTransaction):
     """An open SQLite write transaction (``BEGIN IMMEDIATE``), and the caller's view of it.
 
-    ``execute`` takes ``?`` or ``:name`` placeholders. Used as a context manager it commits on
+    ``execute`` takes ``:name`` placeholders with a dict. Used as a context manager it commits on
     normal exit and rolls back on an exception; the commit first checks that the transaction is
     still open. A class rather than a generator: every accept and every dispatcher step goes
     through it.
     """
 
     __slots__ = ("store", "what")
+
+    dialect = "sqlite"
 
     # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O error): a
     # statement run after that would commit on its own, outside of it.
@@ -381,7 +383,9 @@ class SQLiteDriver(Driver):
 
     def conn(self) -> sqlite3.Connection:
         # Every verb asks for it: SQLite's connections do not break under it, so there is
-        # nothing to check once this thread has one.
+        # nothing to check once this thread has one, but whether this is still the process
+        # that opened it (a forked child opens its own).
+        self.check_fork()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         return super().conn() if conn is None else conn
 

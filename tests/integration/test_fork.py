@@ -1,0 +1,181 @@
+"""A Ledger opened before ``os.fork()`` works in both processes, each on its own connection.
+
+The driver kept one connection per thread and never looked at the process: a child forked by
+a server (a pre-fork worker, a multiprocessing "fork" pool) wrote through its parent's
+connection, two processes on one SQLite handle or one PostgreSQL socket, and closing its ledger
+closed the parent's connection (on PostgreSQL, a Terminate sent on the parent's socket ends the
+parent's session). Now the child notices the pid changed and opens connections of its own; it
+never uses, nor closes, what it inherited. Each test forks for real: the child writes and closes
+its ledger, then the parent writes again on the same connection as before, and both writes are
+read from the store directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncewire import Ledger, Receipts
+from oncewire.storage import Transaction
+from tests.support.pg import fresh_schema, server_url
+
+NOTES = "CREATE TABLE notes (who TEXT PRIMARY KEY, backend TEXT)"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "app.db")
+        return
+    with fresh_schema(server_url(), "fork") as schema_url:
+        yield schema_url
+
+
+def postgres(url: str) -> bool:
+    return url.startswith("postgresql://")
+
+
+def raw(url: str, sql: str) -> list[tuple[Any, ...]]:
+    if postgres(url):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            return [tuple(r) for r in conn.execute(sql).fetchall()]  # type: ignore[arg-type]
+    conn = sqlite3.connect(url, timeout=10)
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()
+
+
+def backend_id(url: str) -> str:
+    """Which server session a statement runs in (SQLite: none to tell)."""
+    return "pg_backend_pid()" if postgres(url) else "'sqlite'"
+
+
+def in_child(child: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``child()`` in a forked child process; what it returned (or raised), as JSON."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            os.close(read)
+            try:
+                answer = {"ok": True, **child()}
+            except BaseException as exc:
+                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            os.write(write, json.dumps(answer).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    answer: dict[str, Any] = json.loads(b"".join(chunks))
+    assert answer.pop("ok"), answer
+    return answer
+
+
+def _note(tx: Any, url: str, who: str) -> None:
+    tx.execute(
+        f"INSERT INTO notes (who, backend) VALUES (:who, CAST({backend_id(url)} AS TEXT))",
+        {"who": who},
+    )
+
+
+def test_a_ledger_opened_before_a_fork_works_in_both_processes(url: str) -> None:
+    ledger = Ledger(url)
+    try:
+        with ledger.transaction() as tx:
+            tx.execute(NOTES)
+            _note(tx, url, "parent-before")
+            tx.accept("parent-before", "mail", {"n": 1})
+        parents = ledger.store.db.conn()
+
+        def child() -> dict[str, Any]:
+            mine = ledger.store.db.conn()
+            with ledger.transaction() as tx:
+                _note(tx, url, "child")
+                tx.accept("child", "mail", {"n": 2})
+            ledger.close()  # closes the child's own connections, never the parent's
+            return {"same_connection": mine is parents}
+
+        assert in_child(child) == {"same_connection": False}
+        assert ledger.store.db.conn() is parents  # the parent's connection, still open
+        with ledger.transaction() as tx:
+            _note(tx, url, "parent-after")
+            tx.accept("parent-after", "mail", {"n": 3})
+        assert [e.key for e in ledger.effects.list()] == ["parent-before", "child", "parent-after"]
+    finally:
+        ledger.close()
+    assert raw(url, "SELECT key FROM oncewire_effects ORDER BY id") == [
+        ("parent-before",),
+        ("child",),
+        ("parent-after",),
+    ]
+    sessions = dict(raw(url, "SELECT who, backend FROM notes"))
+    assert sorted(sessions) == ["child", "parent-after", "parent-before"]
+    if postgres(url):  # the child's own session; the parent's survived the child's close
+        assert sessions["parent-before"] == sessions["parent-after"] != sessions["child"]
+
+
+def test_a_child_that_only_closes_the_ledger_leaves_the_parents_connection_open(
+    url: str,
+) -> None:
+    ledger = Ledger(url)
+    try:
+        ledger.accept("before", "mail", {})
+        parents = ledger.store.db.conn()
+        assert in_child(lambda: (ledger.close(), {})[1]) == {}
+        if postgres(url):  # the server still has the parent's session (no Terminate was sent)
+            session = parents.info.backend_pid
+            assert raw(url, f"SELECT pid FROM pg_stat_activity WHERE pid = {session}") == [
+                (session,)
+            ]
+        assert ledger.store.db.conn() is parents
+        ledger.accept("after", "mail", {})
+    finally:
+        ledger.close()
+    assert raw(url, "SELECT key FROM oncewire_effects ORDER BY id") == [("before",), ("after",)]
+
+
+def test_receipts_opened_before_a_fork_work_in_the_child(url: str) -> None:
+    receipts = Receipts(url)
+    try:
+        with receipts.store.transaction() as tx:
+            tx.execute(NOTES)
+
+        def work(who: str) -> Callable[[Transaction], str]:
+            def write(tx: Transaction) -> str:
+                _note(tx, url, who)
+                return who
+
+            return write
+
+        receipts.run_once("r-parent", {}, work("parent"))
+        answer = in_child(
+            lambda: {"result": receipts.run_once("r-child", {}, work("child")).result}
+        )
+        assert answer == {"result": "child"}
+        assert receipts.run_once("r-child", {}, work("again")).replayed
+    finally:
+        receipts.close()
+    assert sorted(raw(url, "SELECT key, result FROM oncewire_receipts")) == [
+        ("r-child", '"child"'),
+        ("r-parent", '"parent"'),
+    ]
+    sessions = dict(raw(url, "SELECT who, backend FROM notes"))
+    assert sorted(sessions) == ["child", "parent"]
+    if postgres(url):
+        assert sessions["child"] != sessions["parent"]  # the child's own session
