@@ -31,6 +31,7 @@ from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
+from oncewire.storage.postgres.guard import AT_COMMIT, changed, settings_sql
 from oncewire.storage.sqlguard import check_statement, named_to_pyformat
 
 __all__ = [
@@ -132,20 +133,55 @@ class PostgresTransaction(GuardedTransaction):
     ``execute`` takes ``:name`` placeholders with a dict (the portable form, translated to
     ``%(name)s``) or psycopg's own ``%s`` / ``%(name)s``, and refuses several statements in one
     string as well.
+
+    On oncewire's own connection, the settings oncewire relies on are read with each of the
+    caller's statements (:mod:`~oncewire.storage.postgres.guard`): ``baseline`` is what they
+    were before the caller's first one, ``failure`` what changed, once one did; from then on
+    nothing more runs, and the commit is refused.
     """
 
-    __slots__ = ()
+    __slots__ = ("baseline", "failure")
 
     ended_by_database = (
         "the transaction is no longer open; nothing more was written and nothing will be committed"
     )
+
+    def __init__(self, conn: Any, *, is_open: bool) -> None:
+        super().__init__(conn, is_open=is_open)
+        self.baseline: Any = None
+        self.failure: tuple[str, str] | None = None  # (setting, message)
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
         check_statement(sql, self.savepoints)
         if isinstance(params, Mapping):
             sql = named_to_pyformat(sql) or sql
-        return self.conn.execute(sql, params or None)
+        conn = self.conn
+        if not isinstance(conn, _FirstStatementBegins):
+            return conn.execute(sql, params or None)  # the caller's own connection: theirs
+        cursor, before, after = conn.watched(sql, params or None, baseline=self.baseline is None)
+        if before is not None:
+            self.baseline = before.fetchone()
+        self.watch(after.fetchone())
+        return cursor
+
+    def watch(self, settings: Any) -> None:
+        """Fail the transaction if ``settings`` (a row of the guard's read) differ from the
+        baseline."""
+        found = changed(self.baseline, settings)
+        if found is not None:
+            self.failure = found
+            raise self.refusal()
+
+    def refusal(self) -> InvalidState:
+        assert self.failure is not None
+        setting, message = self.failure
+        return InvalidState(message, setting=setting)
+
+    def check_open(self) -> None:
+        if self.failure is not None:
+            raise self.refusal()
+        super().check_open()
 
     def open_on_connection(self) -> bool:
         conn = self.conn
@@ -190,10 +226,27 @@ class _FirstStatementBegins:
     def execute(self, sql: Any, params: Any = None) -> Any:
         if self.block is not None:
             return self.raw.execute(sql, params)
-        return self._begin_with((sql, params))
+        return self._begin_with(lambda raw: raw.execute(sql, params))
 
-    def _begin_with(self, first: tuple[Any, Any] | None) -> Any:
-        """``BEGIN`` (and ``first``, in the same round trip); the first statement's cursor.
+    def watched(self, sql: Any, params: Any, *, baseline: bool) -> tuple[Any, Any, Any]:
+        """The caller's statement between two reads of the settings oncewire relies on (the
+        first only when ``baseline``), in one round trip: the three cursors, read."""
+
+        def statements(raw: Any) -> tuple[Any, Any, Any]:
+            before = raw.execute(settings_sql()) if baseline else None
+            cursor = raw.execute(sql, params)
+            return cursor, before, raw.execute(settings_sql())
+
+        if self.block is None:
+            watched: tuple[Any, Any, Any] = self._begin_with(statements)
+            return watched
+        if not psycopg.Pipeline.is_supported():
+            return statements(self.raw)
+        return _pipelined(self.raw, statements)
+
+    def _begin_with(self, first: Callable[[Any], Any] | None) -> Any:
+        """``BEGIN`` (and ``first(conn)``'s statements, in the same round trip); what ``first``
+        returns (its cursors).
 
         A connection the server dropped while it sat idle is only found out here: nothing
         sent could have committed (the statement ran, if at all, inside a transaction that
@@ -205,12 +258,14 @@ class _FirstStatementBegins:
                 if first is None or not psycopg.Pipeline.is_supported():
                     block.__enter__()  # a round trip of its own
                     self.block = block
-                    return None if first is None else self.raw.execute(*first)
-                with self.raw.pipeline():
+                    return None if first is None else first(self.raw)
+
+                def begun(raw: Any, block: Any = block) -> Any:
                     block.__enter__()  # queued: sent with the statement
                     self.block = block
-                    cursor = self.raw.execute(*first)
-                return cursor  # the pipeline's Sync read every result into it
+                    return first(raw)
+
+                return _pipelined(self.raw, begun)  # the Sync read every result into them
             except psycopg.Error as exc:
                 if not self.raw.broken or retry:
                     raise  # an entered block is ended (rolled back) with the transaction
@@ -224,6 +279,38 @@ class _FirstStatementBegins:
     def __getattr__(self, name: str) -> Any:
         self.begin()
         return getattr(self.raw, name)
+
+
+def _pipelined(raw: Any, statements: Callable[[Any], T]) -> T:
+    """``statements(raw)`` sent in one pipeline (one round trip). A statement's error may be
+    raised by the one sent after it, or at the Sync: the first one is raised, never the
+    pipeline's own abort after it (nor logged by psycopg as an error it ignored)."""
+    failed: BaseException | None = None
+    try:
+        with raw.pipeline():
+            try:
+                result = statements(raw)
+            except psycopg.Error as exc:
+                failed = exc
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
+    return result
+
+
+def _check_at_commit(raw: Any, tx: PostgresTransaction) -> None:
+    """The settings once more before the commit, after what a caller's deferred trigger would
+    have run at the commit itself (one round trip)."""
+
+    def statements(raw: Any) -> Any:
+        raw.execute(AT_COMMIT)
+        return raw.execute(settings_sql())
+
+    pipeline = psycopg.Pipeline.is_supported()
+    settings = _pipelined(raw, statements) if pipeline else statements(raw)
+    tx.watch(settings.fetchone())
 
 
 class _Begun:
@@ -396,7 +483,17 @@ class PostgresDriver(Driver):
                 # the caller would believe its rows and effects were committed.
                 status = waiting.raw.info.transaction_status
                 failure: InvalidState | None = None
-                if status == _INERROR:
+                if tx.failure is None and tx.baseline is not None and status == _INTRANS:
+                    try:
+                        _check_at_commit(waiting.raw, tx)
+                    except InvalidState:
+                        pass  # tx.failure says what, below
+                    except BaseException as exc:
+                        waiting.block.__exit__(type(exc), exc, exc.__traceback__)
+                        raise
+                if tx.failure is not None:
+                    failure = tx.refusal()
+                elif status == _INERROR:
                     failure = InvalidState(
                         "a statement in this transaction failed earlier, so the database "
                         "aborted it: nothing was committed"
