@@ -128,8 +128,13 @@ class AsyncReceipts:
                 try:
                     value = await work(tx)
                 except BaseException:
+                    tx._unfinished()  # closed: the rollback undoes what they would have done
                     answered(failed=True)
                     raise
+                unfinished = tx._unfinished()
+                if unfinished is not None:  # the receipt would commit without that statement
+                    answered(failed=True)
+                    raise unfinished
                 answered(value)
             return await finish(job)
         except BaseException:
