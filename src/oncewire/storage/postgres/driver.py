@@ -31,7 +31,7 @@ from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
-from oncewire.storage.postgres.guard import AT_COMMIT, changed, settings_sql
+from oncewire.storage.postgres.guard import SettingsWatch, pipelined, settings_sql
 from oncewire.storage.sqlguard import check_statement, named_to_pyformat
 
 __all__ = [
@@ -135,12 +135,11 @@ class PostgresTransaction(GuardedTransaction):
     string as well.
 
     On oncewire's own connection, the settings oncewire relies on are read with each of the
-    caller's statements (:mod:`~oncewire.storage.postgres.guard`): ``baseline`` is what they
-    were before the caller's first one, ``failure`` what changed, once one did; from then on
-    nothing more runs, and the commit is refused.
+    caller's statements (:mod:`~oncewire.storage.postgres.guard`, kept in ``settings``): once
+    one changed, nothing more runs, and the commit is refused.
     """
 
-    __slots__ = ("baseline", "failure")
+    __slots__ = ("settings",)
 
     ended_by_database = (
         "the transaction is no longer open; nothing more was written and nothing will be committed"
@@ -148,8 +147,7 @@ class PostgresTransaction(GuardedTransaction):
 
     def __init__(self, conn: Any, *, is_open: bool) -> None:
         super().__init__(conn, is_open=is_open)
-        self.baseline: Any = None
-        self.failure: tuple[str, str] | None = None  # (setting, message)
+        self.settings = SettingsWatch()
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
@@ -159,28 +157,11 @@ class PostgresTransaction(GuardedTransaction):
         conn = self.conn
         if not isinstance(conn, _FirstStatementBegins):
             return conn.execute(sql, params or None)  # the caller's own connection: theirs
-        cursor, before, after = conn.watched(sql, params or None, baseline=self.baseline is None)
-        if before is not None:
-            self.baseline = before.fetchone()
-        self.watch(after.fetchone())
-        return cursor
-
-    def watch(self, settings: Any) -> None:
-        """Fail the transaction if ``settings`` (a row of the guard's read) differ from the
-        baseline."""
-        found = changed(self.baseline, settings)
-        if found is not None:
-            self.failure = found
-            raise self.refusal()
-
-    def refusal(self) -> InvalidState:
-        assert self.failure is not None
-        setting, message = self.failure
-        return InvalidState(message, setting=setting)
+        return self.settings.run(conn, sql, params or None)
 
     def check_open(self) -> None:
-        if self.failure is not None:
-            raise self.refusal()
+        if self.settings.failure is not None:
+            raise self.settings.refusal()
         super().check_open()
 
     def open_on_connection(self) -> bool:
@@ -242,7 +223,7 @@ class _FirstStatementBegins:
             return watched
         if not psycopg.Pipeline.is_supported():
             return statements(self.raw)
-        return _pipelined(self.raw, statements)
+        return pipelined(self.raw, statements)
 
     def _begin_with(self, first: Callable[[Any], Any] | None) -> Any:
         """``BEGIN`` (and ``first(conn)``'s statements, in the same round trip); what ``first``
@@ -265,7 +246,7 @@ class _FirstStatementBegins:
                     self.block = block
                     return first(raw)
 
-                return _pipelined(self.raw, begun)  # the Sync read every result into them
+                return pipelined(self.raw, begun)  # the Sync read every result into them
             except psycopg.Error as exc:
                 if not self.raw.broken or retry:
                     raise  # an entered block is ended (rolled back) with the transaction
@@ -279,38 +260,6 @@ class _FirstStatementBegins:
     def __getattr__(self, name: str) -> Any:
         self.begin()
         return getattr(self.raw, name)
-
-
-def _pipelined(raw: Any, statements: Callable[[Any], T]) -> T:
-    """``statements(raw)`` sent in one pipeline (one round trip). A statement's error may be
-    raised by the one sent after it, or at the Sync: the first one is raised, never the
-    pipeline's own abort after it (nor logged by psycopg as an error it ignored)."""
-    failed: BaseException | None = None
-    try:
-        with raw.pipeline():
-            try:
-                result = statements(raw)
-            except psycopg.Error as exc:
-                failed = exc
-    except psycopg.Error:
-        if failed is None:
-            raise
-    if failed is not None:
-        raise failed
-    return result
-
-
-def _check_at_commit(raw: Any, tx: PostgresTransaction) -> None:
-    """The settings once more before the commit, after what a caller's deferred trigger would
-    have run at the commit itself (one round trip)."""
-
-    def statements(raw: Any) -> Any:
-        raw.execute(AT_COMMIT)
-        return raw.execute(settings_sql())
-
-    pipeline = psycopg.Pipeline.is_supported()
-    settings = _pipelined(raw, statements) if pipeline else statements(raw)
-    tx.watch(settings.fetchone())
 
 
 class _Begun:
@@ -483,16 +432,17 @@ class PostgresDriver(Driver):
                 # the caller would believe its rows and effects were committed.
                 status = waiting.raw.info.transaction_status
                 failure: InvalidState | None = None
-                if tx.failure is None and tx.baseline is not None and status == _INTRANS:
+                watch = tx.settings
+                if watch.failure is None and watch.baseline is not None and status == _INTRANS:
                     try:
-                        _check_at_commit(waiting.raw, tx)
+                        watch.check_at_commit(waiting.raw)
                     except InvalidState:
-                        pass  # tx.failure says what, below
+                        pass  # watch.failure says what, below
                     except BaseException as exc:
                         waiting.block.__exit__(type(exc), exc, exc.__traceback__)
                         raise
-                if tx.failure is not None:
-                    failure = tx.refusal()
+                if watch.failure is not None:
+                    failure = watch.refusal()
                 elif status == _INERROR:
                     failure = InvalidState(
                         "a statement in this transaction failed earlier, so the database "

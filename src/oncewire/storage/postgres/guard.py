@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
+from oncewire.core.errors import InvalidState
+from oncewire.storage.postgres.errors import psycopg
 from oncewire.storage.sqlguard import RELIED_ON_SETTINGS
 
-__all__ = ["AT_COMMIT", "changed", "settings_sql"]
+__all__ = ["AT_COMMIT", "SettingsWatch", "changed", "pipelined", "settings_sql"]
+
+T = TypeVar("T")
 
 AT_COMMIT = "SET CONSTRAINTS ALL IMMEDIATE"
 
@@ -85,3 +90,68 @@ def changed(before: Any, after: Any) -> tuple[str, str] | None:
         "commit rely on; the whole transaction is rolled back (the change with it) and "
         "nothing of it is committed"
     )
+
+
+class SettingsWatch:
+    """What one shared transaction keeps of the settings: ``baseline``, the row read before
+    the caller's first statement (None until then: nothing to check), and ``failure``, what
+    changed once something did."""
+
+    __slots__ = ("baseline", "failure")
+
+    def __init__(self) -> None:
+        self.baseline: Any = None
+        self.failure: tuple[str, str] | None = None  # (setting, message)
+
+    def run(self, conn: Any, sql: Any, params: Any) -> Any:
+        """The caller's statement on oncewire's connection (``conn.watched``: between two
+        reads of the settings, the first only for the baseline); its cursor."""
+        cursor, before, after = conn.watched(sql, params, baseline=self.baseline is None)
+        if before is not None:
+            self.baseline = before.fetchone()
+        self.watch(after.fetchone())
+        return cursor
+
+    def watch(self, settings: Any) -> None:
+        """Fail the transaction if ``settings`` (a row of :func:`settings_sql`) differ from
+        the baseline."""
+        found = changed(self.baseline, settings)
+        if found is not None:
+            self.failure = found
+            raise self.refusal()
+
+    def refusal(self) -> InvalidState:
+        assert self.failure is not None
+        setting, message = self.failure
+        return InvalidState(message, setting=setting)
+
+    def check_at_commit(self, raw: Any) -> None:
+        """The settings once more before the commit, after what a caller's deferred trigger
+        would have run at the commit itself (one round trip)."""
+
+        def statements(raw: Any) -> Any:
+            raw.execute(AT_COMMIT)
+            return raw.execute(settings_sql())
+
+        pipeline = psycopg.Pipeline.is_supported()
+        settings = pipelined(raw, statements) if pipeline else statements(raw)
+        self.watch(settings.fetchone())
+
+
+def pipelined(raw: Any, statements: Callable[[Any], T]) -> T:
+    """``statements(raw)`` sent in one pipeline (one round trip). A statement's error may be
+    raised by the one sent after it, or at the Sync: the first one is raised, never the
+    pipeline's own abort after it (nor logged by psycopg as an error it ignored)."""
+    failed: BaseException | None = None
+    try:
+        with raw.pipeline():
+            try:
+                result = statements(raw)
+            except psycopg.Error as exc:
+                failed = exc
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
+    return result
