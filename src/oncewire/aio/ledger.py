@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures as cf
-from collections.abc import Callable, Iterator, Sequence
+import inspect
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -87,11 +88,49 @@ class ThreadTransaction:
     placeholders with a dict run on both backends) and returns its :class:`Rows`. ``await
     tx.call(fn, *args)`` runs ``fn(sync_tx, *args)`` on the transaction's thread, for the
     ledgers' ``_in_tx`` verbs (``ledger.sync.inbound.start_in_tx`` and the like).
+
+    Each of these calls hands out a coroutine, and the transaction keeps it: one the caller
+    forgot to ``await`` never ran, and the transaction refuses to commit without it
+    (:meth:`_unfinished`).
     """
 
     def __init__(self) -> None:
         self._worker: Worker | None = None
         self._sync: Transaction | None = None
+        self._calls: list[tuple[str, Coroutine[Any, Any, Any]]] = []  # (method, coroutine)
+        self._prune_at = 32
+
+    def _handed(self, method: str, call: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        """``call``, kept until the transaction ends (the ones that ended are let go)."""
+        calls = self._calls
+        if len(calls) >= self._prune_at:
+            calls[:] = [kept for kept in calls if not _ended(kept[1])]
+            self._prune_at = max(32, 2 * len(calls))
+        calls.append((method, call))
+        return call
+
+    def _unfinished(self) -> InvalidState | None:
+        """At the end of the transaction: the refusal of a call handed out that never ran (it is
+        closed: awaiting it later raises, it never runs outside the transaction) or that is
+        still running; None when every one ended."""
+        refusal: InvalidState | None = None
+        for method, call in self._calls:
+            state = inspect.getcoroutinestate(call)
+            if state == inspect.CORO_CLOSED:
+                continue
+            if state == inspect.CORO_CREATED:
+                call.close()
+                what = "was never awaited"
+            else:
+                what = "was still running when the transaction's block ended"
+            if refusal is None:
+                refusal = InvalidState(
+                    f"tx.{method}(...) {what}: the transaction is rolled back, and nothing of it "
+                    "was committed (await every call of a transaction inside its block)",
+                    method=method,
+                )
+        self._calls = []
+        return refusal
 
     def _attach(self, worker: Worker, sync: Transaction) -> None:
         self._worker, self._sync = worker, sync
@@ -102,13 +141,26 @@ class ThreadTransaction:
             raise InvalidState("use the transaction inside its async with block")
         return worker.submit(lambda: fn(sync))
 
-    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Rows:
-        """Run the caller's own SQL in this transaction, on its thread."""
+    def execute(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = ()
+    ) -> Coroutine[Any, Any, Rows]:
+        """Run the caller's own SQL in this transaction, on its thread (awaited)."""
+        return self._handed("execute", self._execute(sql, params))
+
+    async def _execute(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> Rows:
         return await finish(self._on_thread(lambda tx: _answer(tx.execute(sql, params))))
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(tx, *args)`` on this transaction's thread, with the synchronous transaction."""
+    def call(self, fn: Callable[..., T], *args: Any) -> Coroutine[Any, Any, T]:
+        """``fn(tx, *args)`` on this transaction's thread, with the synchronous transaction
+        (awaited)."""
+        return self._handed("call", self._call(fn, *args))
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await finish(self._on_thread(lambda tx: fn(tx, *args)))
+
+
+def _ended(call: Coroutine[Any, Any, Any]) -> bool:
+    return inspect.getcoroutinestate(call) == inspect.CORO_CLOSED
 
 
 class _Rollback(Exception):
@@ -166,18 +218,28 @@ class AsyncTransaction(ThreadTransaction):
         worker, scope = self._worker, self._scope
         assert worker is not None and scope is not None  # entered
         self._detach()
+        # A call never awaited (tx.accept without await) never ran: committing would keep the
+        # caller's rows without it. One still running in another task ran before this, on the
+        # same worker, and is undone with the rest.
+        unfinished = self._unfinished()
         # The caller's own exception goes into the synchronous exit (a driver error is
         # translated there, as in a with block); a BaseException becomes a plain rollback.
-        reason = exc if exc is None or isinstance(exc, Exception) else _Rollback()
+        reason: BaseException | None = (
+            exc if exc is None or isinstance(exc, Exception) else _Rollback()
+        )
+        if reason is None and unfinished is not None:
+            reason = unfinished
         try:
             await finish(worker.submit(lambda: _end(scope, reason)))
         finally:
             self._ledger.pool.release(worker)
+        if exc is None and unfinished is not None:
+            raise unfinished
 
     def _detach(self) -> None:
         self._worker, self._sync = None, None
 
-    async def accept(
+    def accept(
         self,
         key: str,
         kind: str,
@@ -186,9 +248,32 @@ class AsyncTransaction(ThreadTransaction):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         delay_seconds: float = 0.0,
         deadline_seconds: float | None = None,
+    ) -> Coroutine[Any, Any, Effect]:
+        """Record the intent (awaited); durable when this transaction commits, with the rest.
+        The same refusals as :meth:`oncewire.LedgerTransaction.accept`. Not awaited, the
+        transaction refuses to commit (:class:`InvalidState`, rolled back)."""
+        return self._handed(
+            "accept",
+            self._accept(
+                key,
+                kind,
+                payload,
+                max_attempts=max_attempts,
+                delay_seconds=delay_seconds,
+                deadline_seconds=deadline_seconds,
+            ),
+        )
+
+    async def _accept(
+        self,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int,
+        delay_seconds: float,
+        deadline_seconds: float | None,
     ) -> Effect:
-        """Record the intent; durable when this transaction commits, with the rest. The same
-        refusals as :meth:`oncewire.LedgerTransaction.accept`."""
         scope = self._scope
 
         def accept(_: Transaction) -> Effect:

@@ -134,8 +134,13 @@ class AsyncReceipts:
                 try:
                     value = await work(tx)
                 except BaseException as exc:
+                    tx._unfinished()  # closed: the rollback undoes what they would have done
                     answered(failed=exc)
                     raise
+                unfinished = tx._unfinished()
+                if unfinished is not None:  # the receipt would commit without that statement
+                    answered(failed=unfinished)
+                    raise unfinished
                 answered(value)
             return await finish(job)
         except BaseException as exc:

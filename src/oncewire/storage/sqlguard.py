@@ -8,8 +8,13 @@ caller goes on. So ``tx.execute`` refuses, before anything runs:
 - transaction control: BEGIN, START TRANSACTION, COMMIT, END, ROLLBACK, ABORT,
   PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED, SET TRANSACTION, SET SESSION CHARACTERISTICS;
 - what changes the connection oncewire keeps using after the transaction: a session-level
-  ``SET`` (``SET LOCAL`` is allowed: it ends with the transaction), RESET, DISCARD, a PRAGMA
-  that assigns a setting (``journal_mode``, ``synchronous``, ...), ATTACH and DETACH;
+  ``SET``, RESET, DISCARD, DEALLOCATE, LISTEN, a PRAGMA that assigns a setting
+  (``journal_mode``, ``synchronous``, ...), ATTACH and DETACH;
+- ``SET LOCAL`` of a setting oncewire's own statements and its commit rely on
+  (:data:`RELIED_ON_SETTINGS`: ``synchronous_commit`` off locally would make the shared commit
+  itself non-durable); ``SET LOCAL`` of any other setting ends with the transaction and is
+  allowed;
+- COPY (its data would travel on the connection outside the statement, which leaves it unusable);
 - VACUUM (neither database runs it inside a transaction);
 - several statements in one string (SQLite's driver refuses them already; psycopg would run
   them, so a ``COMMIT`` could hide behind a first statement).
@@ -22,7 +27,11 @@ savepoint would undo a reservation oncewire goes on relying on.
 
 The scan is a small lexer, not a parser: it skips comments, string literals, quoted
 identifiers and PostgreSQL dollar quotes, splits at top-level semicolons, and looks at the first
-words of each statement.
+words of each statement. It is the first refusal, with the clearest message, and it is not what
+keeps the promise: a text it reads otherwise than the database does (SQLite skips a leading
+U+FEFF; a ``SELECT`` can call PostgreSQL's ``set_config``) is refused by the database's own
+reading of it, :mod:`oncewire.storage.sqlite.guard` (SQLite's authorizer) and
+:mod:`oncewire.storage.postgres.guard` (PostgreSQL's settings, read after every statement).
 
 The same lexing makes the caller's SQL portable (:func:`caller_statement`): ``:name``
 placeholders with a dict of values run on SQLite as written and on PostgreSQL translated to
@@ -41,10 +50,13 @@ from oncewire.core.errors import InvalidState, StatementError
 
 __all__ = [
     "PORTABLE_STYLE",
+    "RELIED_ON_SETTINGS",
+    "SavepointOp",
     "SavepointStack",
     "Statement",
     "caller_statement",
     "check_statement",
+    "refused",
     "scan",
 ]
 
@@ -62,9 +74,12 @@ _WATCHED = frozenset(
         "ATTACH",
         "BEGIN",
         "COMMIT",
+        "COPY",
+        "DEALLOCATE",
         "DETACH",
         "DISCARD",
         "END",
+        "LISTEN",
         "PRAGMA",
         "PREPARE",
         "RELEASE",
@@ -91,6 +106,36 @@ _READING_PRAGMAS = frozenset(
         "quick_check",
     }
 )
+
+
+# PostgreSQL settings oncewire's own statements, its commit and its driver rely on. Changed in a
+# shared transaction (even locally: synchronous_commit off for the one commit that carries the
+# caller's rows and the intent), the whole transaction is rolled back.
+RELIED_ON_SETTINGS = (
+    "synchronous_commit",  # the commit is durable when it returns
+    "search_path",  # oncewire's statements name its tables without a schema
+    "default_transaction_isolation",
+    "default_transaction_read_only",
+    "default_transaction_deferrable",
+    "transaction_isolation",
+    "transaction_read_only",
+    "statement_timeout",  # a statement of oncewire's is not cut short
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+    "idle_session_timeout",  # the pooled connection is not closed under oncewire
+    "role",  # oncewire's statements run as the store's user
+    "session_authorization",
+    "session_replication_role",  # "replica" would switch off oncewire's triggers and keys
+    "client_encoding",  # psycopg decodes every text with it
+    "standard_conforming_strings",
+    "extra_float_digits",  # times are floats, read back as text
+)
+# Words after SET [LOCAL] that name a relied-on setting under another name.
+_SET_ALIASES = {"SCHEMA": "search_path", "NAMES": "client_encoding"}
+
+# What the caller's savepoint statement does, as SQLite's authorizer names it: ("BEGIN" |
+# "RELEASE" | "ROLLBACK", the savepoint's name).
+SavepointOp = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +284,13 @@ class SavepointStack:
     def opened(self, name: str, *, by_caller: bool) -> None:
         self._open.append((name, by_caller))
 
+    def state(self) -> list[tuple[str, bool]]:
+        """What :meth:`restore` puts back (a statement the database did not run)."""
+        return list(self._open)
+
+    def restore(self, state: list[tuple[str, bool]]) -> None:
+        self._open = state
+
     def check(self, name: str, verb: str) -> int:
         """Where the caller's ``verb`` (RELEASE / ROLLBACK TO) of ``name`` applies, or refuse."""
         for index in range(len(self._open) - 1, -1, -1):
@@ -270,87 +322,121 @@ class SavepointStack:
                 return
 
 
-def _refuse(what: str, why: str) -> InvalidState:
+def refused(what: str, why: str) -> InvalidState:
+    """The refusal of a caller's statement that did not run."""
     return InvalidState(
         f"{what} is not allowed in a transaction shared with oncewire ({why}); nothing was "
         "executed. Leave the with block normally to commit, or raise to roll back."
     )
 
 
-def check_statement(sql: str, savepoints: SavepointStack) -> None:
+def check_statement(sql: str, savepoints: SavepointStack) -> SavepointOp | None:
     """Refuse ``sql`` (InvalidState, before it runs) if it could end or escape the transaction.
 
-    A savepoint statement the caller may run is recorded in ``savepoints``.
+    A savepoint statement the caller may run is recorded in ``savepoints``, and what it does is
+    returned, for the database's own check that it reads the statement the same way.
     """
     if ";" not in sql and "--" not in sql and "/*" not in sql:
         first = _FIRST.match(sql)
         if first is None or first.group(1).upper() not in _WATCHED:
-            return  # the common case: a plain statement with no comment and no separator
+            return None  # the common case: a plain statement with no comment and no separator
     statements = scan(sql)
     if len(statements) > 1:
-        raise _refuse(
+        raise refused(
             "more than one statement in one execute",
             "run them one execute at a time, as SQLite's driver requires",
         )
-    if statements:
-        _check_one(statements[0], savepoints)
+    return _check_one(statements[0], savepoints) if statements else None
 
 
-def _check_one(statement: Statement, savepoints: SavepointStack) -> None:
+def _check_one(statement: Statement, savepoints: SavepointStack) -> SavepointOp | None:
     first = statement.word(0)
     if first in ("BEGIN", "COMMIT", "END", "ABORT") or (
         first == "START" and statement.word(1) == "TRANSACTION"
     ):
-        raise _refuse(first, "it would end or restart the shared transaction")
+        raise refused(first, "it would end or restart the shared transaction")
     if first == "PREPARE" and statement.word(1) == "TRANSACTION":
-        raise _refuse("PREPARE TRANSACTION", "it would end the shared transaction")
+        raise refused("PREPARE TRANSACTION", "it would end the shared transaction")
     if first == "ROLLBACK":
         index = 1
         if statement.word(index) in ("WORK", "TRANSACTION"):
             index += 1
         if statement.word(index) != "TO":
-            raise _refuse("ROLLBACK", "it would end the shared transaction")
+            raise refused("ROLLBACK", "it would end the shared transaction")
         index += 1
         if statement.word(index) == "SAVEPOINT":
             index += 1
         name = _savepoint_name(_token(statement, index))
         if name is None:
-            raise _refuse("ROLLBACK TO without a savepoint name", "it could not be checked")
+            raise refused("ROLLBACK TO without a savepoint name", "it could not be checked")
         savepoints.check(name, "ROLLBACK TO")
         savepoints.rolled_back_to(name)
-        return
+        return ("ROLLBACK", name)
     if first == "RELEASE":
         index = 2 if statement.word(1) == "SAVEPOINT" else 1
         name = _savepoint_name(_token(statement, index))
         if name is None:
-            raise _refuse("RELEASE without a savepoint name", "it could not be checked")
+            raise refused("RELEASE without a savepoint name", "it could not be checked")
         savepoints.check(name, "RELEASE")
         savepoints.released(name)
-        return
+        return ("RELEASE", name)
     if first == "SAVEPOINT":
         name = _savepoint_name(_token(statement, 1))
-        if name is not None:
-            savepoints.opened(name, by_caller=True)
-        return
+        if name is None:
+            return None
+        savepoints.opened(name, by_caller=True)
+        return ("BEGIN", name)
     if first == "SET":
         second = statement.word(1)
-        if second == "LOCAL" or second == "CONSTRAINTS":
-            return  # ends with the transaction
+        if second == "CONSTRAINTS":
+            return None  # ends with the transaction
+        if second == "LOCAL":
+            _check_set_local(statement)
+            return None
         if second in ("TRANSACTION", "SESSION"):
-            raise _refuse(f"SET {second}", "it changes the shared transaction or the session")
-        raise _refuse(
+            raise refused(f"SET {second}", "it changes the shared transaction or the session")
+        raise refused(
             "a session-level SET",
             "it outlives the transaction on the connection oncewire goes on using; SET LOCAL "
             "is allowed",
         )
-    if first in ("RESET", "DISCARD"):
-        raise _refuse(first, "it changes the connection oncewire goes on using")
+    if first in ("RESET", "DISCARD", "DEALLOCATE", "LISTEN"):
+        raise refused(first, "it changes the connection oncewire goes on using")
+    if first == "COPY":
+        raise refused(
+            "COPY",
+            "its data would travel on the connection outside the statement, which leaves the "
+            "connection unusable",
+        )
     if first in ("ATTACH", "DETACH"):
-        raise _refuse(first, "it changes the connection oncewire goes on using")
+        raise refused(first, "it changes the connection oncewire goes on using")
     if first == "VACUUM":
-        raise _refuse("VACUUM", "it cannot run inside a transaction")
+        raise refused("VACUUM", "it cannot run inside a transaction")
     if first == "PRAGMA":
         _check_pragma(statement)
+    return None
+
+
+def _check_set_local(statement: Statement) -> None:
+    # SET LOCAL name { TO | = } value, SET LOCAL ROLE r, SET LOCAL SESSION AUTHORIZATION u, ...
+    token = _token(statement, 2)
+    if token is None or not (token.word or token.quoted):
+        return  # not a SET the database would run
+    word = token.text.upper()
+    if token.word and word == "TRANSACTION":
+        raise refused("SET LOCAL TRANSACTION", "it changes the shared transaction")
+    if token.word and word == "SESSION" and statement.word(3) == "AUTHORIZATION":
+        name = "session_authorization"
+    elif token.word and word in _SET_ALIASES:
+        name = _SET_ALIASES[word]
+    else:
+        name = token.text.lower()
+    if name in RELIED_ON_SETTINGS:
+        raise refused(
+            f"SET LOCAL {name}",
+            "oncewire's own statements and the shared commit rely on it; the transaction would "
+            "be rolled back at the end of the block",
+        )
 
 
 def _token(statement: Statement, index: int) -> Token | None:
@@ -369,7 +455,7 @@ def _check_pragma(statement: Statement) -> None:
     if after is None:
         return  # reading a setting
     if after.text == "=" or (after.text == "(" and name not in _READING_PRAGMAS):
-        raise _refuse(
+        raise refused(
             f"PRAGMA {name} with a value",
             "it changes a setting of the connection oncewire goes on using",
         )

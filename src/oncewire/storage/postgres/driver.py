@@ -30,6 +30,7 @@ from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
+from oncewire.storage.postgres.guard import SettingsWatch, pipelined, settings_sql
 from oncewire.storage.postgres.listen import SETTLED, listener
 from oncewire.storage.sqlguard import caller_statement, check_statement
 
@@ -131,9 +132,13 @@ class PostgresTransaction(GuardedTransaction):
 
     ``execute`` takes ``:name`` placeholders with a dict (the portable form, translated to
     psycopg's ``%(name)s``), and refuses several statements in one string as well.
+
+    On oncewire's own connection, the settings oncewire relies on are read with each of the
+    caller's statements (:mod:`~oncewire.storage.postgres.guard`, kept in ``settings``): once
+    one changed, nothing more runs, and the commit is refused.
     """
 
-    __slots__ = ()
+    __slots__ = ("settings",)
 
     dialect = "postgresql"
 
@@ -141,10 +146,23 @@ class PostgresTransaction(GuardedTransaction):
         "the transaction is no longer open; nothing more was written and nothing will be committed"
     )
 
+    def __init__(self, conn: Any, *, is_open: bool) -> None:
+        super().__init__(conn, is_open=is_open)
+        self.settings = SettingsWatch()
+
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
         check_statement(sql, self.savepoints)
-        return self.conn.execute(*caller_statement(sql, params, "postgresql"))
+        sql, values = caller_statement(sql, params, "postgresql")
+        conn = self.conn
+        if not isinstance(conn, _FirstStatementBegins):
+            return conn.execute(sql, values)  # the caller's own connection: theirs
+        return self.settings.run(conn, sql, values)
+
+    def check_open(self) -> None:
+        if self.settings.failure is not None:
+            raise self.settings.refusal()
+        super().check_open()
 
     def open_on_connection(self) -> bool:
         conn = self.conn
@@ -189,10 +207,27 @@ class _FirstStatementBegins:
     def execute(self, sql: Any, params: Any = None) -> Any:
         if self.block is not None:
             return self.raw.execute(sql, params)
-        return self._begin_with((sql, params))
+        return self._begin_with(lambda raw: raw.execute(sql, params))
 
-    def _begin_with(self, first: tuple[Any, Any] | None) -> Any:
-        """``BEGIN`` (and ``first``, in the same round trip); the first statement's cursor.
+    def watched(self, sql: Any, params: Any, *, baseline: bool) -> tuple[Any, Any, Any]:
+        """The caller's statement between two reads of the settings oncewire relies on (the
+        first only when ``baseline``), in one round trip: the three cursors, read."""
+
+        def statements(raw: Any) -> tuple[Any, Any, Any]:
+            before = raw.execute(settings_sql()) if baseline else None
+            cursor = raw.execute(sql, params)
+            return cursor, before, raw.execute(settings_sql())
+
+        if self.block is None:
+            watched: tuple[Any, Any, Any] = self._begin_with(statements)
+            return watched
+        if not psycopg.Pipeline.is_supported():
+            return statements(self.raw)
+        return pipelined(self.raw, statements)
+
+    def _begin_with(self, first: Callable[[Any], Any] | None) -> Any:
+        """``BEGIN`` (and ``first(conn)``'s statements, in the same round trip); what ``first``
+        returns (its cursors).
 
         A connection the server dropped while it sat idle is only found out here: nothing
         sent could have committed (the statement ran, if at all, inside a transaction that
@@ -204,12 +239,14 @@ class _FirstStatementBegins:
                 if first is None or not psycopg.Pipeline.is_supported():
                     block.__enter__()  # a round trip of its own
                     self.block = block
-                    return None if first is None else self.raw.execute(*first)
-                with self.raw.pipeline():
+                    return None if first is None else first(self.raw)
+
+                def begun(raw: Any, block: Any = block) -> Any:
                     block.__enter__()  # queued: sent with the statement
                     self.block = block
-                    cursor = self.raw.execute(*first)
-                return cursor  # the pipeline's Sync read every result into it
+                    return first(raw)
+
+                return pipelined(self.raw, begun)  # the Sync read every result into them
             except psycopg.Error as exc:
                 if not self.raw.broken or retry:
                     raise  # an entered block is ended (rolled back) with the transaction
@@ -390,7 +427,18 @@ class PostgresDriver(Driver):
                 # the caller would believe its rows and effects were committed.
                 status = waiting.raw.info.transaction_status
                 failure: InvalidState | None = None
-                if status == _INERROR:
+                watch = tx.settings
+                if watch.failure is None and watch.baseline is not None and status == _INTRANS:
+                    try:
+                        watch.check_at_commit(waiting.raw)
+                    except InvalidState:
+                        pass  # watch.failure says what, below
+                    except BaseException as exc:
+                        waiting.block.__exit__(type(exc), exc, exc.__traceback__)
+                        raise
+                if watch.failure is not None:
+                    failure = watch.refusal()
+                elif status == _INERROR:
                     failure = InvalidState(
                         "a statement in this transaction failed earlier, so the database "
                         "aborted it: nothing was committed"

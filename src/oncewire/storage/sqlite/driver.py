@@ -35,6 +35,7 @@ from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
 from oncewire.storage.sqlite import files
 from oncewire.storage.sqlite.errors import translate_errors, translated
+from oncewire.storage.sqlite.guard import CallerGuard
 from oncewire.storage.sqlite.wake import watch as wake_watch
 
 __all__ = [
@@ -172,7 +173,7 @@ class SQLiteTransaction(GuardedTransaction):
     through it.
     """
 
-    __slots__ = ("store", "what")
+    __slots__ = ("guard", "store", "what")
 
     dialect = "sqlite"
 
@@ -190,13 +191,24 @@ class SQLiteTransaction(GuardedTransaction):
         *,
         is_open: bool = False,
         store: str | None = None,
+        guard: CallerGuard | None = None,
     ) -> None:
         super().__init__(conn, is_open=is_open)
         self.what = what
         self.store = store  # the file's path, named by a disk-full error
+        self.guard = guard  # the connection's authorizer, for the caller's statements
 
     def open_on_connection(self) -> bool:
         return bool(self.conn.in_transaction)
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """The caller's statement: refused by the lexer, then by SQLite's authorizer from what
+        SQLite itself parsed (:mod:`.guard`)."""
+        self.check_open()
+        guard = self.guard
+        if guard is None:
+            guard = CallerGuard(self.conn, scoped=True)  # not oncewire's own connection
+        return guard.run(sql, params, self.savepoints)
 
     def check_open(self) -> None:
         if not (self.is_open and self.conn.in_transaction):  # every verb's check: inlined
@@ -455,7 +467,11 @@ class SQLiteDriver(Driver):
 
     # -- transactions ------------------------------------------------------------------------
     def transaction(self) -> SQLiteTransaction:
-        return SQLiteTransaction(self.conn(), store=self.path)
+        conn = self.conn()
+        guard: CallerGuard | None = getattr(self._local, "guard", None)
+        if guard is None or guard.conn is not conn:
+            guard = self._local.guard = CallerGuard(conn)  # installed at its first statement
+        return SQLiteTransaction(conn, store=self.path, guard=guard)
 
     def write(self, what: str) -> _Write:
         return _Write(self.conn(), what, store=self.path)
