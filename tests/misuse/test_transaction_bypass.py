@@ -23,10 +23,6 @@ from oncewire.receipts.service import Receipts
 from tests.contract.conftest import RawDatabase
 
 
-def _sql(backend: str, sql: str) -> str:
-    return sql.replace("?", "%s") if backend == "postgresql" else sql
-
-
 @pytest.fixture
 def caller_table(raw: RawDatabase) -> str:
     raw.execute("CREATE TABLE caller_rows (id INTEGER PRIMARY KEY)")
@@ -182,7 +178,7 @@ def test_postgres_a_changed_setting_rolls_back_the_whole_transaction_and_names_i
         pytest.skip("PostgreSQL's settings")
     before = _settings(ledger, backend)
     with pytest.raises(InvalidState, match=setting) as caught, ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         tx.accept("k-1", "send", {"n": 1})
         tx.execute(statement)
         tx.accept("k-2", "send", {"n": 2})
@@ -207,7 +203,7 @@ def test_postgres_a_refusal_the_caller_swallows_still_commits_nothing(
         pytest.skip("PostgreSQL's settings")
     before = _settings(ledger, backend)
     with pytest.raises(InvalidState, match=setting), ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         with pytest.raises(InvalidState, match=setting):
             tx.execute(statement)
         with pytest.raises(InvalidState, match=setting):
@@ -234,7 +230,7 @@ def test_postgres_a_setting_changed_by_a_deferred_trigger_at_commit_is_caught(
     )
     before = _settings(ledger, backend)
     with pytest.raises(InvalidState, match="synchronous_commit"), ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         tx.accept("k-1", "send", {"n": 1})
     assert raw.count(caller_table) == 0
     assert raw.count("oncewire_effects") == 0
@@ -255,7 +251,7 @@ def test_postgres_a_commit_the_server_refuses_leaves_neither(
         pytest.skip("PostgreSQL's procedures")
     raw.execute("CREATE PROCEDURE caller_commits() LANGUAGE plpgsql AS $$ BEGIN COMMIT; END $$")
     with pytest.raises(Exception), ledger.transaction() as tx:  # noqa: B017 - refused somewhere
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         tx.accept("k-1", "send", {"n": 1})
         try:
             tx.execute(statement)
@@ -285,7 +281,7 @@ def test_what_oncewire_relies_on_is_refused_before_it_runs(
 ) -> None:
     before = _settings(ledger, backend)
     with ledger.transaction() as tx:
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         with pytest.raises(InvalidState, match="nothing was executed"):
             tx.execute(statement)
         tx.accept("k-1", "send", {"n": 1})
@@ -303,7 +299,7 @@ def test_postgres_settings_oncewire_does_not_rely_on_stay_the_callers(
         tx.execute("SET LOCAL TimeZone = 'UTC'")
         tx.execute("SET LOCAL work_mem = '8MB'")
         tx.execute("SELECT set_config('application_name', 'caller', true)")
-        tx.execute(_sql(backend, "INSERT INTO caller_rows VALUES (?)"), (1,))
+        tx.execute("INSERT INTO caller_rows VALUES (:id)", {"id": 1})
         tx.accept("k-1", "send", {"n": 1})
     assert raw.count(caller_table) == 1
     assert raw.count("oncewire_effects") == 1

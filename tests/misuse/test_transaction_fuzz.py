@@ -123,14 +123,6 @@ class _Fails(Exception):
     """The caller's own reason to leave the block with an exception."""
 
 
-def _insert(backend: str) -> str:
-    return (
-        "INSERT INTO caller_rows VALUES (%s)"
-        if backend == "postgresql"
-        else ("INSERT INTO caller_rows VALUES (?)")
-    )
-
-
 def _durability(conn: Any, backend: str) -> tuple[Any, ...]:
     if backend == "sqlite":
         return (
@@ -188,7 +180,7 @@ def test_the_callers_row_and_its_intent_commit_together_or_not_at_all(
     key = f"fuzz-{n}"
     try:
         with ledger.transaction() as tx:
-            tx.execute(_insert(backend), (n,))
+            tx.execute("INSERT INTO caller_rows VALUES (:n)", {"n": n})
             if accept_first:
                 tx.accept(key, "send", {"n": n})
             try:

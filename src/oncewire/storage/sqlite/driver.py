@@ -33,6 +33,7 @@ from oncewire.storage import migrate as runner
 from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
+from oncewire.storage.sqlguard import caller_statement
 from oncewire.storage.sqlite import files
 from oncewire.storage.sqlite.errors import translate_errors, translated
 from oncewire.storage.sqlite.guard import CallerGuard
@@ -203,12 +204,14 @@ class SQLiteTransaction(GuardedTransaction):
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         """The caller's statement: refused by the lexer, then by SQLite's authorizer from what
-        SQLite itself parsed (:mod:`.guard`)."""
+        SQLite itself parsed (:mod:`.guard`). ``:name`` placeholders with a dict: positional
+        values and SQLite's other placeholders are refused first (:func:`caller_statement`)."""
         self.check_open()
+        sql, values = caller_statement(sql, params, "sqlite")
         guard = self.guard
         if guard is None:
             guard = CallerGuard(self.conn, scoped=True)  # not oncewire's own connection
-        return guard.run(sql, params, self.savepoints)
+        return guard.run(sql, () if values is None else dict(values), self.savepoints)
 
     def check_open(self) -> None:
         if not (self.is_open and self.conn.in_transaction):  # every verb's check: inlined
