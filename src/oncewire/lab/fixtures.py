@@ -30,6 +30,7 @@ __all__ = [
     "StorePair",
     "accept_all",
     "claims_held_by",
+    "claims_lockable",
     "dialect_of",
     "initialise",
     "placeholders",
@@ -236,6 +237,37 @@ def claims_held_by(pair: StorePair, pid: int) -> int:
         f"AND lease_owner LIKE '%:{int(pid)}:%'",
     )
     return int(found[0]["n"])
+
+
+def claims_lockable(pair: StorePair, pid: int, *, timeout_seconds: float = 0.3) -> bool:
+    """Whether a peer could take over the claims of a (stopped) worker process right now: it
+    holds no lock that a release of its claims would wait for. A process stopped inside a write
+    transaction holds SQLite's one write lock, or on PostgreSQL the row locks of the effects it
+    was settling: nobody can release its claims until it runs again, so its lease running out
+    changes nothing. Waits up to ``timeout_seconds`` for a lock a live peer holds briefly."""
+    if pair.dialect == "postgresql":
+        import psycopg
+
+        with psycopg.connect(pair.caller) as conn:
+            conn.execute(f"SET LOCAL lock_timeout = '{int(timeout_seconds * 1000)}ms'")
+            try:
+                conn.execute(
+                    "SELECT id FROM oncewire_effects WHERE state = 'claimed' "
+                    "AND lease_owner LIKE %s FOR UPDATE",
+                    (f"%:{int(pid)}:%",),
+                ).fetchall()
+            except psycopg.errors.LockNotAvailable:
+                return False
+            finally:
+                conn.rollback()
+        return True
+    with closing(sqlite3.connect(pair.caller, timeout=timeout_seconds, isolation_level=None)) as db:
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return False
+        db.execute("ROLLBACK")
+    return True
 
 
 def terminate_connections(url: str, application_name: str) -> int:

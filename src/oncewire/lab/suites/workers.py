@@ -19,7 +19,13 @@ import time
 from collections import Counter
 from typing import Any
 
-from oncewire.lab.fixtures import accept_all, claims_held_by, snapshot, terminate_connections
+from oncewire.lab.fixtures import (
+    accept_all,
+    claims_held_by,
+    claims_lockable,
+    snapshot,
+    terminate_connections,
+)
 from oncewire.lab.framework import LabContext, ScenarioResult, Suite
 
 __all__ = ["SUITE", "run_workers"]
@@ -65,30 +71,39 @@ def run_workers(ctx: LabContext) -> list[ScenarioResult]:
         "8",
     ]
 
-    def start() -> subprocess.Popen[str]:
-        process = ctx.spawn("torture", args)
+    def start(standby: bool = False) -> subprocess.Popen[str]:
+        process = ctx.spawn("torture", [*args, "--standby"] if standby else args)
         assert process.stdout is not None
         process.stdout.readline()  # "ready"
         return process
 
-    live = [start() for _ in range(WORKERS)]
+    # The four start together: each waits, stores open, for SIGUSR1. Started one after the
+    # other, the first ones could finish the work before the last one is ready on a busy
+    # machine, and there would be no claims left to stop a worker with.
+    live = [start(standby=True) for _ in range(WORKERS)]
+    for process in live:
+        process.send_signal(signal.SIGUSR1)
     finished: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     began = time.monotonic()
 
     # One worker is stopped while it holds claims, and kept stopped past its lease: the first
     # one seen holding claims (on a loaded machine a given worker may claim little or late).
+    # Not while it is inside a write transaction: then it holds the lock a release of its
+    # claims needs, its peers cannot take them over however long it stays stopped, and it
+    # would find its claims still its own when it resumes (nothing stale to refuse).
     stopped = live[0]
     stopped_with = 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not stopped_with:
         for candidate in live:
             if candidate.poll() is None and claims_held_by(stores, candidate.pid):
                 candidate.send_signal(signal.SIGSTOP)
                 stopped_with = claims_held_by(stores, candidate.pid)
-                if stopped_with:
+                if stopped_with and claims_lockable(stores, candidate.pid):
                     stopped = candidate
                     break
+                stopped_with = 0
                 candidate.send_signal(signal.SIGCONT)
         time.sleep(0.005)
     stop_at = time.monotonic()
