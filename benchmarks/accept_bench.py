@@ -96,6 +96,10 @@ def traffic(url: str) -> dict[str, int]:
     }
 
 
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
 class Schemas:
     """A fresh schema per workload, dropped at the end."""
 
@@ -168,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'floor':8} {floor_rate:>8,.0f} c/s {'1.00x':>7} {'-':>6}  1 statement, 1 round trip")
     print(
         f"{'accept':8} {accept_rate:>8,.0f} e/s {ratio:>6.2f}x {'1.00x':>6}  "
-        f"{counted['statements']} statements, {counted['round_trips']} round trips"
+        f"{_plural(counted['statements'], 'statement')}, "
+        f"{_plural(counted['round_trips'], 'round trip')}"
     )
     print("round ratios: " + ", ".join(f"{r['ratio']:.2f}" for r in rounds))
     if args.json:

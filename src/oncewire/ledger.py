@@ -187,16 +187,18 @@ class Ledger:
         delay_seconds: float = 0.0,
         deadline_seconds: float | None = None,
     ) -> Effect:
-        """Accept one effect in a transaction of its own."""
-        with self.transaction() as tx:
-            return tx.accept(
-                key,
-                kind,
-                payload,
-                max_attempts=max_attempts,
-                delay_seconds=delay_seconds,
-                deadline_seconds=deadline_seconds,
-            )
+        """Accept one effect in a transaction of its own (on PostgreSQL one statement, one
+        round trip). Inside this thread's open :meth:`transaction` it is
+        :class:`InvalidState`: accept there with ``tx.accept``."""
+        effect, _ = self.effects.accept_alone(
+            key,
+            kind,
+            payload,
+            max_attempts=max_attempts,
+            delay_seconds=delay_seconds,
+            deadline_seconds=deadline_seconds,
+        )
+        return effect
 
     def accept_in(
         self,

@@ -131,6 +131,73 @@ def test_an_insert_rolls_back_with_its_transaction(store: Store, raw: RawDatabas
     assert raw.count("oncewire_effects") == 0
 
 
+def _alone(
+    store: Store, key: str, *, digest: str = "a" * 64, hit: list[int] | None = None
+) -> tuple:
+    return store.insert_effect_alone(
+        key=key,
+        kind="charge",
+        payload_json='{"cents":1999}',
+        digest=digest,
+        max_attempts=3,
+        not_before=T0,
+        deadline=None,
+        now=T0,
+        before_commit=(lambda: None) if hit is None else (lambda: hit.append(1)),
+    )
+
+
+def test_an_insert_alone_commits_before_it_returns(store: Store, raw: RawDatabase) -> None:
+    hits: list[int] = []
+    effect, created = _alone(store, "alone-1", hit=hits)
+    assert created is True and hits == [1]
+    assert effect == store.get_effect("alone-1")
+    row = raw.effect_row("alone-1")  # another connection: committed
+    assert (row["state"], row["digest"], row["attempts"]) == ("pending", "a" * 64, 0)
+
+
+def test_an_insert_alone_of_an_existing_key_returns_it_unchanged(
+    store: Store, raw: RawDatabase, arrange: Arrange
+) -> None:
+    first = arrange.add("k", kind="charge", payload_json='{"a":1}', digest="b" * 64)
+    again, created = _alone(store, "k", digest="c" * 64)
+    assert created is False and again == first  # the store does not compare digests
+    assert raw.count("oncewire_effects") == 1
+    assert raw.effect_row("k")["digest"] == "b" * 64
+
+
+def test_an_insert_alone_that_fails_before_its_commit_leaves_nothing(
+    store: Store, raw: RawDatabase
+) -> None:
+    class Boom(Exception):
+        pass
+
+    def boom() -> None:
+        raise Boom
+
+    with pytest.raises(Boom):
+        store.insert_effect_alone(
+            key="never",
+            kind="charge",
+            payload_json="{}",
+            digest="d" * 64,
+            max_attempts=1,
+            not_before=T0,
+            deadline=None,
+            now=T0,
+            before_commit=boom,
+        )
+    assert raw.count("oncewire_effects") == 0
+
+
+def test_an_insert_alone_inside_an_open_transaction_is_refused(
+    store: Store, raw: RawDatabase
+) -> None:
+    with store.transaction(), pytest.raises(InvalidState, match="already open"):
+        _alone(store, "inside")
+    assert raw.count("oncewire_effects") == 0
+
+
 def test_a_nested_transaction_on_one_thread_is_refused(store: Store) -> None:
     with store.transaction(), pytest.raises(InvalidState), store.transaction():
         pass

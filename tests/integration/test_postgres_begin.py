@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from oncewire import Ledger
-from oncewire.core.errors import InvalidState, StatementError
+from oncewire.core.errors import InvalidState, PayloadConflict, StatementError
 from tests.support.pg import fresh_schema, server_url
 
 
@@ -62,9 +62,56 @@ def _sent(ledger: Ledger, work: object) -> list[tuple[str, str]]:
     return sent
 
 
-def test_an_accept_sends_begin_with_its_insert_then_commits(pg_url: str, ledger: Ledger) -> None:
-    ledger.accept("warm", "send", {"n": 0})  # the connection is open, the statement prepared
+def test_an_accept_alone_is_one_statement_in_one_round_trip(pg_url: str, ledger: Ledger) -> None:
+    ledger.accept("warm", "send", {"n": 0})  # the connection is open
     sent = _sent(ledger, lambda: ledger.accept("k-1", "send", {"n": 1}))
+    waits = [i for i, (message, _) in enumerate(sent) if message in ("Sync", "Query")]
+    assert len(waits) == 1, sent  # no BEGIN, no COMMIT: the server commits the statement
+    parsed = [text for message, text in sent if message == "Parse"]
+    assert len(parsed) <= 1 and all("INSERT INTO oncewire_effects" in t for t in parsed), sent
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE key = 'k-1'") == 1
+
+
+def test_an_accept_alone_of_an_existing_key_changes_nothing(pg_url: str, ledger: Ledger) -> None:
+    first = ledger.accept("k-1", "send", {"n": 1})
+    assert ledger.accept("k-1", "send", {"n": 1}) == first
+    with pytest.raises(PayloadConflict):
+        ledger.accept("k-1", "send", {"n": 2})
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects") == 1
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE payload = '{\"n\":1}'") == 1
+
+
+def test_an_accept_alone_inside_an_open_transaction_is_refused(pg_url: str, ledger: Ledger) -> None:
+    with ledger.transaction() as tx:
+        tx.execute("INSERT INTO caller_rows VALUES (9)")
+        with pytest.raises(InvalidState, match="already open"):
+            ledger.accept("inside", "send", {"n": 1})
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects") == 0
+    assert _count(pg_url, "SELECT COUNT(*) FROM caller_rows") == 1
+
+
+def test_an_accept_alone_rides_out_a_connection_dropped_while_idle(
+    pg_url: str, ledger: Ledger
+) -> None:
+    ledger.accept("before", "send", {"n": 0})
+    pid = ledger.store.db.fresh_conn().info.backend_pid  # type: ignore[attr-defined]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    ledger.accept("after", "send", {"n": 1})
+    assert ledger.store.db.fresh_conn().info.backend_pid != pid  # type: ignore[attr-defined]
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE key = 'after'") == 1
+
+
+def test_an_accept_in_a_transaction_sends_begin_with_its_insert_then_commits(
+    pg_url: str, ledger: Ledger
+) -> None:
+    def accept() -> None:
+        with ledger.transaction() as tx:
+            tx.accept("k-1", "send", {"n": 1})
+
+    with ledger.transaction() as tx:
+        tx.accept("warm", "send", {"n": 0})
+    sent = _sent(ledger, accept)
     waits = [i for i, (message, _) in enumerate(sent) if message in ("Sync", "Query")]
     # Two round trips: BEGIN and the INSERT before one Sync, then the COMMIT.
     assert len(waits) == 2, sent

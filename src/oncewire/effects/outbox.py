@@ -10,8 +10,9 @@ stored with a new effect, so that its attempts continue that trace.
 from __future__ import annotations
 
 import builtins
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from oncewire.core import crash
@@ -123,6 +124,52 @@ class Effects:
         before anything is written. The caller hits :data:`ACCEPT_BEFORE_COMMIT` when it has
         written everything it commits with the effect.
         """
+        return self._accept(
+            functools.partial(self._store.insert_effect_in_tx, tx),
+            key,
+            kind,
+            payload,
+            max_attempts,
+            delay_seconds,
+            deadline_seconds,
+        )
+
+    def accept_alone(
+        self,
+        key: str,
+        kind: str,
+        payload: Any,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        delay_seconds: float = 0.0,
+        deadline_seconds: float | None = None,
+    ) -> tuple[Effect, bool]:
+        """:meth:`accept_in_tx` in a transaction of its own, committed when it returns: on
+        PostgreSQL one statement and one round trip. A conflict is raised after that commit,
+        which wrote nothing (the key's effect was already there, and is left as it was).
+        :data:`ACCEPT_BEFORE_COMMIT` is hit where nothing is durable yet."""
+        return self._accept(
+            functools.partial(
+                self._store.insert_effect_alone, before_commit=ACCEPT_BEFORE_COMMIT.hit
+            ),
+            key,
+            kind,
+            payload,
+            max_attempts,
+            delay_seconds,
+            deadline_seconds,
+        )
+
+    def _accept(
+        self,
+        insert: Callable[..., tuple[Effect, bool]],
+        key: str,
+        kind: str,
+        payload: Any,
+        max_attempts: int,
+        delay_seconds: float,
+        deadline_seconds: float | None,
+    ) -> tuple[Effect, bool]:
         key, kind = _validate(key, kind, max_attempts, delay_seconds, deadline_seconds)
         observed = bool(LISTENERS)
         started = time.perf_counter() if observed else 0.0
@@ -131,8 +178,7 @@ class Effects:
         payload_json = canonical_json(payload, max_bytes=self.max_payload_bytes)
         payload_digest = digest_json(payload_json)
         now = self._clock.now()
-        effect, created = self._store.insert_effect_in_tx(
-            tx,
+        effect, created = insert(
             key=key,
             kind=kind,
             payload_json=payload_json,

@@ -444,6 +444,19 @@ class Driver(abc.ABC):
         finally:
             cursor.close()
 
+    def one_alone(
+        self, what: str, q: Query, /, *, before_commit: Callable[[], None], **params: Any
+    ) -> Row | None:
+        """Run ``q``, one idempotent writing statement, in a transaction of its own and commit
+        it: its first row, or None. ``before_commit()`` is called where nothing of it is
+        durable yet, as late as the backend allows (SQLite: between the statement and its
+        ``COMMIT``). Inside this thread's open transaction it is :class:`InvalidState`, as
+        :meth:`write` is. PostgreSQL runs it as one autocommit statement, one round trip."""
+        with self.write(what) as conn:
+            row = self.one(conn, q, **params)
+            before_commit()
+        return row
+
     # -- execution strategy ------------------------------------------------------------------
     @contextlib.contextmanager
     def pipeline(self, conn: Any) -> Iterator[Pipeline]:

@@ -26,12 +26,13 @@ from oncewire.core.errors import (
     SchemaError,
 )
 from oncewire.storage import migrate as runner
-from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline
+from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline, Row
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
 from oncewire.storage.postgres.guard import SettingsWatch, pipelined, settings_sql
 from oncewire.storage.postgres.listen import SETTLED, listener
+from oncewire.storage.sql import Query
 from oncewire.storage.sqlguard import caller_statement, check_statement
 
 __all__ = [
@@ -457,6 +458,31 @@ class PostgresDriver(Driver):
             self._local.waiting = None
             if waiting.raw.broken:
                 self.forget(waiting.raw)
+
+    def one_alone(
+        self, what: str, q: Query, /, *, before_commit: Callable[[], None], **params: Any
+    ) -> Row | None:
+        """One autocommit statement: the server commits it as it runs, in one round trip (a
+        transaction block would add its ``COMMIT``'s). ``before_commit()`` runs before it is
+        sent. A connection the server dropped while it sat idle is replaced and the statement
+        sent again, once: it is idempotent, so if the first did commit the second changes
+        nothing."""
+        if getattr(self._local, "waiting", None) is not None:
+            raise InvalidState("a transaction is already open on this thread")
+        before_commit()
+        for retry in (False, True):
+            conn = self.fresh_conn()
+            if conn.info.transaction_status != _IDLE:
+                raise InvalidState("a transaction is already open on this thread")
+            try:
+                return self.one(conn, q, **params)
+            except psycopg.Error as exc:
+                if conn.broken:
+                    self.forget(conn)
+                    if not retry:
+                        continue
+                raise translated(what, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @contextmanager
     def write(self, what: str) -> Iterator[Any]:

@@ -8,7 +8,7 @@ backlog) or in the driver (how many settlement rows one statement carries).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,41 @@ _CANCELLED_ATTEMPT = (
 )
 
 
+def _new_effect(
+    id: int,
+    key: str,
+    kind: str,
+    payload_json: str,
+    digest: str,
+    max_attempts: int,
+    not_before: float,
+    deadline: float | None,
+    now: float,
+) -> Effect:
+    """The record of an effect just inserted: every other column is its default, so it is built
+    rather than read back."""
+    return Effect(
+        id=id,
+        key=key,
+        kind=kind,
+        payload_json=payload_json,
+        digest=digest,
+        state=EffectState.PENDING,
+        attempts=0,
+        max_attempts=max_attempts,
+        not_before=not_before,
+        deadline=deadline,
+        fence=0,
+        lease_owner=None,
+        lease_expires_at=None,
+        maybe_sent=False,
+        result_json=None,
+        last_error=None,
+        created_at=now,
+        updated_at=now,
+    )
+
+
 class EffectVerbs:
     """The outbox's seam: its verbs, written once over ``self.db``; each docstring is the contract
     the effects ledger and the dispatcher rely on."""
@@ -96,30 +131,69 @@ class EffectVerbs:
                 traceparent=traceparent,
             )
             if inserted is not None:
-                # Every other column is its default: build the record instead of reading it.
-                return Effect(
-                    id=inserted[0],
-                    key=key,
-                    kind=kind,
-                    payload_json=payload_json,
-                    digest=digest,
-                    state=EffectState.PENDING,
-                    attempts=0,
-                    max_attempts=max_attempts,
-                    not_before=not_before,
-                    deadline=deadline,
-                    fence=0,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    maybe_sent=False,
-                    result_json=None,
-                    last_error=None,
-                    created_at=now,
-                    updated_at=now,
+                return _new_effect(
+                    inserted[0],
+                    key,
+                    kind,
+                    payload_json,
+                    digest,
+                    max_attempts,
+                    not_before,
+                    deadline,
+                    now,
                 ), True
             row = db.one(conn, q.get_effect, key=key)
         assert row is not None  # the insert conflicted with it, in this transaction
         return Effect.from_row(row), False
+
+    def insert_effect_alone(
+        self,
+        *,
+        key: str,
+        kind: str,
+        payload_json: str,
+        digest: str,
+        max_attempts: int,
+        not_before: float,
+        deadline: float | None,
+        now: float,
+        traceparent: str | None = None,
+        before_commit: Callable[[], None] = lambda: None,
+    ) -> tuple[Effect, bool]:
+        """:meth:`insert_effect_in_tx` in a transaction of its own, committed before it returns
+        (PostgreSQL: one statement, one round trip). ``before_commit()`` is called where nothing
+        is durable yet. An existing key is read back after the commit: the insert changed
+        nothing then, whatever the digests say."""
+        inserted = self.db.one_alone(
+            "accepting an effect",
+            self.db.queries.insert_effect,
+            before_commit=before_commit,
+            key=key,
+            kind=kind,
+            payload=payload_json,
+            digest=digest,
+            max_attempts=max_attempts,
+            not_before=not_before,
+            deadline=deadline,
+            now=now,
+            traceparent=traceparent,
+        )
+        if inserted is not None:
+            return _new_effect(
+                inserted[0],
+                key,
+                kind,
+                payload_json,
+                digest,
+                max_attempts,
+                not_before,
+                deadline,
+                now,
+            ), True
+        existing = self.get_effect(key)
+        if existing is None:  # only an operator's delete in between could do this
+            raise EffectNotFound(f"effect {key!r} vanished while it was being accepted", key=key)
+        return existing, False
 
     def get_effect(self, key: str) -> Effect | None:
         rows = self.db.read(self.db.queries.get_effect, key=key)
