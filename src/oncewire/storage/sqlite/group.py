@@ -102,6 +102,10 @@ class _Turns:
             self.holder = threading.get_ident()
         return deferred
 
+    def queued(self) -> int:
+        with self._cond:
+            return self._next - self._serving - len(self._abandoned)
+
     def give(self) -> None:
         with self._cond:
             self.holder = None
@@ -152,6 +156,10 @@ class GroupCommit:
 
     def transaction(self) -> _Member:
         return _Member(self)
+
+    def queued(self) -> int:
+        """Callers waiting for the shared connection, or holding it (blocks and commits)."""
+        return self._turns.queued()
 
     def holds_turn(self) -> bool:
         return self._turns.holder == threading.get_ident()
