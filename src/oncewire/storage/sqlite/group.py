@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,15 +66,19 @@ _INTERRUPTED = (
 
 
 class _Turns:
-    """Who uses the shared connection: one thread at a time, first come, first served."""
+    """Who uses the shared connection: one thread at a time, first come, first served.
 
-    __slots__ = ("_abandoned", "_cond", "_next", "_serving", "holder")
+    A thread that finds the connection taken waits on a lock of its own, which the thread
+    whose turn ends releases: the turn is handed to the next thread in line, and only that
+    thread wakes.
+    """
+
+    __slots__ = ("_busy", "_lock", "_waiting", "holder")
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._next = 0
-        self._serving = 0
-        self._abandoned: set[int] = set()  # tickets whose thread stopped waiting
+        self._lock = threading.Lock()
+        self._busy = False  # a thread holds the turn, or it is being handed to one
+        self._waiting: deque[threading.Lock] = deque()
         self.holder: int | None = None  # the thread whose turn it is
 
     def take(self, *, interruptible: bool = True) -> BaseException | None:
@@ -83,40 +88,49 @@ class _Turns:
         unless ``interruptible`` is false (a leader, whose group waits on its commit): then the
         thread waits on, and the exception is returned once the turn is the thread's.
         """
+        with self._lock:
+            if not self._busy:
+                self._busy = True
+                self.holder = threading.get_ident()
+                return None
+            mine = threading.Lock()
+            mine.acquire()
+            self._waiting.append(mine)
         deferred: BaseException | None = None
-        with self._cond:
-            ticket = self._next
-            self._next += 1
-            while self._serving != ticket:
-                try:
-                    self._cond.wait()
-                except BaseException as exc:
-                    if not interruptible:
-                        deferred = exc
-                        continue
-                    if self._serving == ticket:
-                        self._advance()
-                    else:
-                        self._abandoned.add(ticket)
-                    raise
-            self.holder = threading.get_ident()
+        while True:
+            try:
+                mine.acquire()  # released by the thread that hands the turn over
+                break
+            except BaseException as exc:
+                if not interruptible:
+                    deferred = exc
+                    continue
+                with self._lock:
+                    try:
+                        self._waiting.remove(mine)
+                    except ValueError:  # handed over as the exception came: pass it on
+                        self._hand_over()
+                raise
+        self.holder = threading.get_ident()
         return deferred
 
-    def queued(self) -> int:
-        with self._cond:
-            return self._next - self._serving - len(self._abandoned)
-
     def give(self) -> None:
-        with self._cond:
+        with self._lock:
             self.holder = None
-            self._advance()
+            self._hand_over()
 
-    def _advance(self) -> None:
-        self._serving += 1
-        while self._serving in self._abandoned:
-            self._abandoned.discard(self._serving)
-            self._serving += 1
-        self._cond.notify_all()
+    def others_waiting(self) -> bool:
+        return bool(self._waiting)
+
+    def queued(self) -> int:
+        with self._lock:
+            return len(self._waiting) + self._busy
+
+    def _hand_over(self) -> None:
+        if self._waiting:
+            self._waiting.popleft().release()
+        else:
+            self._busy = False
 
 
 class _Group:
@@ -228,10 +242,14 @@ class GroupCommit:
                 group.size += 1
 
     # -- the commit --------------------------------------------------------------------------
-    def _await_commit(self, group: _Group) -> None:
+    def _lead(self, group: _Group) -> bool:
+        """Whether this caller, whose block just joined ``group``, commits it."""
         with self._lock:
             lead = not group.led and not group.done.is_set()
             group.led = True
+        return lead
+
+    def _await_commit(self, group: _Group, lead: bool) -> None:
         if lead:
             # Everyone queued before this turn joins the group: then it commits, once.
             deferred = self._turns.take(interruptible=False)
@@ -314,12 +332,22 @@ class _Member:
         assert group is not None and tx is not None
         tx.is_open = False
         committer.driver.lend(self.lent)
+        turns = committer._turns
+        lead = committed_here = False
         try:
             committer._end_block(group, exc is not None)
+            if exc is None:
+                lead = committer._lead(group)
+                if lead and not turns.others_waiting():
+                    committed_here = True  # nobody else in line: commit on the turn held
+                    committer._commit(group)
         finally:
-            committer._turns.give()
+            turns.give()
         if exc is not None:
             if isinstance(exc, sqlite3.Error):
                 raise translated(tx.what, exc, tx.store) from exc
             return  # the block's own exception goes on
-        committer._await_commit(group)
+        if committed_here:
+            group.outcome()
+        else:
+            committer._await_commit(group, lead)
