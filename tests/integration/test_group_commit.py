@@ -24,7 +24,13 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger
-from oncewire.core.errors import ConfigurationError, InvalidState, StatementError, StorageError
+from oncewire.core.errors import (
+    ConfigurationError,
+    InvalidState,
+    PayloadConflict,
+    StatementError,
+    StorageError,
+)
 from oncewire.ledger import LedgerTransaction
 from oncewire.storage.sqlite import SQLiteStore
 from oncewire.storage.sqlite.group import GroupCommit
@@ -414,3 +420,22 @@ def test_concurrent_callers_keep_their_own_outcome_on_every_backend(
     finally:
         if schema is not None:
             schema.__exit__(None, None, None)
+
+
+def test_a_caller_that_fails_alone_leaves_no_transaction_holding_the_file(
+    ledger: Ledger, path: str
+) -> None:
+    # Regression: the shared transaction, begun for a caller whose block then failed, stayed
+    # open with nobody in it to commit it, and held the write lock against every other
+    # connection (another process's accept waited out its busy timeout).
+    ledger.accept("k", "mail", {})
+    with pytest.raises(RuntimeError), ledger.transaction() as tx:
+        writes("a")(tx)
+        raise RuntimeError("fails alone")
+    with pytest.raises(PayloadConflict):
+        ledger.accept("k", "sms", {})
+    with closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # the lock is free at once
+        other.execute("INSERT INTO callers (key) VALUES ('other')")
+        other.execute("COMMIT")
+    assert stored(path, "SELECT key FROM callers") == ["other"]

@@ -237,9 +237,24 @@ class GroupCommit:
             if isinstance(exc, sqlite3.Error):
                 raise translated("running a transaction: ending", exc, self.driver.path) from exc
             raise
-        if not failed:
+        if failed:
+            self._close_if_empty()
+        else:
             with self._lock:
                 group.size += 1
+
+    def _close_if_empty(self) -> None:
+        """End the shared transaction if no caller's block is in it: nobody would commit it,
+        and it holds the file's write lock against every other connection."""
+        group, conn = self._group, self._conn
+        if group is None or group.size or conn is None:
+            return
+        self._group = None
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                raise translated("running a transaction: ending", exc, self.driver.path) from exc
 
     # -- the commit --------------------------------------------------------------------------
     def _lead(self, group: _Group) -> bool:
@@ -315,11 +330,13 @@ class _Member:
             conn = committer._connection()
             group = committer._open_group(conn)
             conn.execute(f'SAVEPOINT "{SAVEPOINT}"')
-        except sqlite3.Error as exc:
-            committer._turns.give()
-            raise translated("running a transaction: beginning", exc, driver.path) from exc
-        except BaseException:
-            committer._turns.give()
+        except BaseException as exc:
+            try:
+                committer._close_if_empty()
+            finally:
+                committer._turns.give()
+            if isinstance(exc, sqlite3.Error):
+                raise translated("running a transaction: beginning", exc, driver.path) from exc
             raise
         tx = driver.shared_transaction(conn, committer._guard)
         tx.savepoints.opened(SAVEPOINT, by_caller=False)
