@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from oncewire.core.clock import Clock, SystemClock
-from oncewire.core.errors import InvalidState
+from oncewire.core.errors import ConfigurationError, InvalidState
 from oncewire.core.limits import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from oncewire.effects.outbox import ACCEPT_BEFORE_COMMIT, DEFAULT_MAX_ATTEMPTS, Effects
 from oncewire.inbound.service import Inbox
@@ -130,6 +130,13 @@ class Ledger:
     read-only, corrupt) is raised at once. A database that already holds the application's
     tables gains oncewire's beside them unless ``adopt=False``; ``read_only=True`` opens an
     existing store without writing to it (see :func:`oncewire.storage.open_store`).
+
+    ``group_commit=True`` lets the transactions that many threads of this process open
+    (``ledger.transaction()``, :meth:`accept`) share commits, so that concurrent callers are not
+    held to one flush of the disk each; every caller still returns only once its own
+    transaction is durable, and a caller that fails is rolled back alone
+    (:mod:`oncewire.storage.grouping`). It applies to the store this ledger opens; a
+    :class:`Store` passed in is used as it was opened.
     """
 
     def __init__(
@@ -144,8 +151,14 @@ class Ledger:
         reconcile_runs_as: str | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+        group_commit: bool = False,
     ) -> None:
         check_max_payload_bytes(max_payload_bytes)  # refused before a store is opened
+        if isinstance(url_or_path, Store) and group_commit and not url_or_path.commits_grouped:
+            raise ConfigurationError(
+                "group_commit=True applies to a store the ledger opens: open the store with "
+                "group_commit=True instead"
+            )
         self.store = (
             url_or_path
             if isinstance(url_or_path, Store)
@@ -155,6 +168,7 @@ class Ledger:
                 adopt=adopt,
                 read_only=read_only,
                 open_timeout_seconds=open_timeout_seconds,
+                group_commit=group_commit,
             )
         )
         self.clock: Clock = clock or SystemClock()

@@ -18,6 +18,7 @@ def open_store(
     adopt: bool = True,
     read_only: bool = False,
     open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+    group_commit: bool = False,
 ) -> Store:
     """Open (and migrate) the store at ``url_or_path``.
 
@@ -37,6 +38,10 @@ def open_store(
     SQLite file locked by another writer) is retried with backoff for ``open_timeout_seconds``;
     a permanent one (not a database, read-only, corrupt, no access, a foreign or newer schema)
     is raised at once.
+
+    ``group_commit=True`` lets the write transactions of this process's threads share commits
+    (:mod:`oncewire.storage.grouping`): concurrent callers are no longer held to one flush of
+    the disk each, and each still returns only once its own transaction is durable.
     """
     text = str(url_or_path)
     if not text:
@@ -57,6 +62,7 @@ def open_store(
             adopt=adopt,
             read_only=read_only,
             open_timeout_seconds=open_timeout_seconds,
+            group_commit=group_commit,
         )
     from oncewire.storage.sqlite import SQLiteStore
 
@@ -66,4 +72,5 @@ def open_store(
         adopt=adopt,
         read_only=read_only,
         open_timeout_seconds=open_timeout_seconds,
+        group_commit=group_commit,
     )

@@ -253,6 +253,7 @@ class Driver(abc.ABC):
     transaction_type: type[GuardedTransaction]
     schema: Dialect  # the schema's files and the migration runner's hooks
     read_only = False  # opened without writing: never migrated, every write refused
+    commits_grouped = False  # group_commit=True (see oncewire.storage.grouping)
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -305,6 +306,12 @@ class Driver(abc.ABC):
         self._inherited.extend(self._all)
         self._all = []
         self._local = threading.local()
+        self.forked()
+
+    def forked(self) -> None:
+        """What else a backend starts afresh in a forked child (after :meth:`check_fork`);
+        by default nothing."""
+        return None
 
     def conn(self) -> Any:
         """This thread's connection (opened on first use, replaced when broken, new in a
@@ -322,8 +329,23 @@ class Driver(abc.ABC):
     def use(self, conn: Any) -> None:
         """Make ``conn`` this thread's connection, closed with the driver."""
         self._local.conn = conn
+        self.track(conn)
+
+    def track(self, conn: Any) -> None:
+        """Close ``conn`` with the driver (and leave it alone in a forked child)."""
         with self._all_lock:
             self._all.append(conn)
+
+    def own_conn(self) -> Any:
+        """This thread's connection if it has one (None: it opens one at its next call)."""
+        return getattr(self._local, "conn", None)
+
+    def lend(self, conn: Any) -> Any:
+        """Make ``conn`` (one the driver tracks) this thread's connection until it is lent
+        back; returns the one it replaces, which is neither closed nor forgotten."""
+        previous = getattr(self._local, "conn", None)
+        self._local.conn = conn
+        return previous
 
     def forget(self, conn: Any) -> None:
         """Close this thread's ``conn`` and open a new one at the next call."""

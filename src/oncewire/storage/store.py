@@ -73,6 +73,12 @@ class Store(EffectVerbs, ReceiptVerbs, InboundVerbs, ReplyVerbs, RunLedgerVerbs,
         """Opened without writing (``read_only=True``): not migrated, every write refused."""
         return self.db.read_only
 
+    @property
+    def commits_grouped(self) -> bool:
+        """Opened with ``group_commit=True``: the write transactions of this process's threads
+        share commits (:mod:`oncewire.storage.grouping`)."""
+        return self.db.commits_grouped
+
     # -- lifecycle ---------------------------------------------------------------------------
     def transaction(self) -> AbstractContextManager[GuardedTransaction]:
         """A write transaction: committed on normal exit, rolled back on an exception."""
@@ -108,7 +114,8 @@ class Store(EffectVerbs, ReceiptVerbs, InboundVerbs, ReplyVerbs, RunLedgerVerbs,
         none of them); what changes is that they reach the disk with one flush when the block
         ends instead of one per commit. Only for idempotent batches that are safe to redo after
         a power loss, such as a reconciliation sweep. Where the backend cannot, every commit
-        stays durable on its own.
+        stays durable on its own. (Not to be confused with ``group_commit=True`` when opening,
+        which lets many threads' transactions share commits without giving up durability.)
         """
         return self.db.group_commit()
 

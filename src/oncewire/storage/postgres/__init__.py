@@ -12,7 +12,10 @@ __all__ = ["PostgresStore"]
 
 class PostgresStore(Store):
     """Every ledger's verbs on one PostgreSQL database (or schema): SKIP LOCKED claims,
-    LISTEN/NOTIFY wake-ups, a connection per thread."""
+    LISTEN/NOTIFY wake-ups, a connection per thread.
+
+    ``group_commit=True`` keeps a connection (and a commit) per thread: the server flushes
+    concurrent commits together (see :mod:`oncewire.storage.grouping`)."""
 
     db: PostgresDriver
 
@@ -24,9 +27,10 @@ class PostgresStore(Store):
         adopt: bool = True,
         read_only: bool = False,
         open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+        group_commit: bool = False,
     ) -> None:
         super().__init__(
-            PostgresDriver(url, read_only=read_only),
+            PostgresDriver(url, read_only=read_only, group_commit=group_commit),
             create=create,
             adopt=adopt,
             open_timeout_seconds=open_timeout_seconds,

@@ -27,6 +27,7 @@ from oncewire.core.errors import (
 )
 from oncewire.storage import migrate as runner
 from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline, Row
+from oncewire.storage.grouping import AFTER_SHARED_COMMIT, BEFORE_SHARED_COMMIT
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
@@ -291,10 +292,14 @@ class PostgresDriver(Driver):
     schema = DIALECT
     translate_errors = staticmethod(translate_errors)
 
-    def __init__(self, url: str, *, read_only: bool = False) -> None:
+    def __init__(self, url: str, *, read_only: bool = False, group_commit: bool = False) -> None:
         require_driver()
         super().__init__(url)
         self.read_only = read_only
+        # group_commit=True: each thread still commits on its own connection, and the server
+        # flushes concurrent commits together (oncewire.storage.grouping); what changes is that
+        # the lab's crash points at the shared commit are reached at each commit.
+        self.commits_grouped = group_commit and not read_only
         self._connect_timeout = connect_timeout_seconds(url)
 
     # -- opening -----------------------------------------------------------------------------
@@ -452,7 +457,11 @@ class PostgresDriver(Driver):
                 if failure is not None:
                     waiting.block.__exit__(InvalidState, failure, None)
                     raise failure
+                if self.commits_grouped:
+                    BEFORE_SHARED_COMMIT.hit()
                 waiting.block.__exit__(None, None, None)
+                if self.commits_grouped:
+                    AFTER_SHARED_COMMIT.hit()
         finally:
             tx.is_open = False
             self._local.waiting = None

@@ -17,6 +17,9 @@ class SQLiteStore(Store):
     ``read_only=True`` opens the file with ``mode=ro`` (query-only, never migrated nor switched
     to WAL); where SQLite cannot create a WAL database's ``-shm`` (a read-only directory or
     mount) it reads the file as an immutable snapshot and logs a warning saying so.
+
+    ``group_commit=True`` makes the write transactions of this process's threads share commits
+    (:mod:`oncewire.storage.sqlite.group`); it changes nothing read-only or in memory.
     """
 
     db: SQLiteDriver
@@ -31,6 +34,7 @@ class SQLiteStore(Store):
         busy_timeout_ms: int = 10_000,
         synchronous: str = "FULL",
         open_timeout_seconds: float = DEFAULT_OPEN_TIMEOUT_SECONDS,
+        group_commit: bool = False,
     ) -> None:
         driver = SQLiteDriver(
             url_or_path,
@@ -38,6 +42,7 @@ class SQLiteStore(Store):
             busy_timeout_ms=busy_timeout_ms,
             synchronous=synchronous,
             read_only=read_only,
+            group_commit=group_commit,
         )
         self.path = driver.path
         super().__init__(

@@ -18,6 +18,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -36,6 +37,7 @@ from oncewire.storage.records import UndecodableText
 from oncewire.storage.sqlguard import caller_statement
 from oncewire.storage.sqlite import files
 from oncewire.storage.sqlite.errors import translate_errors, translated
+from oncewire.storage.sqlite.group import GroupCommit
 from oncewire.storage.sqlite.guard import CallerGuard
 from oncewire.storage.sqlite.wake import watch as wake_watch
 
@@ -292,6 +294,7 @@ class SQLiteDriver(Driver):
         busy_timeout_ms: int,
         synchronous: str,
         read_only: bool = False,
+        group_commit: bool = False,
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS:
             raise ConfigurationError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}")
@@ -303,6 +306,12 @@ class SQLiteDriver(Driver):
         self.integrity: tuple[str, ...] | None = None  # what quick_check found while opening
         self._create = create and not read_only
         self._busy_timeout_ms = busy_timeout_ms
+        # group_commit=True: the transactions of this process's threads share commits
+        # (group.py). Not where nothing is written (read-only) or nothing is flushed, and
+        # where every connection is a database of its own (":memory:").
+        grouped = group_commit and not read_only and self.path != ":memory:"
+        self.groups: GroupCommit | None = GroupCommit(self) if grouped else None
+        self.commits_grouped = grouped
 
     # -- opening -----------------------------------------------------------------------------
     def open(self, *, create: bool, adopt: bool = True) -> None:
@@ -468,13 +477,27 @@ class SQLiteDriver(Driver):
     def subscribe_settled(self, wake: Callable[[], None]) -> Callable[[], None]:
         return self.subscribe(wake)  # any commit: a settlement is one
 
+    def forked(self) -> None:
+        if self.groups is not None:  # the parent's shared transaction is the parent's
+            self.groups = GroupCommit(self)
+
     # -- transactions ------------------------------------------------------------------------
-    def transaction(self) -> SQLiteTransaction:
+    def transaction(self) -> AbstractContextManager[SQLiteTransaction]:
+        if self.groups is not None:
+            self.check_fork()
+            groups = self.groups  # after the check: a forked child's own
+            return groups.transaction()
         conn = self.conn()
         guard: CallerGuard | None = getattr(self._local, "guard", None)
         if guard is None or guard.conn is not conn:
             guard = self._local.guard = CallerGuard(conn)  # installed at its first statement
         return SQLiteTransaction(conn, store=self.path, guard=guard)
+
+    def shared_transaction(
+        self, conn: sqlite3.Connection, guard: CallerGuard | None
+    ) -> SQLiteTransaction:
+        """A caller's view of the shared transaction open on ``conn`` (group.py)."""
+        return SQLiteTransaction(conn, is_open=True, store=self.path, guard=guard)
 
     def write(self, what: str) -> _Write:
         return _Write(self.conn(), what, store=self.path)

@@ -163,7 +163,24 @@ class EffectVerbs:
         """:meth:`insert_effect_in_tx` in a transaction of its own, committed before it returns
         (PostgreSQL: one statement, one round trip). ``before_commit()`` is called where nothing
         is durable yet. An existing key is read back after the commit: the insert changed
-        nothing then, whatever the digests say."""
+        nothing then, whatever the digests say. With commits grouped, a transaction shared
+        with this process's other writers (:mod:`oncewire.storage.grouping`)."""
+        if self.db.commits_grouped:
+            with self.db.transaction() as tx:
+                found = self.insert_effect_in_tx(
+                    tx,
+                    key=key,
+                    kind=kind,
+                    payload_json=payload_json,
+                    digest=digest,
+                    max_attempts=max_attempts,
+                    not_before=not_before,
+                    deadline=deadline,
+                    now=now,
+                    traceparent=traceparent,
+                )
+                before_commit()
+            return found
         inserted = self.db.one_alone(
             "accepting an effect",
             self.db.queries.insert_effect,
