@@ -311,6 +311,32 @@ def test_eight_threads_each_commit_all_or_nothing_in_shared_commits(
     assert groups.commits - commits < len(succeeded), "no commit was shared"
 
 
+def test_an_accept_alone_joins_the_group(ledger: Ledger, path: str) -> None:
+    """Ledger.accept outside a transaction of the caller's takes the shared transaction too:
+    its one statement and its commit are grouped with the other threads'."""
+    groups = committer(ledger)
+    commits, committed = groups.commits, groups.committed
+    a, b, c = one_group(
+        ledger,
+        writes("a"),
+        lambda tx: None,  # a slot in the group; the accepts below are what is measured
+        writes("c"),
+    )
+    assert a.returned and b.returned and c.returned
+    keys = [f"alone-{n}" for n in range(40)]
+    threads = [
+        threading.Thread(target=lambda k=k: ledger.accept(k, "notify", {"key": k})) for k in keys
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert stored(
+        path, "SELECT key FROM oncewire_effects WHERE key LIKE 'alone-%' ORDER BY key"
+    ) == sorted(keys)
+    assert groups.committed - committed >= len(keys)  # every accept went through the group
+
+
 def test_a_wake_up_comes_after_the_shared_commit(ledger: Ledger, path: str) -> None:
     seen: list[int] = []
     stop = ledger.store.subscribe(
