@@ -1,14 +1,24 @@
 """The lab's suites, in the order ``oncewire lab`` runs them: the one list.
 
 The seed's outbox scenarios come first, then the crash point matrix, the torture runs, the
-workers under fire, the reply engine and the run ledger. A new suite is a module here that
-defines ``SUITE`` and a line in this tuple; the framework imports none of them.
+workers under fire, the reply engine, the run ledger, the gateway and the LangGraph tool node.
+A new suite is a module here that defines ``SUITE`` and a line in this tuple; the framework
+imports none of them.
 """
 
 from __future__ import annotations
 
 from oncewire.lab.framework import Suite
-from oncewire.lab.suites import crashpoints, gateway, outbox, replies, runs, torture, workers
+from oncewire.lab.suites import (
+    crashpoints,
+    gateway,
+    langgraph,
+    outbox,
+    replies,
+    runs,
+    torture,
+    workers,
+)
 
 __all__ = ["SUITES", "by_name"]
 
@@ -20,6 +30,7 @@ SUITES: tuple[Suite, ...] = (
     replies.SUITE,
     runs.SUITE,
     gateway.SUITE,
+    langgraph.SUITE,
 )
 
 
