@@ -16,8 +16,8 @@ receipts and tool attempt log, and the graph's last checkpoint.
 * ``upstream_tool_node_reruns_tool`` (the negative control, LangGraph issues #7417 and #7213):
   the same graph on LangGraph's ``ToolNode`` and ``SqliteSaver``, killed once the first ticket
   is written: the resumed graph runs that tool again and the receiver holds two tickets for one
-  call, neither flagged. It passes when the lab sees that duplicate; the durable scenarios
-  pass when it is never there.
+  call (for both, when the other call had written its ticket too), neither flagged. It
+  passes when the lab sees that duplicate; the durable scenarios pass when it is never there.
 
 The durable invariants: every tool call has exactly one effect, ``done``; each
 ``open_ticket`` call wrote exactly one ticket and one receipt under its key; every attempt of
@@ -262,8 +262,9 @@ def _upstream(ctx: LabContext) -> ScenarioResult:
     result.require(len(scenario.killed) == 1, f"{len(scenario.killed)} kills, not one")
     tickets = Counter(t["tool_call_id"] for t in after["tickets"])
     doubled = sorted(call for call, n in tickets.items() if n > 1)
+    # The message's two ticket calls run side by side: the kill may catch one or both written.
     result.require(
-        len(doubled) == 1, f"expected one call performed twice (the control), saw {dict(tickets)}"
+        len(doubled) >= 1, f"no call performed twice (the control's duplicate): {dict(tickets)}"
     )
     result.require(set(tickets) == set(TICKET_CALLS), f"a call has no ticket: {dict(tickets)}")
     result.require(
