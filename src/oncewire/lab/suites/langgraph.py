@@ -24,7 +24,9 @@ The durable invariants: every tool call has exactly one effect, ``done``; each
 a call after its first was flagged a redelivery; the final messages equal the uninterrupted
 run's; and the run was not lost (the last checkpoint has nothing left to do).
 
-Without the ``langgraph`` extra every scenario is reported not applicable, in one line.
+The files are SQLite whatever ``--backend`` says: the graph checkpoints with LangGraph's SQLite
+saver, beside them. Without the ``langgraph`` extra the suite is one scenario reported not
+applicable, in one line.
 """
 
 from __future__ import annotations
