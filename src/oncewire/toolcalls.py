@@ -37,6 +37,7 @@ __all__ = [
     "effect_content",
     "parse_arguments",
     "results",
+    "settled",
     "tool_call_key",
     "tool_content",
 ]
@@ -211,6 +212,38 @@ def _wait(
     return effect
 
 
+def settled(
+    ledger: Ledger,
+    accepted: Sequence[AcceptedCall],
+    *,
+    wait_seconds: float | None = None,
+    poll_seconds: float = 0.1,
+) -> list[Effect | None]:
+    """Each call's effect once it has ended, in order, read from the store (whichever process
+    ran it); None for a call that got no effect. Waits at most ``wait_seconds`` in all (None:
+    until they end), then :class:`ToolCallPending`.
+
+    The store wakes the wait when something commits where the backend can tell (SQLite: any
+    commit to the file, within milliseconds); ``poll_seconds`` is the longest it sleeps
+    without being woken."""
+    deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+    effects: list[Effect | None] = []
+    changed = threading.Event()
+    unsubscribe: Callable[[], None] | None = None
+    try:
+        for item in accepted:
+            if item.effect is None:
+                effects.append(None)
+                continue
+            if unsubscribe is None and item.effect.state not in TERMINAL_STATES:
+                unsubscribe = ledger.store.subscribe_settled(changed.set)
+            effects.append(_wait(ledger, item.key, deadline, poll_seconds, changed))
+    finally:
+        if unsubscribe is not None:
+            unsubscribe()
+    return effects
+
+
 def results(
     ledger: Ledger,
     accepted: Sequence[AcceptedCall],
@@ -219,29 +252,16 @@ def results(
     poll_seconds: float = 0.1,
 ) -> list[dict[str, Any]]:
     """One ``{"role": "tool", "tool_call_id", "content"}`` message per call, in order, once
-    each effect has ended, read from the store (whichever process ran it). Waits at most
-    ``wait_seconds`` in all (None: until they end), then :class:`ToolCallPending`.
-
-    The store wakes the wait when something commits where the backend can tell (SQLite: any
-    commit to the file, within milliseconds); ``poll_seconds`` is the longest it sleeps
-    without being woken."""
-    deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+    each effect has ended (:func:`settled`, which says how it waits): the effect's
+    :func:`effect_content`, or the error of a call that got no effect."""
+    effects = settled(ledger, accepted, wait_seconds=wait_seconds, poll_seconds=poll_seconds)
     messages: list[dict[str, Any]] = []
-    changed = threading.Event()
-    unsubscribe: Callable[[], None] | None = None
-    try:
-        for item in accepted:
-            if item.effect is None:
-                content = tool_content("failed", {"error": item.problem})
-            else:
-                if unsubscribe is None and item.effect.state not in TERMINAL_STATES:
-                    unsubscribe = ledger.store.subscribe_settled(changed.set)
-                effect = _wait(ledger, item.key, deadline, poll_seconds, changed)
-                content = effect_content(effect)
-            messages.append({"role": "tool", "tool_call_id": item.tool_call_id, "content": content})
-    finally:
-        if unsubscribe is not None:
-            unsubscribe()
+    for item, effect in zip(accepted, effects, strict=True):
+        if effect is None:
+            content = tool_content("failed", {"error": item.problem})
+        else:
+            content = effect_content(effect)
+        messages.append({"role": "tool", "tool_call_id": item.tool_call_id, "content": content})
     return messages
 
 

@@ -27,7 +27,17 @@ from oncewire.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 # The optional dependencies of every extra (pyproject.toml): none may be importable there.
-OPTIONAL = ("httpx2", "starlette", "uvicorn", "websockets", "jinja2", "psycopg", "nats")
+OPTIONAL = (
+    "httpx2",
+    "starlette",
+    "uvicorn",
+    "websockets",
+    "jinja2",
+    "psycopg",
+    "nats",
+    "langgraph",
+    "langchain_core",
+)
 OPTIONAL_OTEL = "opentelemetry"
 
 
@@ -170,6 +180,13 @@ LIBRARY = textwrap.dedent(
     refusal("oncewire.otel", lambda: importlib.import_module("oncewire.otel"))
     refusal("oncewire.gateway.runner", lambda: importlib.import_module("oncewire.gateway.runner"))
     refusal("oncewire.ui.server", lambda: importlib.import_module("oncewire.ui.server"))
+    # oncewire.langgraph imports; its node needs the extra, current_attempt does not.
+    import oncewire.langgraph
+    refusal("DurableToolNode", lambda: oncewire.langgraph.DurableToolNode)
+    try:
+        oncewire.langgraph.current_attempt()
+    except oncewire.errors.InvalidState:
+        seen["current_attempt"] = "ok"
 
     # Every module of the package either imports or says which extra it needs (a __main__
     # would run its command).
@@ -230,6 +247,7 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
     seen = json.loads(library.stdout.strip().splitlines()[-1])
     assert seen.pop("core") == "ok"
     assert seen.pop("modules") == {}
+    assert seen.pop("current_attempt") == "ok"
     expected = {
         "HttpSink": "http",
         "NatsJetStreamSink": "nats",
@@ -237,6 +255,7 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         "oncewire.otel": "otel",
         "oncewire.gateway.runner": "gateway",
         "oncewire.ui.server": "ui",
+        "DurableToolNode": "langgraph",
     }
     assert {what: refused.get("extra") for what, refused in seen.items()} == expected, seen
     for what, refused in seen.items():
@@ -279,6 +298,12 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
     assert table.stdout.splitlines()[-1].startswith(
         f"PASS: 0 scenarios in 1 suite(s), {len(scenarios)} not applicable"
     )
+    langgraph = bare.run("lab", "--suite", "langgraph", "--json", "--quiet")
+    assert langgraph.returncode == 0, langgraph.stdout + langgraph.stderr
+    evidence = json.loads(langgraph.stdout)
+    assert evidence["passed"] is True
+    [only] = evidence["suites"]["langgraph"]["scenarios"].values()
+    assert "needs the 'langgraph' extra" in (only["skipped"] or ""), only
 
     # What needs an extra says which one, in one line, and exits non-zero.
     config = tmp_path / "gateway.toml"

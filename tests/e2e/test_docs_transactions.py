@@ -74,6 +74,10 @@ RUN_ELSEWHERE = {
         "tests/integration/test_asgi_idempotency.py",
         "def test_the_documented_recipe_runs_as_shown(",
     ),
+    ("docs/langgraph.md", "import sqlite3\n\nfrom langchain_core"): (
+        "tests/langgraph/test_docs.py",
+        "def test_the_documented_example_runs_as_shown(",
+    ),
 }
 # Not run, and the page says so.
 NOT_RUN = {

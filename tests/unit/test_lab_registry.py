@@ -16,7 +16,17 @@ from oncewire.lab.framework import Suite
 from oncewire.lab.suites import SUITES, by_name
 
 # ``oncewire lab --suite NAME`` names and the order of a full run: a public interface.
-ORDER = ("outbox", "crashpoints", "torture", "workers", "group", "replies", "runs", "gateway")
+ORDER = (
+    "outbox",
+    "crashpoints",
+    "torture",
+    "workers",
+    "group",
+    "replies",
+    "runs",
+    "gateway",
+    "langgraph",
+)
 
 
 def test_suites_run_in_the_published_order_under_unique_names() -> None:

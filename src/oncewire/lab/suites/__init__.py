@@ -1,9 +1,9 @@
 """The lab's suites, in the order ``oncewire lab`` runs them: the one list.
 
 The seed's outbox scenarios come first, then the crash point matrix, the torture runs, the
-workers under fire, the threads sharing commits, the reply engine and the run ledger. A new
-suite is a module here that defines ``SUITE`` and a line in this tuple; the framework imports
-none of them.
+workers under fire, the threads sharing commits, the reply engine, the run ledger, the gateway
+and the LangGraph tool node. A new suite is a module here that defines ``SUITE`` and a line in
+this tuple; the framework imports none of them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from oncewire.lab.suites import (
     crashpoints,
     gateway,
     group,
+    langgraph,
     outbox,
     replies,
     runs,
@@ -31,6 +32,7 @@ SUITES: tuple[Suite, ...] = (
     replies.SUITE,
     runs.SUITE,
     gateway.SUITE,
+    langgraph.SUITE,
 )
 
 

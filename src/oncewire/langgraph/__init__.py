@@ -1,0 +1,34 @@
+"""oncewire for LangGraph (``pip install 'oncewire[langgraph]'``).
+
+* :class:`DurableToolNode`: ``ToolNode`` whose tool calls are effects, each performed once
+  and told to the model truthfully (docs/langgraph.md, "Tools that run once");
+* :func:`current_attempt`: inside such a tool, its :class:`~oncewire.Attempt` (key,
+  redelivery), to hand on as the receiver's idempotency key;
+* :func:`tool_sinks`: the same tools as sinks for ``oncewire dispatch`` workers.
+
+Importing this package needs no optional dependency; a name that needs LangGraph imports it
+when first used (a :class:`~oncewire.errors.MissingExtra` without the extra).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncewire.core import lazy as _lazy
+
+if TYPE_CHECKING:
+    from oncewire.langgraph.attempt import ToolRefused, current_attempt
+    from oncewire.langgraph.tools import DurableToolNode, ToolCallFailed, tool_sinks
+
+__all__ = ["DurableToolNode", "ToolCallFailed", "ToolRefused", "current_attempt", "tool_sinks"]
+
+_HOME = {
+    "DurableToolNode": "oncewire.langgraph.tools",
+    "ToolCallFailed": "oncewire.langgraph.tools",
+    "tool_sinks": "oncewire.langgraph.tools",
+    "ToolRefused": "oncewire.langgraph.attempt",
+    "current_attempt": "oncewire.langgraph.attempt",
+}
+
+if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
+    __getattr__, __dir__ = _lazy.names(globals(), _HOME)
