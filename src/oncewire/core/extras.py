@@ -23,6 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "nats": ("nats",),
     "otel": ("opentelemetry",),
     "ui": ("starlette", "uvicorn", "jinja2"),
+    "langgraph": ("langgraph", "langchain_core"),
 }
 
 
