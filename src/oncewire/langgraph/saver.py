@@ -45,6 +45,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from oncewire.core.errors import (
     CheckpointTampered,
     CheckpointUnreadable,
+    InvalidState,
     ThreadBusy,
     ThreadLeaseLost,
 )
@@ -165,6 +166,12 @@ class OncewireSaver(BaseCheckpointSaver[str]):
                 owner=self.owner,
             )
         if lease is None:
+            if _JOINED.get() is not None:
+                raise InvalidState(
+                    f"thread {thread_id!r} is not claimed by this saver: call "
+                    "saver.claim(thread_id) before the transaction it joins; nothing was written",
+                    thread_id=thread_id,
+                )
             lease = self.claim(thread_id)
         return LeaseHold(
             lease.name, self.owner, lease.fence, self.ledger.clock.now() + self.lease_seconds
@@ -176,7 +183,8 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         """Inside the block, this context's ``put`` and ``put_writes`` write in the caller's
         transaction ``tx`` (``with ledger.transaction() as tx``): they commit with the caller's
         rows, or not at all. For calls made in the caller's thread (``graph.update_state``, a
-        checkpoint put by hand); the store's connection is the caller's thread's."""
+        checkpoint put by hand); the store's connection is the caller's thread's. The thread
+        must be claimed first (:meth:`claim`): a lease is taken in a transaction of its own."""
         token = _JOINED.set(cast(Transaction, tx))
         try:
             yield
