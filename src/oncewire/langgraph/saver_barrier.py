@@ -50,7 +50,8 @@ def ran_at_parent(
     return {
         node
         for node, seen in child_seen.items()
-        if not node.startswith("__input__") and before.get(node) != seen
+        # LangGraph's own bookkeeping (__input__, __interrupt__) is not a task; __start__ is.
+        if (node == "__start__" or not node.startswith("__")) and before.get(node) != seen
     }
 
 
@@ -115,7 +116,7 @@ class WriteBarrier:
         deadline = time.monotonic() + self.timeout_seconds
         with self._cond:
             known = self._known.get(parent)
-            needs_load = from_loop and (known is None or known.seen is None) and True
+            needs_load = from_loop and (known is None or known.seen is None)
         if needs_load:
             self._refresh(parent)
         with self._cond:
