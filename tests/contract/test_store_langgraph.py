@@ -24,8 +24,10 @@ def _cp(cid: str, parent: str | None = None, run_id: str | None = None) -> NewCh
 
 
 def _writes(cid: str, task: str = "task") -> Writes:
-    rows = [NewWrite(0, "x", "msgpack", b"v0", "~__pregel_pull, a"),
-            NewWrite(-1, "__error__", "msgpack", b"e", "~__pregel_pull, a")]
+    rows = [
+        NewWrite(0, "x", "msgpack", b"v0", "~__pregel_pull, a"),
+        NewWrite(-1, "__error__", "msgpack", b"e", "~__pregel_pull, a"),
+    ]
     return Writes("", cid, task, rows)
 
 
@@ -90,13 +92,20 @@ def test_another_chain_algorithm_is_refused(store: Store) -> None:
 def test_listing_erasing_and_deleting(store: Store, raw: RawDatabase) -> None:
     seal = _sealer()
     store.lg_append(
-        "t", [_cp("c1", run_id="r1"), _cp("c2", "c1", run_id="r2"), _writes("c1")],
-        sealer=seal, holder=None, now=T0,
+        "t",
+        [_cp("c1", run_id="r1"), _cp("c2", "c1", run_id="r2"), _writes("c1")],
+        sealer=seal,
+        holder=None,
+        now=T0,
     )
     listed = store.lg_list_checkpoints(thread_id="t", checkpoint_ns="", before=None, limit=None)
     assert [(c.checkpoint_id, len(w)) for c, w in listed] == [("c2", 0), ("c1", 2)]
-    assert [c.checkpoint_id for c, _ in store.lg_list_checkpoints(
-        thread_id=None, checkpoint_ns=None, before="c2", limit=1)] == ["c1"]
+    assert [
+        c.checkpoint_id
+        for c, _ in store.lg_list_checkpoints(
+            thread_id=None, checkpoint_ns=None, before="c2", limit=1
+        )
+    ] == ["c1"]
     assert store.lg_checkpoints_of_runs(["r1", "nobody"]) == [("t", "", "c1")]
     assert store.lg_checkpoints_of_runs([]) == []
     assert store.lg_checkpoint_keys("t") == [("", "c2"), ("", "c1")]
@@ -108,17 +117,29 @@ def test_listing_erasing_and_deleting(store: Store, raw: RawDatabase) -> None:
     assert raw.count("oncewire_lg_writes") == 0 and raw.count("oncewire_lg_checkpoints") == 1
     nothing = store.lg_append("t", [Erase([("", "c1")], "again")], sealer=seal, holder=None, now=T0)
     assert nothing is None  # nothing left to erase: no entry
-    store.lg_start_run("t", graph="m:g", input_type="json", input_blob=b"{}", config_json="{}",
-                       owner="me", now=T0)
+    store.lg_start_run(
+        "t", graph="m:g", input_type="json", input_blob=b"{}", config_json="{}", owner="me", now=T0
+    )
     store.lg_delete_thread("t")
-    for table in ("oncewire_lg_chain", "oncewire_lg_checkpoints", "oncewire_lg_threads",
-                  "oncewire_lg_runs"):
+    for table in (
+        "oncewire_lg_chain",
+        "oncewire_lg_checkpoints",
+        "oncewire_lg_threads",
+        "oncewire_lg_runs",
+    ):
         assert raw.count(table) == 0, table
 
 
 def test_runs_are_recorded_resumed_and_ended_once(store: Store, raw: RawDatabase) -> None:
-    store.lg_start_run("t", graph=None, input_type="msgpack", input_blob=b"in",
-                       config_json='{"configurable":{}}', owner="a", now=T0)
+    store.lg_start_run(
+        "t",
+        graph=None,
+        input_type="msgpack",
+        input_blob=b"in",
+        config_json='{"configurable":{}}',
+        owner="a",
+        now=T0,
+    )
     assert [r.thread_id for r in store.lg_running_runs()] == ["t"]
     assert store.lg_resume_run("t", owner="b", now=T0 + 1) is True
     run = store.lg_get_run("t")

@@ -27,7 +27,17 @@ from oncewire.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 # The optional dependencies of every extra (pyproject.toml): none may be importable there.
-OPTIONAL = ("httpx2", "starlette", "uvicorn", "websockets", "jinja2", "psycopg", "nats")
+OPTIONAL = (
+    "httpx2",
+    "starlette",
+    "uvicorn",
+    "websockets",
+    "jinja2",
+    "psycopg",
+    "nats",
+    "langgraph",
+    "langchain_core",
+)
 OPTIONAL_OTEL = "opentelemetry"
 
 
@@ -170,6 +180,8 @@ LIBRARY = textwrap.dedent(
     refusal("oncewire.otel", lambda: importlib.import_module("oncewire.otel"))
     refusal("oncewire.gateway.runner", lambda: importlib.import_module("oncewire.gateway.runner"))
     refusal("oncewire.ui.server", lambda: importlib.import_module("oncewire.ui.server"))
+    import oncewire.langgraph  # importing the package needs nothing; its names need the extra
+    refusal("oncewire.langgraph.OncewireSaver", lambda: oncewire.langgraph.OncewireSaver)
 
     # Every module of the package either imports or says which extra it needs (a __main__
     # would run its command).
@@ -237,6 +249,7 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         "oncewire.otel": "otel",
         "oncewire.gateway.runner": "gateway",
         "oncewire.ui.server": "ui",
+        "oncewire.langgraph.OncewireSaver": "langgraph",
     }
     assert {what: refused.get("extra") for what, refused in seen.items()} == expected, seen
     for what, refused in seen.items():
@@ -290,6 +303,12 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         ),
         "gateway demo": _needs_extra(bare.run("gateway", "demo"), "gateway"),
         "ui": _needs_extra(bare.run("ui", "--db", str(store)), "ui"),
+        "langgraph pending": _needs_extra(
+            bare.run("langgraph", "pending", "--db", str(store)), "langgraph"
+        ),
+        "langgraph resume": _needs_extra(
+            bare.run("langgraph", "resume", "--db", str(store), "--all", "--yes"), "langgraph"
+        ),
         "effects list --db postgresql://": _needs_extra(
             bare.run("effects", "list", "--db", "postgresql://127.0.0.1:9/none"), "postgres"
         ),

@@ -28,9 +28,7 @@ class State(TypedDict):
 
 def _probe(base: type) -> type:
     class Probe(base):  # type: ignore[valid-type,misc]
-        def put_writes(
-            self, config: Any, writes: Any, task_id: str, task_path: str = ""
-        ) -> None:
+        def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
             if task_path.endswith(", b"):
                 time.sleep(HOLD_SECONDS)  # the executor ran this job late
             super().put_writes(config, writes, task_id, task_path)

@@ -25,9 +25,7 @@ def test_oncewire_saver_passes_the_conformance_suite_in_full(db_url: str) -> Non
             yield saver
 
     backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
-    registered = conformance.checkpointer_test(name=f"OncewireSaver ({backend})")(
-        factory
-    )
+    registered = conformance.checkpointer_test(name=f"OncewireSaver ({backend})")(factory)
     report = asyncio.run(conformance.validate(registered))
     report.print_report()
     failures = [f for r in report.results.values() for f in r.failures]

@@ -62,7 +62,9 @@ def _edit_blob(raw: Raw) -> None:
 
 
 def _edit_hash(raw: Raw) -> None:
-    raw.execute("UPDATE oncewire_lg_chain SET hash = ? WHERE thread_id = 't' AND seq = 2", ("0" * 64,))
+    raw.execute(
+        "UPDATE oncewire_lg_chain SET hash = ? WHERE thread_id = 't' AND seq = 2", ("0" * 64,)
+    )
 
 
 def _drop_entry(raw: Raw) -> None:
@@ -101,8 +103,15 @@ def test_a_write_edited_in_place_is_refused(db_url: str, raw: Raw) -> None:
     saver = _fresh(db_url)
     stored = saver.put(
         CONFIG,
-        {"v": 4, "id": "1f000000-0000-6000-8000-000000000001", "ts": "", "channel_values": {},
-         "channel_versions": {}, "versions_seen": {}, "updated_channels": None},
+        {
+            "v": 4,
+            "id": "1f000000-0000-6000-8000-000000000001",
+            "ts": "",
+            "channel_values": {},
+            "channel_versions": {},
+            "versions_seen": {},
+            "updated_channels": None,
+        },
         {"source": "input", "step": -1, "parents": {}},
         {},
     )

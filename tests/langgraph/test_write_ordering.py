@@ -65,8 +65,7 @@ def test_oncewire_saver_stores_the_parents_writes_first(db_url: str, raw: Raw) -
     paths = {
         r[0]
         for r in raw.query(
-            "SELECT task_path FROM oncewire_lg_writes WHERE thread_id = 't' "
-            "AND checkpoint_id = ?",
+            "SELECT task_path FROM oncewire_lg_writes WHERE thread_id = 't' AND checkpoint_id = ?",
             (parent,),
         )
     }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,8 +192,7 @@ def check_write(thread_id: str, row: WriteRow, key: bytes | None) -> None:
     ):
         raise _tampered(
             thread_id,
-            f"a write of checkpoint {row.checkpoint_id} does not match its chain entry "
-            f"{row.seq}",
+            f"a write of checkpoint {row.checkpoint_id} does not match its chain entry {row.seq}",
             checkpoint_id=row.checkpoint_id,
             seq=row.seq,
         )
@@ -246,11 +245,11 @@ def verify_thread(store: Store, thread_id: str, key: bytes | None) -> ThreadVerd
     row against its entry, and every row the chain says is stored (not erased) being there. A
     key that does not fit is :class:`ConfigurationError`, not a verdict."""
     head, chain, checkpoints, writes = store.lg_thread(thread_id)
-    counts = {"entries": len(chain), "checkpoints": len(checkpoints), "writes": len(writes)}
+    counts = (len(chain), len(checkpoints), len(writes))
     if head is None:
         if chain or checkpoints or writes:
-            return ThreadVerdict(thread_id, False, **counts, reason="rows without a chain head")
-        return ThreadVerdict(thread_id, True, **counts)
+            return ThreadVerdict(thread_id, False, *counts, reason="rows without a chain head")
+        return ThreadVerdict(thread_id, True, *counts)
     use = chain_key(head, key)
     try:
         seq, last = verify_entries(thread_id, chain, use)
@@ -261,22 +260,33 @@ def verify_thread(store: Store, thread_id: str, key: bytes | None) -> ThreadVerd
         for write in writes:
             check_write(thread_id, write, use)
         erased, want_cps, want_writes = _live_rows(thread_id, chain)
-        have_cps = {(r.checkpoint_ns, r.checkpoint_id): r.seq for r in checkpoints}
-        have_writes = {
-            (w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx): w.seq for w in writes
-        }
-        for name, want, have in (
-            ("checkpoint", want_cps, have_cps),
-            ("write", want_writes, have_writes),
-        ):
-            for slot, entry_seq in want.items():
-                if entry_seq not in erased and have.get(slot) != entry_seq:  # type: ignore[call-overload]
-                    raise _tampered(
-                        thread_id, f"a {name} that chain entry {entry_seq} wrote is missing"
-                    )
-            for slot, row_seq in have.items():
-                if row_seq in erased or want.get(slot) != row_seq:  # type: ignore[call-overload]
-                    raise _tampered(thread_id, f"a {name} row is not the chain's (entry {row_seq})")
+        _compare(
+            thread_id,
+            "checkpoint",
+            erased,
+            want_cps,
+            {(r.checkpoint_ns, r.checkpoint_id): r.seq for r in checkpoints},
+        )
+        _compare(
+            thread_id,
+            "write",
+            erased,
+            want_writes,
+            {(w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx): w.seq for w in writes},
+        )
     except CheckpointTampered as exc:
-        return ThreadVerdict(thread_id, False, **counts, reason=str(exc.fields.get("reason")))
-    return ThreadVerdict(thread_id, True, **counts)
+        return ThreadVerdict(thread_id, False, *counts, reason=str(exc.fields.get("reason")))
+    return ThreadVerdict(thread_id, True, *counts)
+
+
+def _compare(
+    thread_id: str, name: str, erased: set[int], want: Mapping[Any, int], have: Mapping[Any, int]
+) -> None:
+    """The rows stored are exactly those the chain says should be (not erased, the newest entry
+    for each slot)."""
+    for slot, entry_seq in want.items():
+        if entry_seq not in erased and have.get(slot) != entry_seq:
+            raise _tampered(thread_id, f"a {name} that chain entry {entry_seq} wrote is missing")
+    for slot, row_seq in have.items():
+        if row_seq in erased or want.get(slot) != row_seq:
+            raise _tampered(thread_id, f"a {name} row is not the chain's (entry {row_seq})")

@@ -29,18 +29,23 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, cast
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    get_checkpoint_id,
-    get_checkpoint_metadata,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from oncewire.core.extras import refusal
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("langgraph", "oncewire.langgraph.OncewireSaver", exc) from exc
 
 from oncewire.core.errors import (
     CheckpointTampered,
@@ -185,7 +190,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         rows, or not at all. For calls made in the caller's thread (``graph.update_state``, a
         checkpoint put by hand); the store's connection is the caller's thread's. The thread
         must be claimed first (:meth:`claim`): a lease is taken in a transaction of its own."""
-        token = _JOINED.set(cast(Transaction, tx))
+        token = _JOINED.set(tx)
         try:
             yield
         finally:
@@ -198,9 +203,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         now = self.ledger.clock.now()
         try:
             if tx is None:
-                done = self.store.lg_append(
-                    thread_id, items, sealer=seal, holder=holder, now=now
-                )
+                done = self.store.lg_append(thread_id, items, sealer=seal, holder=holder, now=now)
             else:
                 done = self.store.lg_append_in_tx(
                     tx, thread_id, items, sealer=seal, holder=holder, now=now
@@ -270,9 +273,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         rows = []
         for idx, (channel, value) in enumerate(writes):
             type_, blob = self.serde.dumps_typed(value)
-            rows.append(
-                NewWrite(WRITES_IDX_MAP.get(channel, idx), channel, type_, blob, task_path)
-            )
+            rows.append(NewWrite(WRITES_IDX_MAP.get(channel, idx), channel, type_, blob, task_path))
         with self._barrier.writing((thread_id, ns, checkpoint_id), task_path):
             self._append(thread_id, [Writes(ns, checkpoint_id, task_id, rows)])
 
@@ -330,7 +331,9 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         chain.check_checkpoint(row, key)
         for write in writes:
             chain.check_write(thread_id, write, key)
-        checkpoint = self._loads(thread_id, f"checkpoint {row.checkpoint_id}", row.type, row.checkpoint)
+        checkpoint = self._loads(
+            thread_id, f"checkpoint {row.checkpoint_id}", row.type, row.checkpoint
+        )
         metadata = self._loads(
             thread_id, f"checkpoint {row.checkpoint_id}'s metadata", row.metadata_type, row.metadata
         )
@@ -339,7 +342,9 @@ class OncewireSaver(BaseCheckpointSaver[str]):
             (
                 w.task_id,
                 w.channel,
-                self._loads(thread_id, f"a write of checkpoint {row.checkpoint_id}", w.type, w.value),
+                self._loads(
+                    thread_id, f"a write of checkpoint {row.checkpoint_id}", w.type, w.value
+                ),
             )
             for w in ordered
         ]
@@ -438,9 +443,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         for thread_id, ns, cid in self.store.lg_checkpoints_of_runs(list(run_ids)):
             by_thread.setdefault(thread_id, []).append((ns, cid))
         for thread_id, checkpoints in by_thread.items():
-            self._append(
-                thread_id, [Erase(checkpoints, "delete_for_runs")], owned=False
-            )
+            self._append(thread_id, [Erase(checkpoints, "delete_for_runs")], owned=False)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):

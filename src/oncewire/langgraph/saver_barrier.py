@@ -41,9 +41,7 @@ Key = tuple[str, str, str]  # thread_id, checkpoint_ns, checkpoint_id
 Loader = Callable[[Key], tuple[Mapping[str, Any] | None, set[str]]]
 
 
-def ran_at_parent(
-    parent_seen: Mapping[str, Any] | None, child_seen: Mapping[str, Any]
-) -> set[str]:
+def ran_at_parent(parent_seen: Mapping[str, Any] | None, child_seen: Mapping[str, Any]) -> set[str]:
     """The nodes whose ``versions_seen`` moved from the parent to the child: the pull tasks
     that ran at the parent."""
     before = parent_seen or {}
@@ -109,9 +107,7 @@ class WriteBarrier:
         with self._cond:
             self._entry(key).seen = versions_seen
 
-    def before_put(
-        self, parent: Key, child_seen: Mapping[str, Any], *, from_loop: bool
-    ) -> None:
+    def before_put(self, parent: Key, child_seen: Mapping[str, Any], *, from_loop: bool) -> None:
         """Wait until the put of a child of ``parent`` may commit (see the module docstring)."""
         deadline = time.monotonic() + self.timeout_seconds
         with self._cond:

@@ -74,9 +74,7 @@ def writes_material(
             "ns": checkpoint_ns,
             "id": checkpoint_id,
             "task": task_id,
-            "rows": [
-                [w.idx, w.channel, w.task_path, blob_digest(w.type, w.value)] for w in rows
-            ],
+            "rows": [[w.idx, w.channel, w.task_path, blob_digest(w.type, w.value)] for w in rows],
         }
     )
 
@@ -165,9 +163,7 @@ class CheckpointRow:
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> CheckpointRow:
-        (thread_id, ns, cid, parent, seq, type_, blob, mtype, meta, eseq, kind, material) = row[
-            :12
-        ]
+        (thread_id, ns, cid, parent, seq, type_, blob, mtype, meta, eseq, kind, material) = row[:12]
         prev_hash, hash_ = row[12:14]
         entry = (
             None

@@ -375,7 +375,9 @@ class LangGraphVerbs:
             ]
 
     def lg_chain_after(self, thread_id: str, after_seq: int) -> list[ChainEntry]:
-        rows = self.db.read(self.db.queries.lg_chain_after, thread_id=thread_id, after_seq=after_seq)
+        rows = self.db.read(
+            self.db.queries.lg_chain_after, thread_id=thread_id, after_seq=after_seq
+        )
         return [ChainEntry.from_row(r) for r in rows]
 
     def lg_thread(
