@@ -46,6 +46,8 @@ except ImportError:  # run from a checkout without an installed package
     sys.path.insert(0, str(HERE.parent / "src"))
     import oncewire
 
+import itertools
+
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 
@@ -70,7 +72,7 @@ def ten_steps() -> Any:
     for name in names:
         g.add_node(name, lambda s, name=name: {"log": [name]})
     g.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         g.add_edge(a, b)
     g.add_edge(names[-1], END)
     return g
