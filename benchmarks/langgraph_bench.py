@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import itertools
 import json
 import operator
 import os
@@ -45,8 +46,6 @@ try:
 except ImportError:  # run from a checkout without an installed package
     sys.path.insert(0, str(HERE.parent / "src"))
     import oncewire
-
-import itertools
 
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
