@@ -14,11 +14,13 @@ SELECT chain, key_id, head_seq, head_hash FROM oncewire_lg_threads WHERE thread_
 INSERT INTO oncewire_lg_threads (thread_id, chain, key_id, head_seq, head_hash, updated_at)
 VALUES (:thread_id, :chain, :key_id, :head_seq, :head_hash, :now)
 ON CONFLICT (thread_id) DO NOTHING
+RETURNING head_seq
 
 -- name: lg_advance_head
 -- The head moves from prev_seq only: refused (rowcount 0) when someone appended in between.
 UPDATE oncewire_lg_threads SET head_seq = :head_seq, head_hash = :head_hash, updated_at = :now
  WHERE thread_id = :thread_id AND head_seq = :prev_seq
+RETURNING head_seq
 
 -- name: lg_insert_entry
 INSERT INTO oncewire_lg_chain (thread_id, seq, kind, material, prev_hash, hash, created_at)
@@ -54,11 +56,14 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SE
 
 -- name: lg_get_checkpoint
 -- One checkpoint (the newest of the namespace when checkpoint_id is NULL) with the chain entry
--- that wrote it; a missing entry reads as NULLs (a broken history, never a skipped row).
+-- that wrote it and its thread's head; a missing entry or head reads as NULLs (a broken
+-- history, never a skipped row).
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.seq, c.type,
-       c.checkpoint, c.metadata_type, c.metadata, e.seq, e.kind, e.material, e.prev_hash, e.hash
+       c.checkpoint, c.metadata_type, c.metadata, e.seq, e.kind, e.material, e.prev_hash, e.hash,
+       t.chain, t.key_id, t.head_seq, t.head_hash
   FROM oncewire_lg_checkpoints c
   LEFT JOIN oncewire_lg_chain e ON e.thread_id = c.thread_id AND e.seq = c.seq
+  LEFT JOIN oncewire_lg_threads t ON t.thread_id = c.thread_id
  WHERE c.thread_id = :thread_id AND c.checkpoint_ns = :checkpoint_ns
    AND (CAST(:checkpoint_id AS TEXT) IS NULL OR c.checkpoint_id = :checkpoint_id)
  ORDER BY c.checkpoint_id DESC

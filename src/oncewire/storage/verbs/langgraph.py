@@ -173,75 +173,80 @@ class LangGraphVerbs:
             )
         seq = 0 if head is None else head.head_seq
         prev = sealer.genesis if head is None else head.head_hash
-        first_seq = seq
+        first_seq, first_hash = seq, prev
+        planned: list[tuple[str, str, list[tuple[Any, list[dict[str, Any]]]]]] = []
         for item in items:
-            written = self._item(conn, thread_id, item, seq + 1, prev, sealer, now)
-            if written is not None:
-                seq, prev = seq + 1, written
-        if seq == first_seq:
+            plan = self._plan(conn, thread_id, item, now)
+            if plan is not None:
+                planned.append(plan)
+        if not planned:
             return None
-        if head is None:
-            created = db.run(
-                conn,
-                q.lg_insert_thread,
-                thread_id=thread_id,
-                chain=sealer.chain,
-                key_id=sealer.key_id,
-                head_seq=seq,
-                head_hash=prev,
-                now=now,
-            )
-        else:
-            created = db.run(
-                conn,
-                q.lg_advance_head,
-                thread_id=thread_id,
-                head_seq=seq,
-                head_hash=prev,
-                prev_seq=first_seq,
-                now=now,
-            )
-        if not created:  # only a concurrent first append can get here (the row is locked)
+        with db.pipeline(conn) as p:
+            for kind, material, statements in planned:
+                seq += 1
+                hash_ = sealer.seal(seq, kind, prev, material)
+                for query, rows in statements:
+                    p.batch(query, [{**row, "seq": seq} for row in rows])
+                p.run(
+                    q.lg_insert_entry,
+                    thread_id=thread_id,
+                    seq=seq,
+                    kind=kind,
+                    material=material,
+                    prev_hash=prev,
+                    hash=hash_,
+                    now=now,
+                )
+                prev = hash_
+            if head is None:
+                moved = p.rows(
+                    q.lg_insert_thread,
+                    thread_id=thread_id,
+                    chain=sealer.chain,
+                    key_id=sealer.key_id,
+                    head_seq=seq,
+                    head_hash=prev,
+                    now=now,
+                )
+            else:
+                moved = p.rows(
+                    q.lg_advance_head,
+                    thread_id=thread_id,
+                    head_seq=seq,
+                    head_hash=prev,
+                    prev_seq=first_seq,
+                    now=now,
+                )
+        if moved.one() is None:  # only a concurrent first append can get here (the row is locked)
             raise ThreadLeaseLost(
                 f"thread {thread_id!r} was appended to concurrently; nothing was written",
                 thread_id=thread_id,
             )
         return Appended(
-            ThreadHead(thread_id, sealer.chain, sealer.key_id, seq, prev),
-            first_seq,
-            sealer.genesis if head is None else head.head_hash,
+            ThreadHead(thread_id, sealer.chain, sealer.key_id, seq, prev), first_seq, first_hash
         )
 
-    def _item(
-        self,
-        conn: Any,
-        thread_id: str,
-        item: Item,
-        seq: int,
-        prev: str,
-        sealer: Sealer,
-        now: float,
-    ) -> str | None:
-        """Write one item as entry ``seq``; its hash, or None when it wrote nothing."""
+    def _plan(
+        self, conn: Any, thread_id: str, item: Item, now: float
+    ) -> tuple[str, str, list[tuple[Any, list[dict[str, Any]]]]] | None:
+        """What one item writes: its entry's kind and material, and the statements (each with
+        its rows, ``seq`` added when sent) that store it; None when it writes nothing."""
         db, q = self.db, self.db.queries
         if isinstance(item, NewCheckpoint):
-            kind, material = "checkpoint", checkpoint_material(item)
-            db.run(
-                conn,
-                q.lg_upsert_checkpoint,
-                thread_id=thread_id,
-                checkpoint_ns=item.checkpoint_ns,
-                checkpoint_id=item.checkpoint_id,
-                parent_checkpoint_id=item.parent_checkpoint_id,
-                seq=seq,
-                type=item.type,
-                checkpoint=item.checkpoint,
-                metadata_type=item.metadata_type,
-                metadata=item.metadata,
-                run_id=item.run_id,
-                now=now,
-            )
-        elif isinstance(item, Writes):
+            row = {
+                "thread_id": thread_id,
+                "checkpoint_ns": item.checkpoint_ns,
+                "checkpoint_id": item.checkpoint_id,
+                "parent_checkpoint_id": item.parent_checkpoint_id,
+                "type": item.type,
+                "checkpoint": item.checkpoint,
+                "metadata_type": item.metadata_type,
+                "metadata": item.metadata,
+                "run_id": item.run_id,
+                "now": now,
+            }
+            return "checkpoint", checkpoint_material(item), [(q.lg_upsert_checkpoint, [row])]
+        if isinstance(item, Writes):
             key = {
                 "thread_id": thread_id,
                 "checkpoint_ns": item.checkpoint_ns,
@@ -252,50 +257,31 @@ class LangGraphVerbs:
             rows = [w for w in item.rows if w.idx < 0 or w.idx not in taken]
             if not rows:
                 return None
-            kind = "writes"
             material = writes_material(item.checkpoint_ns, item.checkpoint_id, item.task_id, rows)
-            db.batch(
-                conn,
-                q.lg_upsert_write,
-                [
-                    {
-                        **key,
-                        "idx": w.idx,
-                        "channel": w.channel,
-                        "type": w.type,
-                        "value": w.value,
-                        "task_path": w.task_path,
-                        "seq": seq,
-                    }
-                    for w in rows
-                ],
-            )
-        else:
-            seqs: list[int] = []
-            for ns, cid in item.checkpoints:
-                key = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
-                found = db.one(conn, q.lg_get_checkpoint, **key)
-                if found is not None:
-                    seqs.append(int(found[4]))
-                seqs.extend(int(r[0]) for r in db.all(conn, q.lg_write_seqs, **key))
-                db.run(conn, q.lg_delete_checkpoint_writes, **key)
-                db.run(conn, q.lg_delete_checkpoint, **key)
-            if not seqs:
-                return None
-            kind, material = "erase", erase_material(seqs, item.why)
-        hash_ = sealer.seal(seq, kind, prev, material)
-        db.run(
-            conn,
-            q.lg_insert_entry,
-            thread_id=thread_id,
-            seq=seq,
-            kind=kind,
-            material=material,
-            prev_hash=prev,
-            hash=hash_,
-            now=now,
-        )
-        return hash_
+            params = [
+                {
+                    **key,
+                    "idx": w.idx,
+                    "channel": w.channel,
+                    "type": w.type,
+                    "value": w.value,
+                    "task_path": w.task_path,
+                }
+                for w in rows
+            ]
+            return "writes", material, [(q.lg_upsert_write, params)]
+        seqs: list[int] = []
+        for ns, cid in item.checkpoints:
+            key = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
+            found = db.one(conn, q.lg_get_checkpoint, **key)
+            if found is not None:
+                seqs.append(int(found[4]))
+            seqs.extend(int(r[0]) for r in db.all(conn, q.lg_write_seqs, **key))
+            db.run(conn, q.lg_delete_checkpoint_writes, **key)
+            db.run(conn, q.lg_delete_checkpoint, **key)
+        if not seqs:
+            return None
+        return "erase", erase_material(seqs, item.why), []
 
     # -- reading -----------------------------------------------------------------------------
     def lg_head(self, thread_id: str) -> ThreadHead | None:
@@ -329,12 +315,8 @@ class LangGraphVerbs:
                 checkpoint_ns=checkpoint_ns,
                 checkpoint_id=found.checkpoint_id,
             )
-            head = db.one(conn, q.lg_head, thread_id=thread_id)
-        return (
-            found,
-            [WriteRow.from_row(w) for w in writes],
-            None if head is None else ThreadHead.from_row(thread_id, head),
-        )
+        head = None if row[16] is None else ThreadHead.from_row(thread_id, row[14:18])
+        return found, [WriteRow.from_row(w) for w in writes], head
 
     def lg_list_checkpoints(
         self,
