@@ -19,6 +19,7 @@ is its default message; each carries a stable ``code`` and ``as_dict()``. The tr
     ├── ReplyNotFound (a KeyError)         no reply record matches
     ├── InvalidState                       the record's state does not allow the operation
     ├── StaleFence                         the lease the write relied on was superseded
+    │   └── ThreadLeaseLost                another process took the LangGraph thread over
     ├── StorageError                       the store failed (``transient``: may a retry help?)
     │   ├── StoreBusy                      locked by another writer past the busy timeout
     │   ├── StoreFull                      the disk is full: the write was not stored
@@ -31,20 +32,29 @@ is its default message; each carries a stable ``code`` and ``as_dict()``. The tr
     │   ├── CrashPointUnknown              an armed crash point that no code registers
     │   └── MissingExtra (an ImportError)  needs an extra that is not installed (``extra``)
     ├── ReplyConflict                      the message already has a reply with other text
-    └── RunError                           a run ledger operation was refused
-        ├── RunNotFound (a KeyError)       no run, checkpoint, branch or delivery has this id
-        ├── RunConflict                    the command key is bound to a different request
-        ├── TransitionRefused              the run's state or a guard refuses the command
-        │   ├── BranchBusy                 another run is active on the branch
-        │   ├── HistoryHidden              the history was reverted away, or the run abandoned
-        │   └── RevertBarrierHeld          a revert holds the scope until recovery
-        └── HistoryTampered                the history failed verification
+    ├── RunError                           a run ledger operation was refused
+    │   ├── RunNotFound (a KeyError)       no run, checkpoint, branch or delivery has this id
+    │   ├── RunConflict                    the command key is bound to a different request
+    │   ├── TransitionRefused              the run's state or a guard refuses the command
+    │   │   ├── BranchBusy                 another run is active on the branch
+    │   │   ├── HistoryHidden              the history was reverted away, or the run abandoned
+    │   │   └── RevertBarrierHeld          a revert holds the scope until recovery
+    │   └── HistoryTampered                the history failed verification
+    └── CheckpointError                    a LangGraph checkpoint operation was refused
+        ├── CheckpointTampered             a thread's checkpoint history failed verification
+        │   └── CheckpointUnreadable       a stored checkpoint or write does not deserialise
+        ├── CheckpointOrderRefused         a checkpoint's parent writes did not commit in time
+        └── ThreadBusy                     another live process owns the thread's lease
 """
 
 from __future__ import annotations
 
 from oncewire.core.errors import (
     BranchBusy,
+    CheckpointError,
+    CheckpointOrderRefused,
+    CheckpointTampered,
+    CheckpointUnreadable,
     ConfigurationError,
     CrashPointUnknown,
     EffectNotFound,
@@ -72,12 +82,18 @@ from oncewire.core.errors import (
     StoreFull,
     StoreUnreachable,
     StoreUnusable,
+    ThreadBusy,
+    ThreadLeaseLost,
     TransitionRefused,
     WrongType,
 )
 
 __all__ = [
     "BranchBusy",
+    "CheckpointError",
+    "CheckpointOrderRefused",
+    "CheckpointTampered",
+    "CheckpointUnreadable",
     "ConfigurationError",
     "CrashPointUnknown",
     "EffectNotFound",
@@ -105,6 +121,8 @@ __all__ = [
     "StoreFull",
     "StoreUnreachable",
     "StoreUnusable",
+    "ThreadBusy",
+    "ThreadLeaseLost",
     "TransitionRefused",
     "WrongType",
 ]

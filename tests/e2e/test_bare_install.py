@@ -187,6 +187,7 @@ LIBRARY = textwrap.dedent(
         oncewire.langgraph.current_attempt()
     except oncewire.errors.InvalidState:
         seen["current_attempt"] = "ok"
+    refusal("oncewire.langgraph.OncewireSaver", lambda: oncewire.langgraph.OncewireSaver)
 
     # Every module of the package either imports or says which extra it needs (a __main__
     # would run its command).
@@ -256,6 +257,7 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         "oncewire.gateway.runner": "gateway",
         "oncewire.ui.server": "ui",
         "DurableToolNode": "langgraph",
+        "oncewire.langgraph.OncewireSaver": "langgraph",
     }
     assert {what: refused.get("extra") for what, refused in seen.items()} == expected, seen
     for what, refused in seen.items():
@@ -315,6 +317,12 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         ),
         "gateway demo": _needs_extra(bare.run("gateway", "demo"), "gateway"),
         "ui": _needs_extra(bare.run("ui", "--db", str(store)), "ui"),
+        "langgraph pending": _needs_extra(
+            bare.run("langgraph", "pending", "--db", str(store)), "langgraph"
+        ),
+        "langgraph resume": _needs_extra(
+            bare.run("langgraph", "resume", "--db", str(store), "--all", "--yes"), "langgraph"
+        ),
         "effects list --db postgresql://": _needs_extra(
             bare.run("effects", "list", "--db", "postgresql://127.0.0.1:9/none"), "postgres"
         ),

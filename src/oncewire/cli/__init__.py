@@ -53,7 +53,18 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from oncewire.cli import dispatch, doctor, effects, gateway, lab, receipts, replies, runs, ui
+    from oncewire.cli import (
+        dispatch,
+        doctor,
+        effects,
+        gateway,
+        lab,
+        langgraph,
+        receipts,
+        replies,
+        runs,
+        ui,
+    )
 
     cli.add_command(effects.group)
     cli.add_command(receipts.group)
@@ -65,6 +76,7 @@ def _register() -> None:
     cli.add_command(replies.replies_group)
     cli.add_command(gateway.group)
     cli.add_command(ui.command)
+    cli.add_command(langgraph.group)
 
     def add_verbose(command: click.Command) -> None:
         # Every command and group takes -v, so `oncewire effects list -v` works as well as

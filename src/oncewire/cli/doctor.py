@@ -10,7 +10,8 @@ exit 1. The checks only read: the write probe begins a write transaction and rol
 - work that waits: effects per kind that are pending or uncertain, with the oldest one's age.
   With ``--app`` (the sinks a dispatcher would load) a kind that no sink handles is named: its
   effects would wait forever without a word. Claims past their lease, dead and rejected effects;
-- with ``--deep``, every run's hash chain (a keyed store needs ``ONCEWIRE_RUNS_KEY``).
+- with ``--deep``, every run's hash chain and every LangGraph thread's checkpoint chain (a
+  keyed store needs ``ONCEWIRE_RUNS_KEY``).
 
 A store writers refuse (SQLite reports it corrupt, or it is read-only) is opened read-only, so
 that the checks that can still run do; a check whose rows cannot be read fails with the error
@@ -277,6 +278,34 @@ def _runs(store: Store, runs_key: bytes | None) -> Check:
     return Check("runs", "fail", detail, fix)
 
 
+def _langgraph_threads(store: Store, runs_key: bytes | None) -> Check:
+    """Every LangGraph thread's checkpoint chain, verified whole (no LangGraph needed)."""
+    from oncewire.langgraph.chain import verify_thread
+
+    threads = store.lg_thread_ids()
+    try:
+        verdicts = [verify_thread(store, thread_id, runs_key) for thread_id in threads]
+    except OncewireError as exc:  # a key that does not fit a thread's chain: nothing judged
+        return Check(
+            "langgraph",
+            "fail",
+            f"not verified: {exc}",
+            f"set {KEY_ENV} (or --key-env NAME) to the key the threads were written with",
+        )
+    bad = [v for v in verdicts if not v.ok]
+    if not bad:
+        return Check("langgraph", "ok", f"{len(verdicts)} LangGraph thread(s) verified")
+    detail = f"{len(bad)} of {len(verdicts)} LangGraph thread(s) fail verification: " + _listed(
+        [f"{v.thread_id} ({v.reason})" for v in bad]
+    )
+    return Check(
+        "langgraph",
+        "fail",
+        detail,
+        "the saver refuses to read these threads; restore them from a backup or delete them",
+    )
+
+
 _OPEN_FIXES = {
     "corrupt": "restore from a backup (or .recover the SQLite file): SQLite cannot read it",
     "not_a_database": "--db names a file that is not a SQLite database: check the path",
@@ -387,6 +416,7 @@ def diagnose(
         _section(checks, "effects", lambda: _effect_checks(store, moment, sinks))
         if deep:
             _section(checks, "runs", lambda: [_runs(store, runs_key)])
+            _section(checks, "langgraph", lambda: [_langgraph_threads(store, runs_key)])
     finally:
         store.close()
     return checks
@@ -401,7 +431,11 @@ def diagnose(
     metavar="MODULE:ATTRIBUTE",
     help="The dispatcher's sinks (as `oncewire dispatch --app`): name waiting kinds none handles.",
 )
-@click.option("--deep", is_flag=True, help="Also verify every run's hash chain (reads them all).")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also verify every run's and every LangGraph thread's hash chain (reads them all).",
+)
 @click.option(
     "--key-env",
     default=KEY_ENV,

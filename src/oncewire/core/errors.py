@@ -11,6 +11,10 @@ from typing import Any, ClassVar
 
 __all__ = [
     "BranchBusy",
+    "CheckpointError",
+    "CheckpointOrderRefused",
+    "CheckpointTampered",
+    "CheckpointUnreadable",
     "ConfigurationError",
     "CrashPointUnknown",
     "EffectNotFound",
@@ -38,6 +42,8 @@ __all__ = [
     "StoreFull",
     "StoreUnreachable",
     "StoreUnusable",
+    "ThreadBusy",
+    "ThreadLeaseLost",
     "TransitionRefused",
     "WrongType",
 ]
@@ -298,3 +304,43 @@ class HistoryTampered(RunError):
     """The run's history failed verification: it authorises nothing and is kept as evidence."""
 
     code = "history_tampered"
+
+
+# -- LangGraph checkpoints ----------------------------------------------------------------------
+
+
+class CheckpointError(OncewireError):
+    """A LangGraph checkpoint operation was refused."""
+
+    code = "checkpoint_error"
+
+
+class CheckpointTampered(CheckpointError):
+    """The thread's checkpoint history failed verification: nothing of it was returned."""
+
+    code = "checkpoint_tampered"
+
+
+class CheckpointUnreadable(CheckpointTampered):
+    """A stored checkpoint or write does not deserialise: nothing of it was returned."""
+
+    code = "checkpoint_unreadable"
+
+
+class CheckpointOrderRefused(CheckpointError):
+    """A checkpoint's parent writes did not all commit in time: the checkpoint was not stored."""
+
+    code = "checkpoint_order_refused"
+
+
+class ThreadBusy(CheckpointError):
+    """Another live process owns this thread's lease; nothing was written."""
+
+    code = "thread_busy"
+
+
+class ThreadLeaseLost(StaleFence):
+    """Another process took this thread over (its fence moved): the write was refused before
+    anything was written."""
+
+    code = "thread_lease_lost"

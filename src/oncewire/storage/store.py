@@ -34,6 +34,7 @@ from oncewire.storage.opening import (
 from oncewire.storage.records import Effect, EffectState
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.inbound import InboundVerbs
+from oncewire.storage.verbs.langgraph import LangGraphVerbs
 from oncewire.storage.verbs.leases import LeaseVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import ReplyVerbs
@@ -42,7 +43,15 @@ from oncewire.storage.verbs.runs import RunLedgerVerbs
 __all__ = ["Store", "Transaction"]
 
 
-class Store(EffectVerbs, ReceiptVerbs, InboundVerbs, ReplyVerbs, RunLedgerVerbs, LeaseVerbs):
+class Store(
+    EffectVerbs,
+    ReceiptVerbs,
+    InboundVerbs,
+    ReplyVerbs,
+    RunLedgerVerbs,
+    LeaseVerbs,
+    LangGraphVerbs,
+):
     """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
 
     Opening checks and migrates the database; a transient failure while opening is retried for

@@ -1,0 +1,573 @@
+"""OncewireSaver: LangGraph's checkpointer on the ledger's own store (SQLite or PostgreSQL).
+
+``OncewireSaver(ledger)`` (or ``OncewireSaver.from_conn_string(url)``, a context manager like the
+upstream savers) stores checkpoints and pending writes in the tables of the ledger's store, so
+that a checkpoint, its writes and the caller's own rows can share one transaction
+(:meth:`OncewireSaver.joined`). On top of what a checkpointer does, it keeps four promises:
+
+- **ordering**: a checkpoint is never stored before the writes LangGraph issued on its parent
+  have committed (:mod:`oncewire.langgraph.saver_barrier`);
+- **verifiable**: each thread's history is a hash chain (HMAC under the ledger's runs key when
+  it has one; :mod:`oncewire.langgraph.chain`), and ``get_tuple`` / ``list`` raise
+  :class:`CheckpointTampered` (or :class:`CheckpointUnreadable`) on a broken chain or a blob
+  that does not deserialise, never a partial state;
+- **write ownership**: writing to a thread takes its lease (a fenced named lease, as the
+  gateway's bot leases; a dead owner on this host is recognised at once by pid and start time);
+  a process whose lease was taken over is refused (:class:`ThreadLeaseLost`) before anything is
+  written, so the chain never forks;
+- **no lost accepted run**: :func:`oncewire.langgraph.durable_invoke` records a run's input
+  before the first node runs (:mod:`oncewire.langgraph.saver_runs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, cast
+
+from oncewire.core.extras import refusal
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("langgraph", "oncewire.langgraph.OncewireSaver", exc) from exc
+
+from oncewire.core.errors import (
+    CheckpointTampered,
+    CheckpointUnreadable,
+    InvalidState,
+    ThreadBusy,
+    ThreadLeaseLost,
+)
+from oncewire.core.ids import this_process_owner
+from oncewire.langgraph import chain
+from oncewire.langgraph.saver_barrier import WriteBarrier
+from oncewire.ledger import Ledger, LedgerTransaction
+from oncewire.storage import Transaction
+from oncewire.storage.langgraph import (
+    CheckpointRow,
+    NewCheckpoint,
+    NewWrite,
+    ThreadHead,
+    WriteRow,
+    lease_name,
+)
+from oncewire.storage.verbs.langgraph import Erase, Item, LeaseHold, Writes
+from oncewire.storage.verbs.leases import Lease
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "OncewireSaver"]
+
+DEFAULT_LEASE_SECONDS = 60.0
+DEFAULT_BARRIER_TIMEOUT_SECONDS = 10.0
+
+# The caller's transaction that this context's puts and writes join (OncewireSaver.joined).
+_JOINED: ContextVar[Transaction | None] = ContextVar("oncewire_langgraph_joined", default=None)
+
+
+def _configurable(config: RunnableConfig) -> Mapping[str, Any]:
+    return cast(Mapping[str, Any], config.get("configurable") or {})
+
+
+class OncewireSaver(BaseCheckpointSaver[str]):
+    """LangGraph's checkpointer on the ledger's store; see the module docstring.
+
+    ``lease_seconds`` is how long a thread stays this saver's after its last write when the
+    process stops writing without dying (a dead process on this host is taken over at once).
+    ``barrier_timeout_seconds`` bounds how long a checkpoint waits for its parent's writes.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        serde: SerializerProtocol | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        barrier_timeout_seconds: float = DEFAULT_BARRIER_TIMEOUT_SECONDS,
+        owner: str | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.ledger = ledger
+        self.store = ledger.store
+        self.key = ledger.runs.key
+        self.lease_seconds = float(lease_seconds)
+        self.owner = owner or this_process_owner()
+        self._lock = threading.Lock()
+        self._held: dict[str, Lease] = {}
+        self._lost: set[str] = set()
+        self._verified: dict[str, tuple[int, str]] = {}
+        self._barrier = WriteBarrier(self._load_parent, timeout_seconds=barrier_timeout_seconds)
+        self._owned_ledger: Ledger | None = None
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **options: Any) -> Iterator[OncewireSaver]:
+        """A saver on its own ledger at ``conn_string`` (a SQLite path, ``sqlite://`` or
+        ``postgresql://`` URL), closed with the block."""
+        ledger = Ledger(conn_string)
+        try:
+            saver = cls(ledger, **options)
+            saver._owned_ledger = ledger
+            yield saver
+        finally:
+            ledger.close()
+
+    # -- ownership ---------------------------------------------------------------------------
+    def claim(self, thread_id: str) -> Lease:
+        """Take ``thread_id``'s lease for this saver (at once when it is free, ran out, or its
+        holder is a dead process on this host), or :class:`ThreadBusy` while another live
+        process holds it. Writing claims a thread by itself; a resume claims it first."""
+        now = self.ledger.clock.now()
+        lease = self.store.acquire_lease(
+            lease_name(thread_id), owner=self.owner, lease_seconds=self.lease_seconds, now=now
+        )
+        if lease is None:
+            held = self.store.get_lease(lease_name(thread_id))
+            raise ThreadBusy(
+                f"thread {thread_id!r} is owned by {held.owner if held else 'another process'!r} "
+                "until its lease runs out; nothing was written",
+                thread_id=thread_id,
+                owner=held.owner if held else None,
+            )
+        with self._lock:
+            self._held[thread_id] = lease
+            self._lost.discard(thread_id)
+        return lease
+
+    def release(self, thread_id: str) -> bool:
+        """Give the thread's lease back (another process may write to it at once)."""
+        with self._lock:
+            lease = self._held.pop(thread_id, None)
+        if lease is None:
+            return False
+        return self.store.release_lease(
+            lease.name, owner=self.owner, fence=lease.fence, now=self.ledger.clock.now()
+        )
+
+    def _hold(self, thread_id: str) -> LeaseHold:
+        with self._lock:
+            lease = self._held.get(thread_id)
+            lost = thread_id in self._lost
+        if lost:
+            raise ThreadLeaseLost(
+                f"thread {thread_id!r} was taken over by another process; this saver writes "
+                "to it again only after reading its latest state; nothing was written",
+                thread_id=thread_id,
+                owner=self.owner,
+            )
+        if lease is None:
+            if _JOINED.get() is not None:
+                raise InvalidState(
+                    f"thread {thread_id!r} is not claimed by this saver: call "
+                    "saver.claim(thread_id) before the transaction it joins; nothing was written",
+                    thread_id=thread_id,
+                )
+            lease = self.claim(thread_id)
+        return LeaseHold(
+            lease.name, self.owner, lease.fence, self.ledger.clock.now() + self.lease_seconds
+        )
+
+    # -- appending ---------------------------------------------------------------------------
+    @contextmanager
+    def joined(self, tx: LedgerTransaction | Transaction) -> Iterator[None]:
+        """Inside the block, this context's ``put`` and ``put_writes`` write in the caller's
+        transaction ``tx`` (``with ledger.transaction() as tx``): they commit with the caller's
+        rows, or not at all. For calls made in the caller's thread (``graph.update_state``, a
+        checkpoint put by hand); the store's connection is the caller's thread's. The thread
+        must be claimed first (:meth:`claim`): a lease is taken in a transaction of its own."""
+        token = _JOINED.set(tx)
+        try:
+            yield
+        finally:
+            _JOINED.reset(token)
+
+    def _append(self, thread_id: str, items: Sequence[Item], *, owned: bool = True) -> None:
+        holder = self._hold(thread_id) if owned else None
+        seal = chain.sealer(thread_id, self.key)
+        tx = _JOINED.get()
+        now = self.ledger.clock.now()
+        try:
+            if tx is None:
+                done = self.store.lg_append(thread_id, items, sealer=seal, holder=holder, now=now)
+            else:
+                done = self.store.lg_append_in_tx(
+                    tx, thread_id, items, sealer=seal, holder=holder, now=now
+                )
+        except ThreadLeaseLost:
+            with self._lock:
+                self._held.pop(thread_id, None)
+                self._lost.add(thread_id)
+            raise
+        if done is not None and tx is None:
+            with self._lock:  # our own entries, hashed here: no need to read them back
+                if self._verified.get(thread_id) == (done.from_seq, done.from_hash):
+                    self._verified[thread_id] = (done.head.head_seq, done.head.head_hash)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = _configurable(config)
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", ""))
+        parent = conf.get("checkpoint_id")
+        full = get_checkpoint_metadata(config, metadata)
+        type_, blob = self.serde.dumps_typed(checkpoint)
+        mtype, mblob = self.serde.dumps_typed(full)
+        run_id = full.get("run_id")
+        row = NewCheckpoint(
+            ns,
+            checkpoint["id"],
+            parent,
+            type_,
+            blob,
+            mtype,
+            mblob,
+            None if run_id is None else str(run_id),
+        )
+        if parent:
+            self._barrier.before_put(
+                (thread_id, ns, parent),
+                checkpoint.get("versions_seen") or {},
+                from_loop=full.get("source") == "loop",
+            )
+        self._append(thread_id, [row])
+        self._barrier.stored((thread_id, ns, checkpoint["id"]), checkpoint.get("versions_seen"))
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = _configurable(config)
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", ""))
+        checkpoint_id = str(conf["checkpoint_id"])
+        rows = []
+        for idx, (channel, value) in enumerate(writes):
+            type_, blob = self.serde.dumps_typed(value)
+            rows.append(NewWrite(WRITES_IDX_MAP.get(channel, idx), channel, type_, blob, task_path))
+        with self._barrier.writing((thread_id, ns, checkpoint_id), task_path):
+            self._append(thread_id, [Writes(ns, checkpoint_id, task_id, rows)])
+
+    # -- reading -----------------------------------------------------------------------------
+    def _loads(self, thread_id: str, what: str, type_: str, blob: bytes) -> Any:
+        try:
+            return self.serde.loads_typed((type_, blob))
+        except Exception as exc:
+            raise CheckpointUnreadable(
+                f"thread {thread_id!r}: {what} does not deserialise ({type(exc).__name__}); "
+                "nothing of it was returned",
+                thread_id=thread_id,
+                reason=f"{what} does not deserialise",
+            ) from exc
+
+    def _verify(self, thread_id: str, head: ThreadHead | None) -> bytes | None:
+        """Check the thread's chain up to ``head`` (incrementally after what this saver
+        verified before); the key its rows are checked with."""
+        if head is None:
+            raise CheckpointTampered(
+                f"thread {thread_id!r}: checkpoint rows without a chain head; nothing of it was "
+                "returned",
+                thread_id=thread_id,
+                reason="checkpoint rows without a chain head",
+            )
+        key = chain.chain_key(head, self.key)
+        with self._lock:
+            done = self._verified.get(thread_id)
+        if done == (head.head_seq, head.head_hash):
+            return key
+        after_seq, after_hash = done if done and done[0] < head.head_seq else (0, None)
+        entries = self.store.lg_chain_after(thread_id, after_seq)
+        seq, last = chain.verify_entries(
+            thread_id,
+            (e for e in entries if e.seq <= head.head_seq),
+            key,
+            after_seq=after_seq,
+            after_hash=after_hash,
+        )
+        if (seq, last) != (head.head_seq, head.head_hash):
+            raise CheckpointTampered(
+                f"thread {thread_id!r}: the chain does not end at its recorded head; nothing of "
+                "it was returned",
+                thread_id=thread_id,
+                reason="the chain does not end at its recorded head",
+            )
+        with self._lock:
+            self._verified[thread_id] = (seq, last)
+        return key
+
+    def _tuple(
+        self, row: CheckpointRow, writes: Sequence[WriteRow], key: bytes | None
+    ) -> CheckpointTuple:
+        thread_id = row.thread_id
+        chain.check_checkpoint(row, key)
+        for write in writes:
+            chain.check_write(thread_id, write, key)
+        checkpoint = self._loads(
+            thread_id, f"checkpoint {row.checkpoint_id}", row.type, row.checkpoint
+        )
+        metadata = self._loads(
+            thread_id, f"checkpoint {row.checkpoint_id}'s metadata", row.metadata_type, row.metadata
+        )
+        ordered = sorted(writes, key=lambda w: (w.task_path, w.task_id, w.idx))
+        pending = [
+            (
+                w.task_id,
+                w.channel,
+                self._loads(
+                    thread_id, f"a write of checkpoint {row.checkpoint_id}", w.type, w.value
+                ),
+            )
+            for w in ordered
+        ]
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": row.checkpoint_ns,
+                    "checkpoint_id": row.checkpoint_id,
+                }
+            },
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": row.checkpoint_ns,
+                        "checkpoint_id": row.parent_checkpoint_id,
+                    }
+                }
+                if row.parent_checkpoint_id
+                else None
+            ),
+            pending_writes=pending,
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = _configurable(config)
+        thread_id = str(conf["thread_id"])
+        checkpoint_id = get_checkpoint_id(config)
+        found = self.store.lg_get_checkpoint(
+            thread_id, str(conf.get("checkpoint_ns", "")), checkpoint_id
+        )
+        if found is None:
+            return None
+        row, writes, head = found
+        key = self._verify(thread_id, head)
+        result = self._tuple(row, writes, key)
+        if checkpoint_id is None:
+            with self._lock:  # a run starts from here: writing to the thread again is allowed
+                self._lost.discard(thread_id)
+        return result
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        conf = _configurable(config) if config else {}
+        thread_id = conf.get("thread_id")
+        ns = conf.get("checkpoint_ns") if "checkpoint_ns" in conf else None
+        only_id = conf.get("checkpoint_id")
+        rows = self.store.lg_list_checkpoints(
+            thread_id=None if thread_id is None else str(thread_id),
+            checkpoint_ns=None if ns is None else str(ns),
+            before=get_checkpoint_id(before) if before else None,
+            limit=None if filter or only_id else limit,
+        )
+        keys: dict[str, bytes | None] = {}
+        count = 0
+        for row, writes in rows:
+            if only_id and row.checkpoint_id != only_id:
+                continue
+            if row.thread_id not in keys:
+                keys[row.thread_id] = self._verify(row.thread_id, self.store.lg_head(row.thread_id))
+            result = self._tuple(row, writes, keys[row.thread_id])
+            if filter and any(result.metadata.get(k) != v for k, v in filter.items()):
+                continue
+            yield result
+            count += 1
+            if limit is not None and count >= limit:
+                return
+
+    # -- the barrier's view of the store -----------------------------------------------------
+    def _load_parent(self, key: tuple[str, str, str]) -> tuple[Mapping[str, Any] | None, set[str]]:
+        """The parent's versions_seen and the task paths whose writes on it are stored."""
+        found = self.store.lg_get_checkpoint(*key)
+        if found is None:
+            return None, set()
+        row, writes, _ = found
+        checkpoint = self._loads(key[0], f"checkpoint {key[2]}", row.type, row.checkpoint)
+        return checkpoint.get("versions_seen") or {}, {w.task_path for w in writes}
+
+    # -- deleting and copying ----------------------------------------------------------------
+    def delete_thread(self, thread_id: str) -> None:
+        self.store.lg_delete_thread(str(thread_id))
+        with self._lock:
+            self._verified.pop(str(thread_id), None)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        by_thread: dict[str, list[tuple[str, str]]] = {}
+        for thread_id, ns, cid in self.store.lg_checkpoints_of_runs(list(run_ids)):
+            by_thread.setdefault(thread_id, []).append((ns, cid))
+        for thread_id, checkpoints in by_thread.items():
+            self._append(thread_id, [Erase(checkpoints, "delete_for_runs")], owned=False)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            seen: set[str] = set()
+            drop: list[tuple[str, str]] = []
+            for ns, cid in self.store.lg_checkpoint_keys(thread_id):  # newest first per ns
+                if ns in seen:
+                    drop.append((ns, cid))
+                seen.add(ns)
+            if drop:
+                self._append(thread_id, [Erase(drop, "prune keep_latest")], owned=False)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of the source, verified, onto the target's own chain
+        (the target's lease is taken for it)."""
+        head, _, checkpoints, writes = self.store.lg_thread(source_thread_id)
+        if head is None:
+            return
+        key = self._verify(source_thread_id, head)
+        items: list[Item] = []
+        by_entry: dict[int, list[WriteRow]] = {}
+        for w in writes:
+            chain.check_write(source_thread_id, w, key)
+            by_entry.setdefault(w.seq, []).append(w)
+        ordered: list[tuple[int, Item]] = []
+        for c in checkpoints:
+            chain.check_checkpoint(c, key)
+            ordered.append(
+                (
+                    c.seq,
+                    NewCheckpoint(
+                        c.checkpoint_ns,
+                        c.checkpoint_id,
+                        c.parent_checkpoint_id,
+                        c.type,
+                        c.checkpoint,
+                        c.metadata_type,
+                        c.metadata,
+                        _run_id(self, source_thread_id, c),
+                    ),
+                )
+            )
+        for seq, rows in by_entry.items():
+            first = rows[0]
+            ordered.append(
+                (
+                    seq,
+                    Writes(
+                        first.checkpoint_ns,
+                        first.checkpoint_id,
+                        first.task_id,
+                        [NewWrite(r.idx, r.channel, r.type, r.value, r.task_path) for r in rows],
+                    ),
+                )
+            )
+        items = [item for _, item in sorted(ordered, key=lambda pair: pair[0])]
+        if items:
+            self._append(target_thread_id, items)
+
+    # -- versions ----------------------------------------------------------------------------
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # -- asyncio -----------------------------------------------------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _run_id(saver: OncewireSaver, thread_id: str, row: CheckpointRow) -> str | None:
+    metadata = saver._loads(thread_id, "checkpoint metadata", row.metadata_type, row.metadata)
+    run_id = metadata.get("run_id") if isinstance(metadata, dict) else None
+    return None if run_id is None else str(run_id)
