@@ -7,6 +7,7 @@ committed is read from the server on a connection of its own.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -176,3 +177,40 @@ def test_a_transaction_inside_a_waiting_one_is_refused(ledger: Ledger) -> None:
         ledger.transaction(),
     ):
         pass
+
+
+def test_a_dispatcher_step_is_one_round_trip(pg_url: str, ledger: Ledger) -> None:
+    """Settle a batch, record its history, tell the waiters and claim the next batch: BEGIN,
+    the statements and COMMIT travel together when no suspect is looked for."""
+    from oncewire.storage.records import EffectState, Settlement
+
+    with ledger.transaction() as tx:
+        for n in range(6):
+            tx.accept(f"s-{n}", "send", {"n": n})
+    store = ledger.store
+    now = time.time()
+    first = store.dispatch_step(
+        [], owner="w1", now=now, lease_seconds=30.0, limit=3, mark=3, suspects=False
+    )
+    done = [
+        Settlement(c.id, c.fence, EffectState.DONE, attempt=1, outcome="done", finished_at=now)
+        for c in first.claims
+    ]
+    steps = []
+
+    def step() -> None:
+        steps.append(
+            store.dispatch_step(
+                done, owner="w1", now=now + 1, lease_seconds=30.0, limit=3, mark=3, suspects=False
+            )
+        )
+
+    sent = _sent(ledger, step)
+    waits = [message for message, _ in sent if message in ("Sync", "Query")]
+    assert waits == ["Sync"], sent
+    parsed = [text for message, text in sent if message == "Parse"]
+    assert "BEGIN" in parsed[0] and "COMMIT" in parsed[-1], parsed
+    assert steps[0].applied == [True, True, True] and len(steps[0].claims) == 3
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE state = 'done'") == 3
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_attempts") == 3
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE state = 'claimed'") == 3

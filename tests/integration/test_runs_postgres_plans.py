@@ -129,7 +129,9 @@ def test_every_run_id_compares_bytewise_in_a_new_and_in_a_migrated_store(url: st
     def collations(conn: psycopg.Connection[Any]) -> dict[str, str | None]:
         rows = conn.execute(
             "SELECT table_name, collation_name FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND column_name = 'run_id'"
+            "WHERE table_schema = current_schema() AND column_name = 'run_id' "
+            # The run ledger's tables; a LangGraph checkpoint's run_id is LangGraph's own.
+            "AND table_name LIKE 'oncewire\\_run%'"
         ).fetchall()
         return {table: collation for table, collation in rows}
 

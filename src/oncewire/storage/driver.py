@@ -217,6 +217,11 @@ class Pipeline:
             text, _ = q.render(rows[0])
             self._cursor().executemany(text, [q.render(row)[1] for row in rows])
 
+    def sql(self, text: str) -> None:
+        """Send ``text``, a statement of the driver's own with no values, whose rows nobody
+        reads."""
+        self._cursor().execute(text)
+
     def rows(self, q: Query, /, **params: Any) -> Pending:
         pending = Pending()
         cursor = self._conn.cursor()
@@ -427,6 +432,10 @@ class Driver(abc.ABC):
         return None
 
     # -- statements --------------------------------------------------------------------------
+    def announce_settled_in(self, statements: Pipeline) -> None:
+        """:meth:`announce_settled`, sent through ``statements`` (:meth:`write_pipeline`)."""
+        return None
+
     @abc.abstractmethod
     def read_sql(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of ``sql`` outside a transaction, with the backend's recovery."""
@@ -480,6 +489,16 @@ class Driver(abc.ABC):
         return row
 
     # -- execution strategy ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def write_pipeline(self, what: str) -> Iterator[Pipeline]:
+        """A transaction of its own (as :meth:`write`) whose statements are sent through the
+        yielded :class:`Pipeline`: on PostgreSQL its ``BEGIN``, its statements and its
+        ``COMMIT`` travel together, one round trip, and every :class:`Pending` is filled in
+        once the block has ended and committed. No statement may depend on another's rows.
+        By default (SQLite) each statement runs when it is sent."""
+        with self.write(what) as conn, self.pipeline(conn) as statements:
+            yield statements
+
     @contextlib.contextmanager
     def pipeline(self, conn: Any) -> Iterator[Pipeline]:
         """The statements sent through the yielded :class:`Pipeline` travel together and are

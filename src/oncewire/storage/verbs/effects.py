@@ -89,6 +89,41 @@ def _new_effect(
     )
 
 
+def _attempt_rows(items: Sequence[Settlement], now: float) -> list[tuple[Any, ...]]:
+    """record_attempts' rows: one attempt-history row per settlement."""
+    return [
+        (
+            i.id,
+            i.fence,
+            i.attempt,
+            i.redelivery,
+            attempt_outcome(i),
+            str(i.state),
+            attempt_error(i),
+            i.started_at,
+            now if i.finished_at is None else i.finished_at,
+        )
+        for i in items
+    ]
+
+
+def _settle_rows(items: Sequence[Settlement]) -> list[tuple[Any, ...]]:
+    """settle's rows: what each settlement writes on its effect."""
+    return [
+        (
+            i.id,
+            i.fence,
+            str(i.state),
+            i.result_json,
+            i.last_error,
+            i.not_before,
+            i.maybe_sent,
+            int(i.refund_attempt),
+        )
+        for i in items
+    ]
+
+
 class EffectVerbs:
     """The outbox's seam: its verbs, written once over ``self.db``; each docstring is the contract
     the effects ledger and the dispatcher rely on."""
@@ -327,6 +362,10 @@ class EffectVerbs:
         mark: int,
         suspects: bool,
     ) -> DispatchStep:
+        if not suspects:
+            return self._dispatch_step_sent_together(
+                settlements, owner, now, lease_seconds, limit, kinds, starting, mark
+            )
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
         started: set[int] = set()
@@ -358,48 +397,70 @@ class EffectVerbs:
         claims.sort(key=lambda claim: (not claim.started, claim.id))
         return DispatchStep(applied, started, claims)
 
+    def _dispatch_step_sent_together(
+        self,
+        settlements: Sequence[Settlement],
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        kinds: Sequence[str] | None,
+        starting: Sequence[tuple[int, int]],
+        mark: int,
+    ) -> DispatchStep:
+        """The step when no suspect is looked for: no statement depends on another's rows, so
+        they are sent together (:meth:`Driver.write_pipeline`; on PostgreSQL the whole
+        transaction is one round trip). Where :meth:`_dispatch_step` announces settlements
+        only if one applied, this announces them whenever there are some: a waiter woken for
+        nothing reads the store and waits again."""
+        db, q = self.db, self.db.queries
+        expires = now + lease_seconds
+        chunk = db.values_chunk
+        with db.write_pipeline("settling and claiming effects") as statements:
+            settled = []
+            for begin in range(0, len(settlements), chunk):
+                items = settlements[begin : begin + chunk]
+                statements.run(q.record_attempts, rows=_attempt_rows(items, now))
+                settled.append(statements.rows(q.settle, rows=_settle_rows(items), now=now))
+            if settlements:
+                db.announce_settled_in(statements)
+            marked = [
+                statements.rows(q.mark_started, fences=starting[begin : begin + chunk], owner=owner)
+                for begin in range(0, len(starting), chunk)
+            ]
+            claimed = []
+            if limit > 0:
+                scope = {
+                    "owner": owner,
+                    "expires_at": expires,
+                    "now": now,
+                    "any_kind": kinds is None,
+                    "kinds": () if kinds is None else kinds,
+                }
+                # If the first claim finds fewer than marked_now due effects, the second (the
+                # same due effects) finds none: its limit need not wait for the first's rows.
+                marked_now = min(max(mark, 0), limit)
+                if marked_now:
+                    claimed.append(statements.rows(q.claim, mark=True, limit=marked_now, **scope))
+                if limit > marked_now:
+                    claimed.append(
+                        statements.rows(q.claim, mark=False, limit=limit - marked_now, **scope)
+                    )
+        applied_pairs = {(row[0], row[1]) for pending in settled for row in pending.rows}
+        applied = [(i.id, i.fence) in applied_pairs for i in settlements]
+        started = {row[0] for pending in marked for row in pending.rows}
+        claims = [Claim.from_row(row, expires) for pending in claimed for row in pending.rows]
+        claims.sort(key=lambda claim: (not claim.started, claim.id))
+        return DispatchStep(applied, started, claims)
+
     def _settle_in_tx(self, conn: Any, items: Sequence[Settlement], now: float) -> list[bool]:
         """Write the attempt history of each settlement that will apply (read from its claim
         before the settlement clears the owner), then apply them; which did."""
         db, q = self.db, self.db.queries
         applied: set[tuple[int, int]] = set()
         for chunk in self._chunks(items):
-            db.run(
-                conn,
-                q.record_attempts,
-                rows=[
-                    (
-                        i.id,
-                        i.fence,
-                        i.attempt,
-                        i.redelivery,
-                        attempt_outcome(i),
-                        str(i.state),
-                        attempt_error(i),
-                        i.started_at,
-                        now if i.finished_at is None else i.finished_at,
-                    )
-                    for i in chunk
-                ],
-            )
-            rows = db.all(
-                conn,
-                q.settle,
-                rows=[
-                    (
-                        i.id,
-                        i.fence,
-                        str(i.state),
-                        i.result_json,
-                        i.last_error,
-                        i.not_before,
-                        i.maybe_sent,
-                        int(i.refund_attempt),
-                    )
-                    for i in chunk
-                ],
-                now=now,
-            )
+            db.run(conn, q.record_attempts, rows=_attempt_rows(chunk, now))
+            rows = db.all(conn, q.settle, rows=_settle_rows(chunk), now=now)
             applied.update((row[0], row[1]) for row in rows)
         return [(i.id, i.fence) in applied for i in items]
 
