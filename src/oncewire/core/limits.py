@@ -137,16 +137,19 @@ def check_seconds(
     An int too large for a float (``10**400``) is not finite either: it is refused here instead
     of raising OverflowError wherever the seconds are used.
     """
-    wanted = "positive" if positive else ">= 0"
-    refused = ConfigurationError(f"{name} must be a finite number {wanted}, not {value!r}")
+
+    def refused() -> ConfigurationError:  # built only when raised: this runs on every accept
+        wanted = "positive" if positive else ">= 0"
+        return ConfigurationError(f"{name} must be a finite number {wanted}, not {value!r}")
+
     if type(value) is bool or not isinstance(value, int | float):
-        raise refused
+        raise refused()
     try:
         seconds = float(value)
     except OverflowError:
-        raise refused from None
+        raise refused() from None
     if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise refused
+        raise refused()
     if most is not None and seconds > most:
         raise ConfigurationError(
             f"{name} is {value!r} s; the limit is {most!r} s ({most / 86_400:g} days)"
