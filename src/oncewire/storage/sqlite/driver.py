@@ -468,6 +468,12 @@ class SQLiteDriver(Driver):
     def subscribe_settled(self, wake: Callable[[], None]) -> Callable[[], None]:
         return self.subscribe(wake)  # any commit: a settlement is one
 
+    def subscribe_inbound(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self.subscribe(wake)  # any commit: an admission is one
+
+    def subscribe_replies(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self.subscribe(wake)  # any commit: a reply committed or given back is one
+
     # -- transactions ------------------------------------------------------------------------
     def transaction(self) -> SQLiteTransaction:
         conn = self.conn()
