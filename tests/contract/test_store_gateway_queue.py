@@ -12,6 +12,7 @@ come and that nobody holds, and when the next one will be. ``subscribe_inbound``
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -244,4 +245,6 @@ def test_a_subscription_made_as_the_last_one_stops_is_still_woken(store: Store) 
     for n in range(5):
         stop = store.subscribe_inbound(lambda: None)
         stop()
-        assert _woken_by(lambda wake: store.subscribe_inbound(wake), lambda: _admit(store, f"m{n}"))
+        admit = functools.partial(_admit, store, f"m{n}")
+        woken = _woken_by(lambda wake: store.subscribe_inbound(wake), admit)
+        assert woken, f"subscription {n} was never woken"
