@@ -82,6 +82,7 @@ from oncewire.core.ids import this_process_owner
 from oncewire.dispatch import Dispatcher
 from oncewire.gateway.admission import WEBHOOK_BOT, Admitted, Admitter, telegram_bot_id
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
+from oncewire.gateway.deliveries import OUTAGE_LOOK_SECONDS, SAFETY_LOOK_SECONDS, DueDeliveries
 from oncewire.gateway.http import Timeouts
 from oncewire.gateway.leases import BotLeases, bot_lease_name, token_digest
 from oncewire.gateway.listeners import DiscordListener, Listener, TelegramListener
@@ -107,13 +108,6 @@ __all__ = ["Runner", "SessionKey"]
 log = logging.getLogger("oncewire.gateway.runner")
 
 SessionKey = tuple[str, str, str, str]  # platform, bot, chat, thread
-# The scheduler and the reply thread are woken by the commits they wait for (the store's
-# subscribe_inbound and subscribe_replies). They look without one only when what they wait for
-# is a time (a reply's retry time, a lease's end), when the store is away (its return is no
-# commit), and at this interval as a safety net for a change nothing announces (a turn ended
-# by an operator, say).
-SAFETY_LOOK_SECONDS = 30.0
-OUTAGE_LOOK_SECONDS = 1.0  # while the store is away, or a stopped turn cannot be read
 
 
 @dataclass
@@ -306,7 +300,8 @@ class Runner:
                     names[name],
                 )
             self._spawn("scheduler", lambda: self._schedule(ledger, worker, pool))
-            self._spawn("replies", lambda: self._deliver_due(ledger, engine))
+            deliveries = DueDeliveries(ledger, engine, self._served, self._replies_wake)
+            self._spawn("replies", lambda: deliveries.run(self._stop))
             self._spawn("leases", functools.partial(self._keep, leases, ledger, engine))
             ready = "ready"
             if server is not None:
@@ -426,6 +421,10 @@ class Runner:
         if platform.kind == "discord":
             return DiscordListener(platform, tokens[platform.name], admitter, self._ledger)
         return None
+
+    def _served(self) -> list[str]:
+        with self._lock:
+            return sorted(self._serving)
 
     def _say(self, line: str) -> None:
         if self.out is not None:
@@ -602,49 +601,6 @@ class Runner:
             unread = sorted(self._unread)
         for inbound_id in unread:
             self._retry(inbound_id)
-
-    def _deliver_due(self, ledger: Ledger, engine: ReplyEngine) -> None:
-        """Deliver the replies of the platforms served whose time has come and that nobody
-        holds: woken by a commit that made one deliverable (committed with no lease, given back
-        with a retry time, in any process), else at the next one's retry time or lease end."""
-        unsubscribe = ledger.store.subscribe_replies(self._replies_wake.set)
-        try:
-            self._deliver_loop(ledger, engine)
-        finally:
-            unsubscribe()
-
-    def _deliver_loop(self, ledger: Ledger, engine: ReplyEngine) -> None:
-        delivering = StoreOutage(log, "delivering due replies")
-        while not self._stop.is_set():
-            self._replies_wake.clear()
-            wait = SAFETY_LOOK_SECONDS
-            try:
-                with self._lock:
-                    serving = sorted(self._serving)
-                if serving:
-                    wait = self._deliver_pass(ledger, engine, serving)
-            except Exception as exc:
-                delivering.failed(exc)
-                wait = OUTAGE_LOOK_SECONDS
-            else:
-                delivering.answered()
-            if wait > 0:
-                self._replies_wake.wait(wait)
-
-    def _deliver_pass(self, ledger: Ledger, engine: ReplyEngine, serving: list[str]) -> float:
-        """Deliver what is deliverable now; the seconds until the next look."""
-        batch = ledger.replies.deliverable(serving, limit=100)
-        passes = [engine.deliver(reply.id) for reply in batch]
-        if len(batch) == 100:
-            return 0.0  # more may be due: look again at once
-        if any(p.status == "busy" for p in passes):
-            # Held meanwhile (a turn of this engine delivering it): its holder gives it back
-            # with a commit that wakes this thread, or delivers it.
-            return OUTAGE_LOOK_SECONDS
-        due = ledger.replies.next_deliverable(serving)
-        if due is None:
-            return SAFETY_LOOK_SECONDS
-        return min(SAFETY_LOOK_SECONDS, max(0.0, due - ledger.clock.now()))
 
     # -- the drain -------------------------------------------------------------------------
     def _drain(self, pool: ThreadPoolExecutor) -> None:
