@@ -2,11 +2,15 @@
 """The gateway end to end, as real processes, every figure against a baseline of the same run.
 
     .venv/bin/python benchmarks/gateway_bench.py [--quick] [--rounds N] [--json FILE] [--dir DIR]
+        [--src OTHER/src]
+
+``--src`` runs the gateway and the fakes from another oncewire tree (a checkout of an earlier
+version, for a before/after on one machine: compare the ratios, which are to the same floor).
 
 ``oncewire gateway run`` runs as its own process against the fake Telegram Bot API and the fake
 OpenAI-compatible server (``python -m oncewire.fakes.telegram_api`` and ``...openai_api``, each a
 process too), on a SQLite file in WAL mode with ``synchronous=FULL``. The model answers at once
-with a short text; the platform does not stream (one send per reply). Three measurements:
+with a short text; the platform does not stream (one send per reply). The measurements:
 
 * ``commits_per_reply`` and ``fsyncs_per_reply``: messages sent one after the other, each waited
   for until the store says it was delivered. Counted, not estimated: the gateway runs with
@@ -19,6 +23,14 @@ with a short text; the platform does not stream (one send per reply). Three meas
   ``ready`` line until the store says every one was delivered; against the raw SQLite floor (one
   ``INSERT`` and ``COMMIT`` per row, same pragmas, same directory) measured just before and just
   after, and their mean. The bound is 1 / the design's five commits.
+* ``turns_per_s_backlog`` and ``backlog_vs_empty``: the same workload on a store that already
+  holds 10,000 handled messages (delivered, with their delivered replies, in chats of their
+  own), against the floor, and against the empty store of the same round: 1.0 says the
+  scheduler and the reply thread read only what they may start, whatever the history.
+* ``turn_latency_p50``, ``_p90``, ``_p99``: a turn's added latency at low load, messages sent
+  one at a time (each in a chat of its own, waited for until delivered), from T1's commit (the
+  admission's ``created_at``) to the first send reaching the fake (the time it stamped), with
+  an instant model; against one raw commit of the same round.
 * ``recovery_first`` and ``recovery_last``: K messages in K chats whose sends the fake parks; once
   all K are parked (their answers committed, their sends in flight) the gateway is SIGKILLed,
   the fake lets the parked calls go (nothing was applied), and a new gateway is started. From
@@ -46,15 +58,28 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
-TOKEN = "123456:bench-SECRET-token"
-PLATFORM = "fk_tg"
-ANSWER = "A short answer from the model."
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from gateway_rig import (  # noqa: E402
+    Fakes,
+    Gateway,
+    admitted_and_first_sent,
+    delivered,
+    floor,
+    inbound_counts,
+    prefill,
+    sends_per_message,
+    use_source,
+    wait_for,
+    write_config,
+)
+
 DESIGN_COMMITS = 5  # T1, T2, T5 and the send's two operation commits
 TRACED = "_traced_gateway"  # argv[1] of this script when it runs a traced gateway
 
@@ -96,222 +121,6 @@ def traced_gateway(trace_path: str, argv: list[str]) -> int:
     from oncewire.cli import main
 
     return main(["gateway", "run", *argv])
-
-
-# -- processes -----------------------------------------------------------------------------------
-def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    src = str(HERE.parent.parent / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
-    env.update(extra)
-    return env
-
-
-def wait_for(
-    check: Callable[[], bool], what: str, timeout: float = 120.0, every: float = 0.01
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"gateway bench: timed out waiting for {what}")
-        time.sleep(every)
-
-
-def _started(module: str, *args: str, what: str) -> tuple[subprocess.Popen[str], int]:
-    """``python -m MODULE --port 0 ARGS`` once it printed ``ready port=N``, and N."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", module, "--port", "0", *args],
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("ready port="):
-        process.kill()
-        process.wait()
-        raise SystemExit(f"gateway bench: {what} did not start: {line!r}")
-    return process, int(line.strip().split("=", 1)[1])
-
-
-class Fakes:
-    """The fake Bot API and the fake model server, as processes, for one workload."""
-
-    def __init__(self, folder: Path) -> None:
-        self.journal = folder / "telegram"
-        script = folder / "script.json"
-        script.write_text(json.dumps({"default": {"kind": "text", "text": ANSWER}}))
-        self.telegram, port = _started(
-            "oncewire.fakes.telegram_api",
-            *("--journal", str(self.journal), "--token", TOKEN, "--name", PLATFORM),
-            what="the fake Bot API",
-        )
-        self.api_base = f"http://127.0.0.1:{port}"
-        self.model, port = _started(
-            "oncewire.fakes.openai_api",
-            *("--journal", str(folder / "openai"), "--script", str(script)),
-            what="the fake model server",
-        )
-        self.model_base = f"http://127.0.0.1:{port}/v1"
-
-    def control(self, action: str, **params: Any) -> dict[str, Any]:
-        request = urllib.request.Request(
-            f"{self.api_base}/control/{action}",
-            data=json.dumps(params).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            result: dict[str, Any] = json.loads(answer.read())
-        return result
-
-    def inject(self, chat: int, text: str) -> None:
-        self.control("inject", chat_id=chat, text=text)
-
-    def journal_entries(self) -> list[dict[str, Any]]:
-        path = self.journal / "chat.jsonl"
-        if not path.exists():
-            return []
-        entries = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line being written
-        return entries
-
-    def stop(self) -> None:
-        for process in (self.telegram, self.model):
-            if process.poll() is None:
-                process.kill()
-            process.communicate(timeout=10)
-
-
-def write_config(folder: Path, fakes: Fakes, max_concurrent: int) -> tuple[Path, str]:
-    db = str(folder / "gateway.db")
-    config = folder / "gateway.toml"
-    config.write_text(
-        f"""
-[store]
-db = {json.dumps(db)}
-
-[model]
-base_url = "{fakes.model_base}"
-api_key_env = ""
-model = "fake-model"
-max_retries = 1
-read_timeout = 60
-
-[turns]
-max_concurrent = {max_concurrent}
-busy_mode = "queue"  # every message is answered: a newer one in its chat does not interrupt
-
-[[platforms]]
-name = "{PLATFORM}"
-kind = "telegram"
-token_env = "TELEGRAM_BOT_TOKEN"
-api_base = "{fakes.api_base}"
-streaming = false
-# The fake has no limits: the local rate limiter is opened wide, or with Telegram's defaults
-# (one message a second per chat) the turns per second would measure the limiter.
-rate_per_second = 10000
-burst = 10000
-chat_rate_per_second = 10000
-chat_burst = 10000
-""",
-        encoding="utf-8",
-    )
-    return config, db
-
-
-class Gateway:
-    """A running gateway in a process group of its own; ``started`` and ``ready`` are
-    ``time.time()`` just before the spawn and when its ``ready`` line was read."""
-
-    def __init__(self, config: Path, log: Path, command: list[str] | None = None) -> None:
-        command = command or [sys.executable, "-m", "oncewire", "gateway", "run"]
-        args = ["--config", str(config), "--grace-seconds", "20"]
-        with open(log, "a", encoding="utf-8") as stderr:
-            self.started = time.time()
-            self.process = subprocess.Popen(
-                command + args,
-                env=child_env(TELEGRAM_BOT_TOKEN=TOKEN),
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-                start_new_session=True,
-            )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        self.ready = time.time()
-        if line.strip() != "ready":
-            self.kill()
-            tail = log.read_text(encoding="utf-8")[-2000:]
-            raise SystemExit(f"gateway bench: the gateway did not start: {line!r}\n{tail}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group: no drain."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-    def terminate(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=60)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        if code != 0:
-            raise SystemExit(f"gateway bench: the gateway exited {code} on SIGTERM")
-
-
-def inbound_counts(db: str) -> dict[str, int]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    try:
-        rows = conn.execute("SELECT status, count(*) FROM oncewire_inbound GROUP BY status")
-        return {status: count for status, count in rows}
-    finally:
-        conn.close()
-
-
-def delivered(db: str, count: int) -> Callable[[], bool]:
-    """A check: the store shows ``count`` inbound messages delivered (and none given up)."""
-
-    def check() -> bool:
-        counts = inbound_counts(db)
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-        try:
-            dead = conn.execute("SELECT count(*) FROM oncewire_replies WHERE state = 'dead'")
-            given_up = int(dead.fetchone()[0])
-        finally:
-            conn.close()
-        if given_up:
-            raise SystemExit(
-                f"gateway bench: {given_up} replies are dead (the gateway gave up delivering "
-                f"them), {counts}; the store and the gateway's log are kept with --dir"
-            )
-        return counts.get("delivered", 0) == count
-
-    return check
-
-
-def floor(folder: Path, rows: int) -> float:
-    """Raw SQLite commits per second: one INSERT and one COMMIT per row, WAL, synchronous=FULL."""
-    path = folder / f"floor-{time.monotonic_ns()}.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
-    started = time.perf_counter()
-    for n in range(rows):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t (text) VALUES (?)", (f"{ANSWER} {n}",))
-        conn.execute("COMMIT")
-    seconds = time.perf_counter() - started
-    conn.close()
-    return rows / seconds
 
 
 # -- 1: commits and fsyncs per reply ---------------------------------------------------------------
@@ -402,16 +211,20 @@ def per_reply(folder: Path, messages: int) -> dict[str, Any]:
 
 
 # -- 2: turns per second -----------------------------------------------------------------------
-def throughput(folder: Path, messages: int, chats: int, floor_rows: int) -> dict[str, Any]:
+def throughput(
+    folder: Path, messages: int, chats: int, floor_rows: int, backlog: int = 0
+) -> dict[str, Any]:
     before = floor(folder, floor_rows)
     fakes = Fakes(folder)
     try:
         config, db = write_config(folder, fakes, max_concurrent=chats)
+        if backlog:
+            prefill(db, backlog)
         for n in range(messages):
             fakes.inject(5000 + n % chats, f"question {n}")
         gateway = Gateway(config, folder / "gateway.log")
         try:
-            wait_for(delivered(db, messages), f"{messages} messages to be delivered", 600)
+            wait_for(delivered(db, messages + backlog), f"{messages} messages to be delivered", 600)
             seconds = time.time() - gateway.ready
         finally:
             gateway.kill()
@@ -432,14 +245,35 @@ def throughput(folder: Path, messages: int, chats: int, floor_rows: int) -> dict
     }
 
 
-def sends_per_message(fakes: Fakes) -> dict[tuple[str, str], int]:
-    """(chat, the user message answered) -> the bot messages sent in answer, from the journal."""
-    sends: dict[tuple[str, str], int] = {}
-    for entry in fakes.journal_entries():
-        if entry.get("event") == "send":
-            key = (str(entry["chat"]), str(entry["reply_to"]))
-            sends[key] = sends.get(key, 0) + 1
-    return sends
+# -- 2b: a turn's added latency at low load ------------------------------------------------
+def latency(folder: Path, messages: int, floor_rows: int) -> dict[str, Any]:
+    """``messages`` messages one at a time, each in a chat of its own, each waited for until
+    the store shows it delivered: admission (T1's commit) to the first send reaching the
+    fake, with an instant model. Against one raw commit, measured before and after."""
+    before = floor(folder, floor_rows)
+    fakes = Fakes(folder)
+    try:
+        config, db = write_config(folder, fakes, max_concurrent=4)
+        gateway = Gateway(config, folder / "gateway.log")
+        try:
+            for n in range(messages):
+                fakes.inject(7000 + n, f"question {n}")
+                wait_for(delivered(db, n + 1), f"message {n + 1} to be delivered", every=0.002)
+        finally:
+            gateway.kill()
+        pairs = admitted_and_first_sent(db, fakes)
+        if len(pairs) != messages:
+            raise SystemExit(f"gateway bench: {len(pairs)} of {messages} messages were answered")
+    finally:
+        fakes.stop()
+    after = floor(folder, floor_rows)
+    seconds = sorted(sent - admitted for admitted, sent in pairs)
+    return {"seconds": seconds, "floor": (before + after) / 2}
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 # -- 3: restart to the first recovered delivery --------------------------------------------------
@@ -517,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="rounds of figures 2 and 3 (3; 1 with --quick)")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument(
+        "--src",
+        type=Path,
+        help="run the gateway and the fakes from the oncewire in this src directory (another "
+        "version's, for a before/after; default: this checkout's)",
+    )
+    parser.add_argument(
         "--dir",
         type=Path,
         help="keep the files, in a new folder under DIR (default: a temporary one, deleted)",
@@ -524,11 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # SIGTERM unwinds like an error, so every gateway and fake this run started is stopped.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    if args.src is not None:
+        use_source(args.src)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     if rounds < 1:
         parser.error("--rounds must be at least 1")
-    sequential, messages, chats, parked, floor_rows = (
-        (3, 24, 4, 3, 300) if args.quick else (10, 200, 8, 8, 2000)
+    sequential, messages, chats, parked, floor_rows, single, backlog = (
+        (3, 24, 4, 3, 300, 20, 2000) if args.quick else (10, 200, 8, 8, 2000, 100, 10_000)
     )
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
@@ -540,12 +382,26 @@ def main(argv: list[str] | None = None) -> int:
         (base / "per-reply").mkdir()
         counted = per_reply(base / "per-reply", sequential)
         flows: list[dict[str, Any]] = []
+        backlogged: list[dict[str, Any]] = []
+        latencies: list[dict[str, Any]] = []
         recoveries: list[dict[str, Any]] = []
         for n in range(rounds):
             print(f"round {n + 1}: turns per second ...", file=sys.stderr, flush=True)
             folder = base / f"round{n}-throughput"
             folder.mkdir()
             flows.append(throughput(folder, messages, chats, floor_rows))
+            print(
+                f"round {n + 1}: turns per second over {backlog} handled messages ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            folder = base / f"round{n}-backlog"
+            folder.mkdir()
+            backlogged.append(throughput(folder, messages, chats, floor_rows, backlog))
+            print(f"round {n + 1}: a turn's latency at low load ...", file=sys.stderr, flush=True)
+            folder = base / f"round{n}-latency"
+            folder.mkdir()
+            latencies.append(latency(folder, single, floor_rows))
             print(f"round {n + 1}: restart after SIGKILL ...", file=sys.stderr, flush=True)
             folder = base / f"round{n}-recovery"
             folder.mkdir()
@@ -554,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
     figures = _figures(counted, flows, recoveries, messages, chats, parked)
+    figures.update(_more_figures(flows, backlogged, latencies, messages, chats, single, backlog))
     _print(figures, args.quick, rounds)
     if args.json:
         from oncewire import __version__
@@ -573,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
                 "chats": chats,
                 "parked": parked,
                 "floor_rows": floor_rows,
+                "latency_messages": single,
+                "backlog": backlog,
+                "source": str(args.src) if args.src else "this checkout",
                 "pragmas": {"journal_mode": "wal", "synchronous": "FULL"},
             },
             "fsyncs_counted_with": counted["strace"],
@@ -696,6 +556,65 @@ def _figures(
     return figures
 
 
+def _more_figures(
+    flows: list[dict[str, Any]],
+    backlogged: list[dict[str, Any]],
+    latencies: list[dict[str, Any]],
+    messages: int,
+    chats: int,
+    single: int,
+    backlog: int,
+) -> dict[str, dict[str, Any]]:
+    """The backlog's turns/s (against the floor, and against the empty store of the same round)
+    and a turn's added latency (against one raw commit of the same round)."""
+    rates = [f["value"] for f in backlogged]
+    pairs = list(zip(backlogged, flows, strict=True))
+    figures: dict[str, dict[str, Any]] = {
+        "turns_per_s_backlog": {
+            "value": _median(rates),
+            "unit": "turns/s",
+            "baseline": "floor",
+            "baseline_value": _median([f["floor"] for f in backlogged]),
+            "ratio": _median([f["value"] / f["floor"] for f in backlogged]),
+            "rounds": rates,
+            "what": (
+                f"as turns_per_second, over {backlog} handled (delivered) messages and replies "
+                "in other chats"
+            ),
+        },
+        "backlog_vs_empty": {
+            "value": _median([b["value"] / f["value"] for b, f in pairs]),
+            "unit": "x",
+            "baseline": "turns/s",
+            "baseline_value": None,
+            "ratio": _median(
+                [(b["value"] / b["floor"]) / (f["value"] / f["floor"]) for b, f in pairs]
+            ),
+            "rounds": [b["value"] / f["value"] for b, f in pairs],
+            "what": (
+                f"turns_per_s_backlog / turns_per_second, same round ({messages} messages, "
+                f"{chats} chats); ratio: of their floor ratios; 1.0 is backlog-independent"
+            ),
+        },
+    }
+    for name, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        values = [_percentile(item["seconds"], share) for item in latencies]
+        commit = _median([1.0 / item["floor"] for item in latencies])
+        figures[f"turn_latency_{name}"] = {
+            "value": _median(values),
+            "unit": "s",
+            "baseline": "one commit",
+            "baseline_value": commit,
+            "ratio": _median([_percentile(i["seconds"], share) * i["floor"] for i in latencies]),
+            "rounds": values,
+            "what": (
+                f"admission (T1 committed) to the first send in the fake, {single} messages one "
+                f"at a time, instant model; {name}; ratio in raw commits of the same round"
+            ),
+        }
+    return figures
+
+
 def _print(figures: dict[str, dict[str, Any]], quick: bool, rounds: int) -> None:
     from oncewire import __version__
 
@@ -704,7 +623,7 @@ def _print(figures: dict[str, dict[str, Any]], quick: bool, rounds: int) -> None
         f"SQLite {sqlite3.sqlite_version}, WAL + synchronous=FULL"
         f"{' (quick)' if quick else ''}, {rounds} round(s)"
     )
-    header = f"{'figure':18} {'value':>9} {'unit':10} {'vs':11} {'ratio':>7} {'bound':>6}  what"
+    header = f"{'figure':20} {'value':>9} {'unit':10} {'vs':11} {'ratio':>7} {'bound':>6}  what"
     print(header)
     print("-" * len(header))
     for name, f in figures.items():
@@ -715,7 +634,7 @@ def _print(figures: dict[str, dict[str, Any]], quick: bool, rounds: int) -> None
             vs = f"design {f['baseline_value']}"
         ratio = "" if f["ratio"] is None else f"{f['ratio']:.3f}"
         bound = f"{f['bound']:.2f}" if "bound" in f else ""
-        print(f"{name:18} {shown:>9} {f['unit']:10} {vs:11} {ratio:>7} {bound:>6}  {f['what']}")
+        print(f"{name:20} {shown:>9} {f['unit']:10} {vs:11} {ratio:>7} {bound:>6}  {f['what']}")
     print(
         "value: the median over the rounds (counts: over the messages). ratio: value / baseline "
         "(for turns/s, the median of per-round ratios to the bracketing floor; higher is better; "

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMES = ("turns_per_second", "floor", "cold_start", "ready_after_kill")
+TIMES = ("turns_per_second", "floor", "cold_start", "ready_after_kill", "turns_per_s_backlog")
+LATENCY = ("turn_latency_p50", "turn_latency_p90", "turn_latency_p99")
 RECOVERY = ("recovery_first", "recovery_last")
 
 
@@ -46,7 +47,7 @@ def test_gateway_bench_quick(tmp_path: Path) -> None:
     if shutil.which("strace") is None:
         assert strace is None
     counted = ["commits_per_reply"] + (["fsyncs_per_reply"] if strace else [])
-    for name in (*counted, *TIMES, *RECOVERY, "duplicate_sends"):
+    for name in (*counted, *TIMES, *RECOVERY, *LATENCY, "backlog_vs_empty", "duplicate_sends"):
         assert name in figures, name
         assert name in done.stdout, name
     for name in counted:
@@ -60,8 +61,11 @@ def test_gateway_bench_quick(tmp_path: Path) -> None:
         admissions = [t for t in reply["transactions"] if t["thread"].startswith("poller")]
         assert [t["tables"] for t in admissions] == ["inbound"]
         assert reply["commits_writing_rows"] <= reply["commits"]
-    for name in (*TIMES, *RECOVERY):
+    for name in (*TIMES, *RECOVERY, *LATENCY, "backlog_vs_empty"):
         assert figures[name]["value"] > 0, name
+    p50, p90, p99 = (figures[name]["value"] for name in LATENCY)
+    assert p50 <= p90 <= p99
+    assert document["params"]["backlog"] == 2000 and document["params"]["latency_messages"] == 20
     for name in ("turns_per_second", "ready_after_kill", *RECOVERY):
         assert figures[name]["ratio"] > 0, name
     duplicates = figures["duplicate_sends"]["value"]

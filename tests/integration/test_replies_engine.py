@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.errors import ReplyConflict
 from oncewire.inbound import InboundState
 from oncewire.lab.suites.replies_rig import PROFILES, Rig, footer, header, reply_text
 from oncewire.platforms.fake import Fault
-from oncewire.replies import ReplyEngine, ReplyState, rejoin
+from oncewire.replies import NotDelivered, ReplyEngine, ReplyState, rejoin
 from oncewire.testing import ManualClock
 
 
@@ -79,6 +80,24 @@ def test_a_long_rate_limit_is_scheduled_and_does_not_block_other_chats(tmp_path:
         rig.settle()
         _only_reply(rig, "fk_dc", "slow", "A-slow", slow.inbound.id)
         _only_reply(rig, "fk_dc", "fast", "A-fast", fast.inbound.id)
+
+
+def test_a_rate_limit_longer_than_a_day_is_scheduled_a_day_later(tmp_path: Path) -> None:
+    """A platform's retry_after of years was stored and waited for as it was: the reply slept
+    past any lease and any operator's patience. It is a day at most, as an effect's NotSent."""
+    assert NotDelivered("429", retry_after=10**9).retry_after == MAX_RETRY_SECONDS
+    assert NotDelivered("429", retry_after=30).retry_after == 30
+    faults = [Fault("rate_limit", chat="slow", retry_after=10.0**9, times=1)]
+    with Rig(tmp_path / "rig", clock=ManualClock(), faults=faults) as rig:
+        slow = rig.admit("fk_dc", "slow", "in-1")
+        held = rig.answer(slow.inbound.id, reply_text("A-slow", "throttled for ages."))
+        assert held.status == "scheduled"
+        now = rig.ledger.clock.now()
+        assert held.reply.not_before == pytest.approx(now + MAX_RETRY_SECONDS)
+        (op,) = rig.ledger.replies.ops(held.reply.id)
+        assert op.retry_after == MAX_RETRY_SECONDS  # what the record keeps, too
+        rig.settle()  # a day later, it goes out
+        _only_reply(rig, "fk_dc", "slow", "A-slow", slow.inbound.id)
 
 
 def test_out_of_attempts_is_dead_with_one_honest_notice(tmp_path: Path) -> None:
@@ -303,12 +322,15 @@ def test_a_redelivery_with_another_payload_is_flagged_not_processed(rig: Rig) ->
         {"edit_interval_seconds": -1},
         {"lease_seconds": 0},
         {"backoff_cap_seconds": float("inf")},
+        # The cap would silently replace the base; a cap past a day would be clamped.
+        {"backoff_base_seconds": 10.0, "backoff_cap_seconds": 5.0},
+        {"backoff_cap_seconds": MAX_RETRY_SECONDS + 1},
     ],
 )
 def test_engine_options_are_validated(rig: Rig, option: dict[str, float]) -> None:
     from oncewire import ConfigurationError
 
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(ConfigurationError, match="seconds"):
         ReplyEngine(rig.ledger, rig.platforms, **option)
 
 

@@ -222,19 +222,6 @@ class Admitter:
 def last_admitted(ledger: Ledger, platform: str, *, max_age_seconds: float) -> dict[str, str]:
     """Per channel (a thread's own, else the chat's), the newest message id of ``platform``
     admitted within ``max_age_seconds``: where a Discord backfill starts. Ids are snowflakes,
-    compared as numbers. Reads the inbox once, oldest first (at a fresh identify)."""
-    since = ledger.clock.now() - max_age_seconds
-    newest: dict[str, int] = {}
-    after = 0
-    while True:
-        page = ledger.inbound.list(None, limit=500, after_id=after)
-        for inbound in page:
-            if inbound.platform != platform or inbound.created_at < since:
-                continue
-            if not inbound.platform_message_id.isdigit():
-                continue
-            channel = inbound.thread or inbound.chat
-            newest[channel] = max(newest.get(channel, 0), int(inbound.platform_message_id))
-        if len(page) < 500:
-            return {channel: str(message_id) for channel, message_id in newest.items()}
-        after = page[-1].id
+    compared as numbers. One grouped read of the messages admitted in that window (an index on
+    the platform and the admission time), whatever the inbox's history."""
+    return ledger.inbound.newest_ids(platform, since=ledger.clock.now() - max_age_seconds)

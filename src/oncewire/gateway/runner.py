@@ -33,8 +33,13 @@ generic webhook platform's ``send_url`` (non-editable: one message per chunk, no
 A scheduler thread starts turns (:mod:`oncewire.gateway.turn`) on a pool of ``[turns]
 max_concurrent`` worker threads, one turn per session at a time (the run ledger's
 one-active-run-per-branch index holds it; the scheduler only avoids asking twice), and a reply
-thread delivers replies whose retry time has come (``engine.run_due``). At each look the
-scheduler also reads the status of the turns it runs: one whose interrupt was recorded (at a
+thread delivers the replies whose retry time has come and that nobody holds. Both wait on the
+store's commits, not on a timer: the scheduler looks when the inbox changes (an admission, a
+turn answered or superseded, an interrupt recorded, by this process or another) or one of its
+turns ends, and reads only each free session's first waiting message (``inbound.queued``);
+the reply thread looks when a reply is given back or committed for anyone to deliver, else at
+the next one's retry time. At each look the scheduler also reads the status of the turns it
+runs: one whose interrupt was recorded (at a
 newer message's admission, or ``/stop``: :mod:`oncewire.gateway.sessions`) has its worker
 signalled (its model stream or tool wait ends), and the worker ends it ``interrupted``.
 
@@ -77,6 +82,7 @@ from oncewire.core.ids import this_process_owner
 from oncewire.dispatch import Dispatcher
 from oncewire.gateway.admission import WEBHOOK_BOT, Admitted, Admitter, telegram_bot_id
 from oncewire.gateway.config import GatewayConfig, PlatformConfig
+from oncewire.gateway.deliveries import OUTAGE_LOOK_SECONDS, SAFETY_LOOK_SECONDS, DueDeliveries
 from oncewire.gateway.http import Timeouts
 from oncewire.gateway.leases import BotLeases, bot_lease_name, token_digest
 from oncewire.gateway.listeners import DiscordListener, Listener, TelegramListener
@@ -91,7 +97,6 @@ from oncewire.gateway.ratelimit import RateLimiter, RateLimits
 from oncewire.gateway.takeover import deliver_committed, sweep_turns
 from oncewire.gateway.tools import ToolRegistry
 from oncewire.gateway.turn import TurnResult, TurnSettings, TurnWorker
-from oncewire.inbound import InboundState
 from oncewire.ledger import Ledger
 from oncewire.replies import Platform, ReplyEngine
 
@@ -103,7 +108,6 @@ __all__ = ["Runner", "SessionKey"]
 log = logging.getLogger("oncewire.gateway.runner")
 
 SessionKey = tuple[str, str, str, str]  # platform, bot, chat, thread
-IDLE_POLL_SECONDS = 1.0  # the scheduler looks at the store at least this often
 
 
 @dataclass
@@ -135,8 +139,13 @@ class Runner:
         self._model = model
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._store_changed = threading.Event()  # a commit the scheduler waits for
+        self._replies_wake = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[SessionKey, _Running] = {}
+        # Sessions whose turn is another process's (a start was refused busy): not asked again
+        # before a commit that may have ended it.
+        self._busy: set[SessionKey] = set()
         self._resumes: dict[int, int] = {}  # inbound id -> the fence its dead owner held
         # Turns of this process that stopped on an error while their run could not be read
         # (the store was away): read again at each look until it answers.
@@ -152,6 +161,7 @@ class Runner:
         """Begin the drain (safe from a signal handler: it only sets a flag)."""
         self._stop.set()
         self._wake.set()
+        self._replies_wake.set()
 
     # -- the whole life --------------------------------------------------------------------
     def run(self) -> int:
@@ -290,7 +300,8 @@ class Runner:
                     names[name],
                 )
             self._spawn("scheduler", lambda: self._schedule(ledger, worker, pool))
-            self._spawn("replies", lambda: self._deliver_due(ledger, engine))
+            deliveries = DueDeliveries(ledger, engine, self._served, self._replies_wake)
+            self._spawn("replies", lambda: deliveries.run(self._stop))
             self._spawn("leases", functools.partial(self._keep, leases, ledger, engine))
             ready = "ready"
             if server is not None:
@@ -353,6 +364,7 @@ class Runner:
         if self._announce:
             self._say(f"serving {name}")
         self._wake.set()
+        self._replies_wake.set()
 
     def _lose(self, name: str) -> None:
         """The lease of platform ``name`` is gone: its inbound stops now, nothing new of it is
@@ -410,6 +422,10 @@ class Runner:
             return DiscordListener(platform, tokens[platform.name], admitter, self._ledger)
         return None
 
+    def _served(self) -> list[str]:
+        with self._lock:
+            return sorted(self._serving)
+
     def _say(self, line: str) -> None:
         if self.out is not None:
             self.out.write(line + "\n")
@@ -438,14 +454,34 @@ class Runner:
         self._threads.append(thread)
 
     def _schedule(self, ledger: Ledger, worker: TurnWorker, pool: ThreadPoolExecutor) -> None:
+        """Start turns as slots and sessions free up: woken by the inbox's commits (an
+        admission, a turn answered or superseded, an interrupt recorded, in any process) and by
+        this process's turns ending; see :data:`SAFETY_LOOK_SECONDS` for the looks without."""
+
+        def changed() -> None:
+            self._store_changed.set()
+            self._wake.set()
+
+        unsubscribe = ledger.store.subscribe_inbound(changed)
+        try:
+            self._schedule_loop(ledger, worker, pool)
+        finally:
+            unsubscribe()
+
+    def _schedule_loop(self, ledger: Ledger, worker: TurnWorker, pool: ThreadPoolExecutor) -> None:
         limit = self.config.turns.max_concurrent
         scheduling = StoreOutage(log, "scheduling")
         while not self._stop.is_set():
             self._wake.clear()
+            if self._store_changed.is_set():
+                self._store_changed.clear()
+                with self._lock:
+                    self._busy.clear()  # the commit may have ended their turns: ask again
+            away = False
             try:
                 self._read_unread()
                 self._signal_interrupts(ledger)
-                for inbound_id, session, fence in self._candidates(ledger, worker):
+                for inbound_id, session, fence in self._candidates(ledger, limit):
                     with self._lock:
                         if self._stop.is_set() or len(self._running) >= limit:
                             break
@@ -459,9 +495,13 @@ class Runner:
                     future.add_done_callback(functools.partial(self._finished, session))
             except Exception as exc:
                 scheduling.failed(exc)
+                away = True
             else:
                 scheduling.answered()
-            self._wake.wait(IDLE_POLL_SECONDS)
+            with self._lock:
+                away = away or bool(self._unread)
+            if not self._wake.wait(OUTAGE_LOOK_SECONDS if away else SAFETY_LOOK_SECONDS):
+                self._store_changed.set()  # a look without a wake-up asks every session again
 
     def _signal_interrupts(self, ledger: Ledger) -> None:
         """Signal the workers whose turn has an interrupt recorded (the store is the truth)."""
@@ -478,34 +518,31 @@ class Runner:
                 log.info("inbound %s: its turn's interrupt is recorded; signalled", item.inbound_id)
                 item.interrupt.interrupt()
 
-    def _candidates(
-        self, ledger: Ledger, worker: TurnWorker
-    ) -> list[tuple[int, SessionKey, int | None]]:
-        """Turns to start now, oldest first: the resumes, then each session's first message."""
-        seen: set[SessionKey] = set()
+    def _candidates(self, ledger: Ledger, limit: int) -> list[tuple[int, SessionKey, int | None]]:
+        """Turns to start now, oldest first: the resumes, then each free session's first
+        message, as many as there are free slots (one indexed read: the sessions this process
+        runs, or found busy, are asked for on top and left out here)."""
         found: list[tuple[int, SessionKey, int | None]] = []
         with self._lock:
             resumes = sorted(self._resumes.items())
-            serving = set(self._serving)
+            serving = sorted(self._serving)
+            taken = set(self._running) | self._busy
+            free = limit - len(self._running)
         for inbound_id, fence in resumes:
             inbound = ledger.inbound.get(inbound_id)
             if inbound.platform not in serving:
                 continue  # its lease was lost: the process holding it now resumes it
             key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
-            seen.add(key)
+            taken.add(key)
             found.append((inbound_id, key, fence))
-        after = 0
-        while True:
-            page = ledger.inbound.list(InboundState.RECEIVED, limit=500, after_id=after)
-            for inbound in page:
-                key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
-                if key in seen or inbound.platform not in serving:
-                    continue
-                seen.add(key)
+        if free <= len(found) or not serving:
+            return found
+        # Each session offers one message, so at most len(taken) of these are left out.
+        for inbound in ledger.inbound.queued(serving, limit=free - len(found) + len(taken)):
+            key = (inbound.platform, inbound.bot, inbound.chat, inbound.thread)
+            if key not in taken:
                 found.append((inbound.id, key, None))
-            if len(page) < 500:
-                return found
-            after = page[-1].id
+        return found
 
     def _finished(self, session: SessionKey, done: Future[TurnResult]) -> None:
         with self._lock:
@@ -529,9 +566,12 @@ class Runner:
             if result.status == "quarantined":
                 log.warning("inbound %s: quarantined after too many starts", result.inbound_id)
             elif result.status == "busy":
-                # Another process's turn holds the session; asked again at the next look.
+                # Another process's turn holds the session: asked again after a commit that
+                # may have ended it (not at once: that would only be refused again).
                 log.debug("inbound %s: its session is busy", result.inbound_id)
-        self._wake.set()
+                with self._lock:
+                    self._busy.add(session)
+        self._wake.set()  # a slot is free
 
     def _retry(self, inbound_id: int) -> None:
         """A turn that raised is still active under this process: take it over again (one
@@ -561,22 +601,6 @@ class Runner:
             unread = sorted(self._unread)
         for inbound_id in unread:
             self._retry(inbound_id)
-
-    def _deliver_due(self, ledger: Ledger, engine: ReplyEngine) -> None:
-        """Deliver the replies of the platforms served whose retry time has come."""
-        delivering = StoreOutage(log, "delivering due replies")
-        while not self._stop.is_set():
-            try:
-                with self._lock:
-                    serving = set(self._serving)
-                for reply in ledger.replies.due(limit=100):
-                    if reply.request.platform in serving:
-                        engine.deliver(reply.id)
-            except Exception as exc:
-                delivering.failed(exc)
-            else:
-                delivering.answered()
-            self._stop.wait(IDLE_POLL_SECONDS)
 
     # -- the drain -------------------------------------------------------------------------
     def _drain(self, pool: ThreadPoolExecutor) -> None:

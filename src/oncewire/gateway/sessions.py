@@ -27,6 +27,9 @@ from typing import Any
 from oncewire.core.errors import OncewireError
 from oncewire.inbound import InboundState
 from oncewire.ledger import Ledger
+from oncewire.runs.append import command_in_own_tx
+from oncewire.runs.records import CommandResult
+from oncewire.storage import Transaction
 from oncewire.storage.replies import Inbound
 
 __all__ = [
@@ -104,7 +107,7 @@ def interrupt_running_turn(ledger: Ledger, inbound: Inbound, busy_mode: str) -> 
             log.info("inbound %s: turn:%s waits on tool calls; queued", inbound.id, older.id)
             return None
         try:
-            ledger.runs.turn.request_interrupt(older.id, by=inbound.id, reason=reason)
+            _record_interrupt(ledger, older.id, by=inbound.id, reason=reason)
         except OncewireError as exc:
             # Refused by the table (the answer committed, or an interrupt already recorded):
             # the committed answer is delivered, and this message waits its turn.
@@ -113,6 +116,19 @@ def interrupt_running_turn(ledger: Ledger, inbound: Inbound, busy_mode: str) -> 
         log.info("inbound %s: interrupt of turn:%s recorded (%s)", inbound.id, older.id, reason)
         return older.id
     return None
+
+
+def _record_interrupt(ledger: Ledger, inbound_id: int, *, by: int, reason: str) -> None:
+    """``request_interrupt`` on the turn of ``inbound_id``, announced to the inbox's subscribers
+    in its transaction: the process running the turn (this one or another) reads its status
+    and signals its worker at the commit, not at its next look."""
+
+    def write(tx: Transaction) -> CommandResult:
+        result = ledger.runs.turn.request_interrupt_in_tx(tx, inbound_id, by=by, reason=reason)
+        ledger.store.announce_inbound_in_tx(tx)
+        return result
+
+    command_in_own_tx(ledger.store, write)
 
 
 def stopped_by(ledger: Ledger, stop_id: int) -> bool:

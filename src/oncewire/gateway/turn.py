@@ -52,6 +52,7 @@ and asks the model again; its stream edits the preview messages the record alrea
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable, Mapping
@@ -60,7 +61,14 @@ from typing import Any
 
 from oncewire.core import crash
 from oncewire.core.canonical import digest
-from oncewire.core.errors import BranchBusy, RunNotFound, StaleFence, TransitionRefused
+from oncewire.core.errors import (
+    BranchBusy,
+    ConfigurationError,
+    RunNotFound,
+    StaleFence,
+    TransitionRefused,
+)
+from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.model_results import (
     Delta,
@@ -150,6 +158,24 @@ class TurnSettings:
     preview_join_seconds: float = 10.0
     failure_text: str = FAILURE_TEXT
     set_aside_text: str = SET_ASIDE_TEXT  # a quarantined message's reply ({starts}: max_starts)
+
+    def __post_init__(self) -> None:
+        # Written so that NaN fails too; refused rather than capped (as RetryPolicy does).
+        for name in ("tool_poll_seconds", "lease_seconds"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ConfigurationError(f"{name} must be positive and finite, not {value!r}")
+        base, cap = self.retry_base_seconds, self.retry_cap_seconds
+        if not (0 <= base < math.inf and 0 <= cap <= MAX_RETRY_SECONDS):
+            raise ConfigurationError(
+                "retry_base_seconds must be finite and not negative, retry_cap_seconds between "
+                f"0 and {MAX_RETRY_SECONDS} (a day); not {base!r} and {cap!r}"
+            )
+        if base > cap:  # the cap would silently replace the base
+            raise ConfigurationError(
+                f"retry_base_seconds ({base:g}) is above retry_cap_seconds ({cap:g}): every "
+                "wait would be the cap; raise retry_cap_seconds too"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,9 +485,11 @@ class TurnWorker:
                 attempt += 1
 
     def _backoff(self, attempt: int, failure: ModelFailure) -> float:
+        """The wait before the next try: the model service's ``retry-after`` (at most a day,
+        as every retry's), else exponential with jitter up to ``retry_cap_seconds``."""
         if isinstance(failure, ModelRateLimited) and failure.retry_after_seconds is not None:
-            return failure.retry_after_seconds
-        base = self.settings.retry_base_seconds * float(2**attempt)
+            return min(failure.retry_after_seconds, float(MAX_RETRY_SECONDS))
+        base = self.settings.retry_base_seconds * 2.0 ** min(attempt, 62)
         return min(self.settings.retry_cap_seconds, base * random.uniform(0.5, 1.0))
 
     def _commit(

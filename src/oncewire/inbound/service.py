@@ -98,6 +98,17 @@ class Inbox:
             statuses=coerce_states(InboundState, status), limit=limit, after_id=after_id
         )
 
+    def queued(self, platforms: Sequence[str], *, limit: int) -> builtins.list[Inbound]:
+        """Each session's oldest ``received`` message, of ``platforms``, oldest first, at most
+        ``limit``: what may be started next (a session's later messages wait behind its
+        first). Handled messages are not read, however long the inbox's history."""
+        return self._store.queued_inbound(platforms=platforms, limit=limit)
+
+    def newest_ids(self, platform: str, *, since: float) -> dict[str, str]:
+        """Per channel (a thread's own, else the chat's), the newest message id of ``platform``
+        admitted at ``since`` or later, among the ids that are numbers, compared as numbers."""
+        return self._store.newest_inbound_ids(platform=platform, since=since)
+
     def unanswered(self, limit: int = 100) -> builtins.list[Inbound]:
         """Admitted but not answered yet (received, or answering when a process died)."""
         return self.list([InboundState.RECEIVED, InboundState.ANSWERING], limit=limit)

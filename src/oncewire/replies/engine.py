@@ -27,8 +27,10 @@ newest text, as often as the caller likes), :meth:`ReplyEngine.commit` and
 parked on a slow platform never holds up the commit of the answer.
 
 Refusals wait as the platform asks: short waits inline, long ones scheduled on the record so
-other replies go on. After ``max_attempts`` failed operations the reply is ``dead`` and one
-"could not deliver" notice is attempted.
+other replies go on, and none longer than a day (``MAX_RETRY_SECONDS``: a platform's
+``retry_after`` beyond it is clamped, a ``backoff_cap_seconds`` beyond it refused). After
+``max_attempts`` failed operations the reply is ``dead`` and one "could not deliver" notice is
+attempted.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncewire.core.errors import ConfigurationError, ReplyConflict, StaleFence
 from oncewire.core.ids import this_process_owner
+from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.replies.operations import COMMITTED_NOT_SENT, PREVIEW_NOT_COMMITTED, ReplyOperations
 from oncewire.replies.plan import DEFAULT_STOPPED_NOTE, plan_steps, read_slots
 from oncewire.replies.reports import DeliveryPass, PreviewPass, RecoveryReport
@@ -104,6 +107,17 @@ class ReplyEngine(ReplyOperations):
                 raise ConfigurationError(f"{name} must be a finite number >= 0, not {value!r}")
         if lease_seconds <= 0:
             raise ConfigurationError("lease_seconds must be positive")
+        if backoff_base_seconds > backoff_cap_seconds:  # the cap would silently replace it
+            raise ConfigurationError(
+                f"backoff_base_seconds ({backoff_base_seconds:g}) is above backoff_cap_seconds "
+                f"({backoff_cap_seconds:g}): every wait would be the cap; raise "
+                "backoff_cap_seconds too"
+            )
+        if backoff_cap_seconds > MAX_RETRY_SECONDS:
+            raise ConfigurationError(
+                f"backoff_cap_seconds ({backoff_cap_seconds:g}) is above {MAX_RETRY_SECONDS} "
+                "(a day), the longest wait for a retry"
+            )
         for name, adapter in platforms.items():
             check_platform(name, adapter)  # async or generator operations could never answer
         self.ledger = ledger
@@ -350,7 +364,11 @@ class ReplyEngine(ReplyOperations):
             # refusals included.
             hold = (
                 max(
-                    (op.updated_at + op.retry_after for op in ops if op.retry_after is not None),
+                    (
+                        op.updated_at + min(op.retry_after, MAX_RETRY_SECONDS)
+                        for op in ops
+                        if op.retry_after is not None
+                    ),
                     default=0.0,
                 )
                 - clock.now()
@@ -395,9 +413,8 @@ class ReplyEngine(ReplyOperations):
         return DeliveryPass(self.ledger.replies.get(reply.id), "scheduled")
 
     def _backoff(self, attempts: int) -> float:
-        return float(
-            min(self.backoff_cap_seconds, self.backoff_base_seconds * 2 ** max(0, attempts - 1))
-        )
+        exponent = min(max(0, attempts - 1), 62)  # past the cap long before: no overflow
+        return float(min(self.backoff_cap_seconds, self.backoff_base_seconds * 2.0**exponent))
 
     def _give_up(self, reply: Reply, platform: Platform, reason: str) -> DeliveryPass:
         """``dead``, after one attempt at an honest "could not deliver" notice (a withdrawal

@@ -290,5 +290,17 @@ class Replies:
             states=[ReplyState.COMMITTED], due_before=self._clock.now(), limit=limit
         )
 
+    def deliverable(self, platforms: Sequence[str], *, limit: int = 100) -> builtins.list[Reply]:
+        """Committed replies of ``platforms`` whose time has come and that nobody holds (no
+        lease, or one run out), soonest first: what a delivery thread may take now."""
+        return self._store.deliverable_replies(
+            platforms=platforms, now=self._clock.now(), limit=limit
+        )
+
+    def next_deliverable(self, platforms: Sequence[str]) -> float | None:
+        """When the next committed reply of ``platforms`` becomes deliverable (its retry time,
+        or its lease's end when later); None when none is committed."""
+        return self._store.next_reply_due(platforms=platforms)
+
     def counts(self) -> dict[ReplyState, int]:
         return self._store.count_replies()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from oncewire.core.errors import ConfigurationError
+from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.replies.splitting import UNITS, measure
 from oncewire.storage.replies import SendRequest
 
@@ -126,10 +127,23 @@ class Delivered:
 
 @dataclass(frozen=True, slots=True)
 class NotDelivered:
-    """The request never reached the platform; repeat it (after ``retry_after`` seconds)."""
+    """The request never reached the platform; repeat it (after ``retry_after`` seconds).
+
+    ``retry_after`` (seconds, finite, not negative) is the platform's wish; more than
+    :data:`~oncewire.core.limits.MAX_RETRY_SECONDS` (a day) is clamped to it, as an effect's
+    ``NotSent`` is: longer is "later", not "never", and the reply is tried again after the
+    limit. Any other value is the adapter's mistake, vetted where the engine reads the outcome.
+    """
 
     reason: str = "refused"
     retry_after: float | None = None
+
+    def __post_init__(self) -> None:
+        wait = self.retry_after
+        if type(wait) is float and not math.isfinite(wait):
+            return  # not a number of seconds: refused by the vetting, not made one
+        if type(wait) in (int, float) and wait > MAX_RETRY_SECONDS:  # type: ignore[operator]
+            object.__setattr__(self, "retry_after", float(MAX_RETRY_SECONDS))
 
 
 @dataclass(frozen=True, slots=True)

@@ -425,6 +425,22 @@ class Driver(abc.ABC):
         tells."""
         return lambda: None
 
+    def subscribe_inbound(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """See :meth:`oncewire.storage.store.Store.subscribe_inbound`; by default nothing
+        tells."""
+        return lambda: None
+
+    def subscribe_replies(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """See :meth:`oncewire.storage.store.Store.subscribe_replies`; by default nothing
+        tells."""
+        return lambda: None
+
+    def announce_inbound(self, conn: Any) -> None:
+        """Tell other processes' :meth:`subscribe_inbound` that an inbox change is about to
+        commit on ``conn``, where the backend needs telling (SQLite's commits tell by
+        themselves)."""
+        return None
+
     def announce_settled(self, conn: Any) -> None:
         """Tell other processes' :meth:`subscribe_settled` that settlements are about to
         commit on ``conn``, where the backend needs telling (SQLite's commits tell by

@@ -143,6 +143,20 @@ class Store(
         dispatcher's step that settles attempts sends ``NOTIFY oncewire_settled``."""
         return self.db.subscribe_settled(wake)
 
+    def subscribe_inbound(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when the inbox may have changed (a message admitted, a session's turn
+        answered or superseded, an interrupt announced with :meth:`announce_inbound_in_tx`); a
+        gateway's scheduler waits on it. Return a stopper. SQLite: as :meth:`subscribe`, any
+        commit. PostgreSQL: ``NOTIFY oncewire_inbound`` (a trigger on the inbox)."""
+        return self.db.subscribe_inbound(wake)
+
+    def subscribe_replies(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when a reply may have become deliverable by anyone (committed with no
+        lease, or given back with a retry time); a delivery thread waits on it, and on the
+        next due time for the rest. Return a stopper. SQLite: as :meth:`subscribe`, any commit.
+        PostgreSQL: ``NOTIFY oncewire_replies`` (a trigger on the replies)."""
+        return self.db.subscribe_replies(wake)
+
     # -- facts -------------------------------------------------------------------------------
     def schema_version(self) -> int:
         db = self.db

@@ -32,7 +32,7 @@ from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
 from oncewire.storage.postgres.guard import SettingsWatch, pipelined, settings_sql
-from oncewire.storage.postgres.listen import SETTLED, listener
+from oncewire.storage.postgres.listen import INBOUND, REPLIES, SETTLED, listener
 from oncewire.storage.sql import Query
 from oncewire.storage.sqlguard import caller_statement, check_statement
 
@@ -373,11 +373,24 @@ class PostgresDriver(Driver):
         """Call ``wake`` whenever a dispatcher's settlements commit (:meth:`announce_settled`)."""
         return listener(self.url, lambda: connect(self.url)).add(SETTLED, wake)
 
+    def subscribe_inbound(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` whenever the inbox changes (a trigger on its table, 0013) or a change
+        is announced (:meth:`announce_inbound`)."""
+        return listener(self.url, lambda: connect(self.url)).add(INBOUND, wake)
+
+    def subscribe_replies(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` whenever a reply becomes deliverable by anyone (committed with no
+        lease: a trigger on its table, 0013)."""
+        return listener(self.url, lambda: connect(self.url)).add(REPLIES, wake)
+
     def announce_settled(self, conn: Any) -> None:
         conn.execute(_ANNOUNCE_SETTLED)
 
     def announce_settled_in(self, statements: Pipeline) -> None:
         statements.sql(_ANNOUNCE_SETTLED)
+
+    def announce_inbound(self, conn: Any) -> None:
+        conn.execute(f"SELECT pg_notify('{INBOUND}', '')")
 
     @contextmanager
     def group_commit(self) -> Iterator[None]:

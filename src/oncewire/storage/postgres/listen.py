@@ -1,10 +1,13 @@
 """Wake-ups for PostgreSQL: one LISTEN connection per server URL and process, shared.
 
-Two channels: ``oncewire_effects`` (new effects, a statement trigger on their table) and
+Four channels: ``oncewire_effects`` (new effects, a statement trigger on their table),
 ``oncewire_settled`` (a dispatcher settled attempts: sent by its step's transaction, delivered
-at its commit). Every subscriber of a channel is called for each notification; a subscriber
-that arrives while the connection is (re)connecting is woken once it listens, so that nothing
-committed meanwhile is missed. The thread ends when its last subscriber leaves.
+at its commit), ``oncewire_inbound`` (the inbox changed, a statement trigger on its table, or
+a turn's interrupt was recorded: sent by its transaction) and ``oncewire_replies`` (a reply
+became deliverable by anyone: a row trigger on its table). Every subscriber of a channel is
+called for each notification; a subscriber that arrives while the connection is (re)connecting
+is woken once it listens, so that nothing committed meanwhile is missed. The thread ends when
+its last subscriber leaves.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any
 
 EFFECTS = "oncewire_effects"
 SETTLED = "oncewire_settled"
-CHANNELS = (EFFECTS, SETTLED)
+INBOUND = "oncewire_inbound"
+REPLIES = "oncewire_replies"
+CHANNELS = (EFFECTS, SETTLED, INBOUND, REPLIES)
 
 
 class Listener:

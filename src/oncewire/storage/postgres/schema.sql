@@ -122,6 +122,26 @@ CREATE INDEX oncewire_inbound_open ON oncewire_inbound (status, id)
 -- A session's earlier messages, newest first (the gateway's chat history for the model); 0011.
 CREATE INDEX oncewire_inbound_session ON oncewire_inbound (platform, bot, chat, thread, id);
 
+-- Each session's oldest message still waiting (the gateway's scheduler); 0013.
+CREATE INDEX oncewire_inbound_received ON oncewire_inbound (platform, bot, chat, thread, id)
+    WHERE status = 'received';
+
+-- A platform's messages admitted lately (where a Discord backfill starts); 0013.
+CREATE INDEX oncewire_inbound_recent ON oncewire_inbound (platform, created_at);
+
+-- Wake a gateway's scheduler when the inbox changes (a message admitted, a session's turn
+-- answered or superseded); 0013. Delivered at commit, coalesced per transaction.
+CREATE FUNCTION oncewire_notify_inbound() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('oncewire_inbound', '');
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER oncewire_inbound_notify
+    AFTER INSERT OR UPDATE OF status ON oncewire_inbound
+    FOR EACH STATEMENT EXECUTE FUNCTION oncewire_notify_inbound();
+
 CREATE TABLE oncewire_replies (
     id               BIGSERIAL        PRIMARY KEY,
     inbound_id       BIGINT           NOT NULL UNIQUE REFERENCES oncewire_inbound (id),
@@ -155,6 +175,20 @@ CREATE TABLE oncewire_replies (
 -- What the reply engine looks at: committed replies in due order.
 CREATE INDEX oncewire_replies_due ON oncewire_replies (not_before, id)
     WHERE state = 'committed';
+
+-- Wake a reply thread when a reply becomes deliverable by anyone (committed with no lease:
+-- committed by a caller that does not deliver it, or given back with a retry time); 0013.
+CREATE FUNCTION oncewire_notify_replies() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('oncewire_replies', '');
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER oncewire_replies_notify
+    AFTER INSERT OR UPDATE ON oncewire_replies
+    FOR EACH ROW WHEN (NEW.state = 'committed' AND NEW.lease_owner IS NULL)
+    EXECUTE FUNCTION oncewire_notify_replies();
 
 CREATE TABLE oncewire_reply_ops (
     id          BIGSERIAL        PRIMARY KEY,

@@ -33,6 +33,37 @@ SELECT {inbound_columns} FROM oncewire_inbound
  ORDER BY id
  LIMIT :limit
 
+-- name: queued_inbound
+-- Each session's oldest message still waiting (received), of the platforms given, oldest first:
+-- received messages are read in id order, each proven its session's first by one probe of
+-- oncewire_inbound_received, until limit are found. Handled messages are never read, however
+-- long the inbox's history.
+SELECT {inbound_columns:i} FROM oncewire_inbound i
+ WHERE i.status = 'received' AND i.platform {in :platforms}
+   AND NOT EXISTS (SELECT 1 FROM oncewire_inbound o
+                    WHERE o.status = 'received' AND o.platform = i.platform AND o.bot = i.bot
+                      AND o.chat = i.chat AND o.thread = i.thread AND o.id < i.id)
+ ORDER BY i.id
+ LIMIT :limit
+
+-- name: newest_inbound_ids
+-- Per channel (a thread's own, else the chat's) of one platform, the newest message id among
+-- the messages admitted since since whose ids are numbers, compared as numbers (by length, then
+-- as text, leading zeros taken off); read through oncewire_inbound_recent.
+SELECT channel, message_id FROM (
+    SELECT CASE WHEN thread <> '' THEN thread ELSE chat END AS channel,
+           LTRIM(platform_message_id, '0') AS message_id,
+           ROW_NUMBER() OVER (
+               PARTITION BY CASE WHEN thread <> '' THEN thread ELSE chat END
+               ORDER BY LENGTH(LTRIM(platform_message_id, '0')) DESC,
+                        LTRIM(platform_message_id, '0') DESC
+           ) AS newest
+      FROM oncewire_inbound
+     WHERE platform = :platform AND created_at >= :since
+       AND LTRIM(platform_message_id, '0123456789') = ''
+) ranked
+ WHERE newest = 1
+
 -- name: start_inbound
 -- One more attempt at answering; a received message becomes answering, any other keeps its
 -- status.
@@ -131,6 +162,23 @@ SELECT {reply_columns} FROM oncewire_replies
  WHERE id > :after_id AND (:any_state OR state {in :states}) AND not_before <= :due_before
  ORDER BY not_before, id
  LIMIT :limit
+
+-- name: deliverable_replies
+-- Committed replies of the platforms given whose time has come and that nobody holds (no
+-- lease, or one run out), soonest first (oncewire_replies_due: delivered replies are never
+-- read).
+SELECT {reply_columns} FROM oncewire_replies
+ WHERE state = 'committed' AND not_before <= :now AND platform {in :platforms}
+   AND (lease_owner IS NULL OR lease_expires_at < :now)
+ ORDER BY not_before, id
+ LIMIT :limit
+
+-- name: next_reply_due
+-- When the next of them becomes deliverable: its time, or its lease's end when that is later.
+SELECT MIN(CASE WHEN lease_owner IS NOT NULL AND lease_expires_at > not_before
+                THEN lease_expires_at ELSE not_before END)
+  FROM oncewire_replies
+ WHERE state = 'committed' AND platform {in :platforms}
 
 -- name: count_replies
 SELECT state, COUNT(*) FROM oncewire_replies GROUP BY state

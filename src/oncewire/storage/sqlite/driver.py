@@ -477,6 +477,12 @@ class SQLiteDriver(Driver):
     def subscribe_settled(self, wake: Callable[[], None]) -> Callable[[], None]:
         return self.subscribe(wake)  # any commit: a settlement is one
 
+    def subscribe_inbound(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self.subscribe(wake)  # any commit: an admission is one
+
+    def subscribe_replies(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self.subscribe(wake)  # any commit: a reply committed or given back is one
+
     def forked(self) -> None:
         if self.groups is not None:  # the parent's shared transaction is the parent's
             self.groups = GroupCommit(self)

@@ -110,6 +110,13 @@ CREATE INDEX oncewire_inbound_open ON oncewire_inbound (status, id)
 -- A session's earlier messages, newest first (the gateway's chat history for the model); 0010.
 CREATE INDEX oncewire_inbound_session ON oncewire_inbound (platform, bot, chat, thread, id);
 
+-- Each session's oldest message still waiting (the gateway's scheduler); 0013.
+CREATE INDEX oncewire_inbound_received ON oncewire_inbound (platform, bot, chat, thread, id)
+    WHERE status = 'received';
+
+-- A platform's messages admitted lately (where a Discord backfill starts); 0013.
+CREATE INDEX oncewire_inbound_recent ON oncewire_inbound (platform, created_at);
+
 CREATE TABLE oncewire_replies (
     id               INTEGER PRIMARY KEY,
     inbound_id       INTEGER NOT NULL UNIQUE REFERENCES oncewire_inbound (id),

@@ -44,7 +44,9 @@ class Watch:
             token = self._next
             self._next += 1
             self._subscribers[token] = wake
-            if self._thread is None or not self._thread.is_alive():
+            # A thread told to stop (its last subscriber left) may still be finishing its
+            # wait: it ends without looking again, so a new one is started.
+            if self._thread is None or not self._thread.is_alive() or self._stop.is_set():
                 self._stop = threading.Event()
                 self._thread = threading.Thread(
                     target=self._run,

@@ -69,6 +69,29 @@ class InboundVerbs:
         )
         return [Inbound.from_row(row) for row in rows]
 
+    def queued_inbound(self, *, platforms: Sequence[str], limit: int) -> list[Inbound]:
+        """Each session's oldest ``received`` message, of the ``platforms`` given, oldest first,
+        at most ``limit`` of them: what a gateway may start next (a session's later messages
+        wait behind its first). Reads the received messages only, never the handled ones."""
+        rows = self.db.read(self.db.queries.queued_inbound, platforms=list(platforms), limit=limit)
+        return [Inbound.from_row(row) for row in rows]
+
+    def newest_inbound_ids(self, *, platform: str, since: float) -> dict[str, str]:
+        """Per channel (a thread's own, else the chat's) of ``platform``, the newest message id
+        admitted at ``since`` or later, among the ids that are numbers (compared as numbers; a
+        Discord snowflake): where a backfill starts. Reads the messages admitted since then."""
+        rows = self.db.read(self.db.queries.newest_inbound_ids, platform=platform, since=since)
+        return {str(channel): str(int(message_id or "0")) for channel, message_id in rows}
+
+    def announce_inbound_in_tx(self, tx: Transaction) -> None:
+        """Wake :meth:`~oncewire.storage.store.Store.subscribe_inbound` subscribers when ``tx``
+        commits, for a change the inbox itself does not show (a turn's interrupt recorded).
+        SQLite: its commit wakes them already. PostgreSQL: ``NOTIFY oncewire_inbound``."""
+        db = self.db
+        conn = db.tx_conn(tx)
+        with db.translate_errors("announcing an inbox change"):
+            db.announce_inbound(conn)
+
     def start_inbound(self, inbound_id: int, *, now: float) -> Inbound:
         """Count one start of answering; ``received`` becomes ``answering``."""
         db = self.db

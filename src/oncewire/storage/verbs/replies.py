@@ -222,6 +222,23 @@ class ReplyVerbs:
             rows = self.db.read(q.list_due_replies, **filters, due_before=due_before)
         return [Reply.from_row(row) for row in rows]
 
+    def deliverable_replies(
+        self, *, platforms: Sequence[str], now: float, limit: int = 100
+    ) -> list[Reply]:
+        """Committed replies of ``platforms`` due by ``now`` that nobody holds (no lease, or
+        one run out at ``now``), soonest first: what a delivery thread may take now. Reads the
+        committed replies only, never the delivered ones."""
+        rows = self.db.read(
+            self.db.queries.deliverable_replies, platforms=list(platforms), now=now, limit=limit
+        )
+        return [Reply.from_row(row) for row in rows]
+
+    def next_reply_due(self, *, platforms: Sequence[str]) -> float | None:
+        """When the next committed reply of ``platforms`` becomes deliverable (its
+        ``not_before``, or its lease's end when that is later); None when none is committed."""
+        rows = self.db.read(self.db.queries.next_reply_due, platforms=list(platforms))
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
     def count_replies(self) -> dict[ReplyState, int]:
         counts = dict.fromkeys(ReplyState, 0)
         for state, count in self.db.read(self.db.queries.count_replies):
