@@ -19,7 +19,8 @@ connection asking meanwhile finds the file busy for those microseconds and retri
 busy handler. Where it is not granted (or cannot be asked: a descriptor open for reading only,
 a system without OFD locks), the descriptor stays open in a registry of one per file, keyed by
 (device, inode), and later reads of that file use it (``pread``) instead of opening the file
-again. Whenever a new one is kept, the kept ones are asked again and closed where granted.
+again. A kept one is asked again on each such read, and all of them whenever another is
+kept, and closed once the lock is granted.
 
 A forked child closes what it inherited at once: record locks are not inherited, so the child
 holds none yet that a close could drop, and the parent's own belong to the parent.
@@ -67,9 +68,14 @@ def _read_locked(path: str, size: int) -> bytes | None:
     info = os.stat(path)
     if stat.S_ISDIR(info.st_mode):
         return None
-    kept = _kept.get((info.st_dev, info.st_ino))
+    key = (info.st_dev, info.st_ino)
+    kept = _kept.get(key)
     if kept is not None:
-        return os.pread(kept, size, 0)
+        if not _locked_alone(kept):
+            return os.pread(kept, size, 0)
+        del _kept[key]  # nobody holds a lock on the file any longer
+        _opening.add(kept)
+        return _read_and_close(kept, size)
     writable = True
     try:
         fd = os.open(path, os.O_RDWR)  # to be allowed the lock for writing: nothing is written
@@ -83,13 +89,7 @@ def _read_locked(path: str, size: int) -> bytes | None:
             _close(fd)
             return None
         if writable and _locked_alone(fd):
-            try:
-                return os.pread(fd, size, 0)
-            finally:
-                try:
-                    _unlock(fd)
-                finally:
-                    _close(fd)  # which would release the lock too
+            return _read_and_close(fd, size)
         head = os.pread(fd, size, 0)
     except BaseException:
         if fd in _opening:  # failed before it could be asked: it may be locked, keep it
@@ -97,6 +97,17 @@ def _read_locked(path: str, size: int) -> bytes | None:
         raise
     _keep((info.st_dev, info.st_ino), fd)
     return head
+
+
+def _read_and_close(fd: int, size: int) -> bytes:
+    """Read through ``fd``, which holds the lock over SQLite's lock bytes, then close it."""
+    try:
+        return os.pread(fd, size, 0)
+    finally:
+        try:
+            _unlock(fd)
+        finally:
+            _close(fd)  # which would release the lock too
 
 
 def _keep(key: tuple[int, int], fd: int) -> None:
