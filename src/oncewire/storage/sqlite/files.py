@@ -22,6 +22,7 @@ from pathlib import Path
 
 from oncewire.core.errors import StoreUnusable
 from oncewire.storage.sqlite.errors import translated
+from oncewire.storage.sqlite.header import read_header
 
 __all__ = [
     "HEADER_BYTES",
@@ -46,11 +47,9 @@ _verified_lock = threading.Lock()
 
 
 def _head(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as file:
-            return file.read(HEADER_BYTES)
-    except OSError:  # missing, a directory, no access: SQLite reports it in its own words
-        return None
+    # Never through open()/close(): closing a descriptor of the file would drop every SQLite
+    # lock this process holds on it (header.py).
+    return read_header(path, HEADER_BYTES)
 
 
 def refuse_unless_sqlite(path: str) -> None:
