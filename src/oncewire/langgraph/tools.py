@@ -4,11 +4,11 @@ Every tool call of the AI message a node runs is an effect keyed by the graph's 
 checkpoint namespace and the call's id (:func:`turn_of`), all of the message's calls accepted
 in one transaction (:func:`oncewire.toolcalls.accept_in_tx`) before any runs. A dispatcher then
 performs each once: by default the node's own, started at its first step and kept
-(``dispatch="inline"``, :mod:`oncewire.langgraph.tools_inline`), or the separate ``oncewire dispatch`` workers (``dispatch="workers"``, with
-:func:`tool_sinks`). The node waits for every effect to end, reading the store
-(:func:`oncewire.toolcalls.settled`), and returns one output per call: the tool's own answer
-when its effect is ``done``, else what :mod:`oncewire.toolcalls` tells a model
-(:mod:`oncewire.langgraph.tools_results`).
+(``dispatch="inline"``, :mod:`oncewire.langgraph.tools_inline`), or the separate ``oncewire
+dispatch`` workers (``dispatch="workers"``, with :func:`tool_sinks`). The node waits for
+every effect to end, reading the store (:func:`oncewire.toolcalls.settled`), and returns one
+output per call: the tool's own answer when its effect is ``done``, else what
+:mod:`oncewire.toolcalls` tells a model (:mod:`oncewire.langgraph.tools_results`).
 
 So a node that runs again for the same checkpoint (resumed after a crash, replayed, re-executed
 after a failure elsewhere in its step) accepts the same keys, finds the same effects and runs
