@@ -13,6 +13,10 @@ it; PostgreSQL: ``PostgresSaver`` in a schema of its own on the same server):
 * get_tuple/s: the thread's latest checkpoint with its writes, read again and again;
 * steps/s: a 10-step graph (``graph.invoke``, default durability) run on new threads.
 
+Then the tool-node figures (:mod:`langgraph_tools`): an agent graph run with one tool call
+and with five, DurableToolNode against ToolNode under the same saver, as milliseconds per run
+and their ratio. ``--only savers`` or ``--only tools`` runs one half.
+
 Each round runs upstream then oncewire for every workload, on fresh stores; the table shows
 the median per-round values and the median of the per-round ratios (oncewire / upstream; the
 goal is at least 1.0x). The durability settings each saver runs with are reported (SQLite's
@@ -52,6 +56,9 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 from oncewire.langgraph import OncewireSaver  # noqa: E402
 from oncewire.ledger import Ledger  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from langgraph_tools import measure_tools, tool_rows  # noqa: E402
 
 WORKLOADS = ("put", "put_writes", "get_tuple", "steps")
 STATE = {"messages": ["the quick brown fox jumps over the lazy dog"] * 4, "n": 0}
@@ -139,6 +146,17 @@ def oncewire_postgres(url: str) -> Callable[[Path], Any]:
             with ledger.store.transaction() as tx:
                 sync = tx.execute("SHOW synchronous_commit").fetchone()[0]
             yield OncewireSaver(ledger), {"synchronous_commit": sync}
+
+    return open_
+
+
+def ledger_postgres(url: str) -> Callable[[Path], Any]:
+    """A fresh ledger in a schema of its own, for the tool-node figures."""
+
+    @contextlib.contextmanager
+    def open_(folder: Path) -> Iterator[Ledger]:
+        with _schema(url, "tl") as where, Ledger(where) as ledger:
+            yield ledger
 
     return open_
 
@@ -289,15 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg", metavar="URL", help="also PostgreSQL, on this server")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON here too")
     parser.add_argument("--dir", help="where the SQLite files go (default: a temporary folder)")
+    parser.add_argument("--only", choices=["savers", "tools"], help="run one half only")
     args = parser.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
     results = []
+    tools = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         folder = Path(tmp)
-        results.append(
-            measure("sqlite", upstream_sqlite, oncewire_sqlite, folder, args.rounds, scale)
-        )
-        if args.pg:
+        if args.only != "tools":
+            results.append(
+                measure("sqlite", upstream_sqlite, oncewire_sqlite, folder, args.rounds, scale)
+            )
+        if args.pg and args.only != "tools":
             results.append(
                 measure(
                     "postgresql",
@@ -308,6 +329,14 @@ def main(argv: list[str] | None = None) -> int:
                     scale,
                 )
             )
+        if args.only != "savers":
+            tools.append(measure_tools("sqlite", None, folder, args.rounds, scale))
+            if args.pg:
+                tools.append(
+                    measure_tools(
+                        "postgresql", ledger_postgres(args.pg), folder, args.rounds, scale
+                    )
+                )
     print(f"{'backend':<11} {'figure':<11} {'upstream/s':>11} {'oncewire/s':>11} {'ratio':>7}")
     for result in results:
         for name, f in result["figures"].items():
@@ -316,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{f['oncewire_per_s']:>11,.0f} {f['ratio']:>6.2f}x"
             )
         print(f"{'':<11} settings: {json.dumps(result['settings'], sort_keys=True)}")
+    if tools:
+        print("\n".join(tool_rows(tools)))
     if args.json:
         Path(args.json).write_text(
             json.dumps(
@@ -327,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rounds": args.rounds,
                     "quick": args.quick,
                     "results": results,
+                    "tools": tools,
                 },
                 indent=2,
             )

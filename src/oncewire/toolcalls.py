@@ -218,29 +218,34 @@ def settled(
     *,
     wait_seconds: float | None = None,
     poll_seconds: float = 0.1,
+    subscribe: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
 ) -> list[Effect | None]:
     """Each call's effect once it has ended, in order, read from the store (whichever process
     ran it); None for a call that got no effect. Waits at most ``wait_seconds`` in all (None:
     until they end), then :class:`ToolCallPending`.
 
     The store wakes the wait when something commits where the backend can tell (SQLite: any
-    commit to the file, within milliseconds); ``poll_seconds`` is the longest it sleeps
+    commit to the file, within milliseconds), and so does ``subscribe`` when given (another
+    source of wake-ups, such as a dispatcher of this process saying it recorded outcomes: it
+    takes a callable and returns its stopper); ``poll_seconds`` is the longest it sleeps
     without being woken."""
     deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
     effects: list[Effect | None] = []
     changed = threading.Event()
-    unsubscribe: Callable[[], None] | None = None
+    stoppers: list[Callable[[], None]] = []
     try:
         for item in accepted:
             if item.effect is None:
                 effects.append(None)
                 continue
-            if unsubscribe is None and item.effect.state not in TERMINAL_STATES:
-                unsubscribe = ledger.store.subscribe_settled(changed.set)
+            if not stoppers and item.effect.state not in TERMINAL_STATES:
+                stoppers.append(ledger.store.subscribe_settled(changed.set))
+                if subscribe is not None:
+                    stoppers.append(subscribe(changed.set))
             effects.append(_wait(ledger, item.key, deadline, poll_seconds, changed))
     finally:
-        if unsubscribe is not None:
-            unsubscribe()
+        for stop in stoppers:
+            stop()
     return effects
 
 

@@ -1,46 +1,109 @@
-"""The crash lab's langgraph suite, run for real, and its kept stores read back here."""
+"""The crash lab's langgraph suite, run for real on SQLite and on PostgreSQL, and the stores it
+kept read back here with the plain drivers."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
-from contextlib import closing
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from oncewire.lab.fixtures import Backend, rows, with_search_path
 from oncewire.lab.runner import run_lab
+from tests.support.pg import server_url
 
 pytestmark = pytest.mark.crash
 
+pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph extra")
 
-def _tickets(path: Path) -> Counter[str]:
-    with closing(sqlite3.connect(path)) as db:
-        return Counter(row[0] for row in db.execute("SELECT tool_call_id FROM tickets"))
+THREAD = "lab-thread-1"
+ONE_EACH = Counter({"call-1": 1, "call-2": 1, "call-4": 1})
 
 
-# About 15 graph processes of ~2 s each: a minute and a half on a quiet machine.
-@pytest.mark.timeout(600)
-def test_langgraph_suite_passes_and_its_stores_agree(tmp_path: Path) -> None:
-    pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph extra")
-    evidence = run_lab(["langgraph"], directory=tmp_path / "lab")
+def _stores(folder: Path) -> tuple[str, str, str]:
+    """(dialect, caller, downstream) of a scenario folder the lab kept."""
+    listed = folder / "schemas.txt"
+    if listed.exists():
+        caller, downstream = listed.read_text().split()
+        url = server_url()
+        return "postgresql", with_search_path(url, caller), with_search_path(url, downstream)
+    return "sqlite", str(folder / "caller.sqlite"), str(folder / "downstream.sqlite")
+
+
+def _tickets(dialect: str, downstream: str) -> Counter[str]:
+    return Counter(r["tool_call_id"] for r in rows(dialect, downstream, "SELECT * FROM tickets"))
+
+
+def _check(root: Path, evidence: dict[str, Any], backend: str) -> None:
     scenarios = evidence["suites"]["langgraph"]["scenarios"]
     assert evidence["passed"], json.dumps(
         {n: s["failures"] for n, s in scenarios.items() if s["failures"]}, indent=1
     )
     armed = [name for name in scenarios if name.startswith("armed[")]
-    assert "armed[langgraph.tool_returned]" in armed
-    assert "armed[langgraph.tools_accepted]" in armed
+    for point in (
+        "langgraph.tool_returned",
+        "langgraph.tools_accepted",
+        "lab.langgraph.before_first_checkpoint",
+    ):
+        assert f"armed[{point}]" in armed, point
     for name in armed:
         assert scenarios[name]["skipped"] or scenarios[name]["summary"]["kills"] == 1, name
+    durable = ["uninterrupted", "random_kills", *armed]
+    for name in durable:
+        summary = scenarios[name]["summary"]
+        assert scenarios[name]["skipped"] or summary["backend"] == backend, name
     assert scenarios["random_kills"]["summary"]["duplicates"] == 0
+    # The random kills are armed once the child is ready: they land in the run's work (the
+    # run recorded, resumed after each), and some inside a tool.
+    random_kills = scenarios["random_kills"]["summary"]
+    assert random_kills["kills"] >= 1
+    assert random_kills["run_attempts"] >= 2
+    assert random_kills["kills_in_tools"] >= 1
 
-    root = tmp_path / "lab" / "langgraph"
-    control = _tickets(root / "upstream" / "downstream.sqlite")
+    suite = root / "langgraph"
+    control = _tickets("sqlite", str(suite / "upstream" / "downstream.sqlite"))
     assert max(control.values()) == 2, "the negative control lost its duplicate"
     assert control["call-4"] == 1
-    for folder in ("armed-lab.langgraph.ticket_written", "armed-langgraph.tool_returned"):
-        assert _tickets(root / folder / "downstream.sqlite") == Counter(
-            {"call-1": 1, "call-2": 1, "call-4": 1}
-        ), folder
+    for folder in sorted(p for p in suite.iterdir() if p.name != "upstream"):
+        dialect, caller, downstream = _stores(folder)
+        assert dialect == backend, folder
+        assert _tickets(dialect, downstream) == ONE_EACH, folder.name
+        runs = rows(dialect, caller, "SELECT thread_id, state FROM oncewire_lg_runs")
+        assert [(r["thread_id"], r["state"]) for r in runs] == [(THREAD, "done")], folder.name
+        states = rows(dialect, caller, "SELECT state FROM oncewire_effects")
+        assert [r["state"] for r in states] == ["done"] * 4, folder.name
+    # The run killed before its first checkpoint was resumed from its recorded input.
+    first = suite / "armed-lab.langgraph.before_first_checkpoint"
+    dialect, caller, _ = _stores(first)
+    assert rows(dialect, caller, "SELECT attempts FROM oncewire_lg_runs") == [{"attempts": 2}]
+
+
+# About 30 graph processes of ~4 s each (most of it importing): two to three minutes.
+@pytest.mark.timeout(900)
+def test_langgraph_suite_passes_on_sqlite_and_its_stores_agree(tmp_path: Path) -> None:
+    evidence = run_lab(["langgraph"], directory=tmp_path / "lab")
+    _check(tmp_path / "lab", evidence, "sqlite")
+
+
+@pytest.fixture
+def pg_lab(tmp_path: Path) -> Iterator[Path]:
+    lab = tmp_path / "lab"
+    yield lab
+    import psycopg
+
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        for listed in lab.glob("langgraph/*/schemas.txt"):
+            for schema in listed.read_text().split():
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(900)
+def test_langgraph_suite_passes_on_postgresql_and_its_stores_agree(
+    tmp_path: Path, pg_lab: Path
+) -> None:
+    backend = Backend("postgresql", server_url(), run_id=f"test{tmp_path.name[-6:]}")
+    evidence = run_lab(["langgraph"], directory=pg_lab, backend=backend)
+    _check(pg_lab, evidence, "postgresql")

@@ -110,6 +110,9 @@ class Dispatcher:
     claims whose sinks were not called yet, and waits at most ``grace_seconds`` for the
     attempts in flight; attempts still running then are left claimed for recovery. A second
     signal leaves at once.
+
+    ``recorded`` (None: nothing) is called on the dispatcher's thread after each commit that
+    recorded outcomes, so that a caller in this process waiting for them reads them at once.
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class Dispatcher:
         attempt_timeouts: Mapping[str, float | None] | None = None,
         grace_seconds: float = 30.0,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        recorded: Callable[[], None] | None = None,
     ) -> None:
         check_ledger(ledger)
         self.specs: dict[str, SinkSpec] = inspect_sinks(
@@ -150,6 +154,7 @@ class Dispatcher:
         self.grace_seconds = check_grace(grace_seconds)
         self.max_result_bytes = check_max_result_bytes(max_result_bytes)
         self.stats = DispatchStats()
+        self._recorded = recorded
         self._stop = threading.Event()
         self._abort = threading.Event()
         self._finished_run = threading.Event()  # the heartbeat renews leases until this is set
@@ -381,6 +386,8 @@ class Dispatcher:
         if settlements:
             count_settled(self.stats, settlements, step.applied)
             AFTER_RECORD.hit()
+            if self._recorded is not None:
+                self._recorded()
         if wave:
             self._release_wave(wave, step.started)
         claims = step.claims

@@ -3,12 +3,12 @@
 Every tool call of the AI message a node runs is an effect keyed by the graph's thread, its
 checkpoint namespace and the call's id (:func:`turn_of`), all of the message's calls accepted
 in one transaction (:func:`oncewire.toolcalls.accept_in_tx`) before any runs. A dispatcher then
-performs each once: by default one the node runs for as long as it waits (``dispatch="inline"``),
-or the separate ``oncewire dispatch`` workers (``dispatch="workers"``, with
-:func:`tool_sinks`). The node waits for every effect to end, reading the store
-(:func:`oncewire.toolcalls.settled`), and returns one output per call: the tool's own answer
-when its effect is ``done``, else what :mod:`oncewire.toolcalls` tells a model
-(:mod:`oncewire.langgraph.tools_results`).
+performs each once: by default the node's own, started at its first step and kept
+(``dispatch="inline"``, :mod:`oncewire.langgraph.tools_inline`), or the separate ``oncewire
+dispatch`` workers (``dispatch="workers"``, with :func:`tool_sinks`). The node waits for
+every effect to end, reading the store (:func:`oncewire.toolcalls.settled`), and returns one
+output per call: the tool's own answer when its effect is ``done``, else what
+:mod:`oncewire.toolcalls` tells a model (:mod:`oncewire.langgraph.tools_results`).
 
 So a node that runs again for the same checkpoint (resumed after a crash, replayed, re-executed
 after a failure elsewhere in its step) accepts the same keys, finds the same effects and runs
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 from urllib.parse import quote
@@ -43,13 +42,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from oncewire import toolcalls
 from oncewire.core import crash
 from oncewire.core.errors import ConfigurationError, OncewireError, WrongType
-from oncewire.dispatch import Dispatcher
 from oncewire.dispatch.retry import RetryPolicy
+from oncewire.langgraph.tools_inline import InlineDispatch
 from oncewire.langgraph.tools_results import Output, error_message, render
 from oncewire.langgraph.tools_sinks import (
+    CALLS,
     KEY_PREFIX,
     CallContext,
-    Calls,
     default_kind,
     sinks_for,
 )
@@ -131,9 +130,10 @@ class DurableToolNode(ToolNode):
     and exception-type forms of ``ToolNode`` are refused, because a tool that raised is retried
     as a redelivery, not turned into a message, and what the model is told is the store's.
 
-    ``dispatch="inline"`` runs a :class:`~oncewire.Dispatcher` for the node's tools while the
-    node waits (``concurrency`` tools at once, ``retry`` between attempts, ``lease_seconds``
-    per claim); ``"workers"`` leaves the effects to ``oncewire dispatch --app
+    ``dispatch="inline"`` runs the node's tools with a :class:`~oncewire.Dispatcher` of its
+    own, started at the first step that needs it and kept until :meth:`close` or the
+    process's exit (``concurrency`` tools at once, ``retry`` between attempts,
+    ``lease_seconds`` per claim); ``"workers"`` leaves the effects to ``oncewire dispatch --app
     module:sinks`` processes, ``sinks`` being :func:`tool_sinks` of the same tools.
     ``max_attempts`` bounds the attempts of a tool that raises; ``wait_seconds`` bounds the
     node's wait (None: until every call's effect ends), then
@@ -189,8 +189,20 @@ class DurableToolNode(ToolNode):
         self.retry = retry
         self.lease_seconds = lease_seconds
         self.kind = kind
-        self._calls = Calls()
+        self._calls = CALLS
         self._sinks = sinks_for(self, self._calls, kind)
+        self._inline = (
+            InlineDispatch(
+                ledger,
+                self._sinks,
+                name=name,
+                concurrency=concurrency,
+                lease_seconds=lease_seconds,
+                retry=retry,
+            )
+            if dispatch == "inline"
+            else None
+        )
 
     def sinks(self) -> dict[str, Any]:
         """The node's tools as dispatcher sinks, by kind (what its inline dispatcher runs)."""
@@ -244,7 +256,11 @@ class DurableToolNode(ToolNode):
                     continue
                 injected = self._inject_tool_args(call, runtime, tool)
                 context = CallContext(
-                    call=dict(injected), config=runtime.config, input_type=input_type, loop=loop
+                    call=dict(injected),
+                    config=runtime.config,
+                    input_type=input_type,
+                    loop=loop,
+                    sink=self._sinks.get(self.kind(call["name"])),
                 )
                 key = toolcalls.tool_call_key(turn, str(call.get("id") or ""))
                 self._calls.hold(key, context)
@@ -271,47 +287,40 @@ class DurableToolNode(ToolNode):
         for key, context in held:
             self._calls.release(key, context)
 
-    def _start_dispatcher(
-        self, plan: list[toolcalls.AcceptedCall | ToolMessage]
-    ) -> tuple[Dispatcher, threading.Thread] | None:
-        """The inline dispatcher, when some accepted call has not ended yet."""
-        waiting = [
-            item
-            for item in plan
-            if isinstance(item, toolcalls.AcceptedCall)
+    def _enter(self, plan: list[toolcalls.AcceptedCall | ToolMessage]) -> bool:
+        """Wake the node's dispatcher (started at the first step that needs it) when some
+        accepted call has not ended yet; whether the step is to :meth:`_leave` it after."""
+        if self._inline is None:
+            return False
+        waiting = any(
+            isinstance(item, toolcalls.AcceptedCall)
             and item.effect is not None
             and item.effect.state not in TERMINAL_STATES
-        ]
-        if self.dispatch != "inline" or not waiting:
-            return None
-        dispatcher = Dispatcher(
-            self.ledger,
-            self._sinks,
-            concurrency=max(1, min(self.concurrency, len(waiting))),
-            batch_size=max(len(waiting), 1),
-            lease_seconds=self.lease_seconds,
-            retry=self.retry,
+            for item in plan
         )
-        thread = threading.Thread(
-            target=dispatcher.run,
-            kwargs={"handle_signals": False},
-            name=f"oncewire-{self.name}",
-            daemon=True,
-        )
-        thread.start()
-        return dispatcher, thread
+        if waiting:
+            self._inline.enter()
+        return waiting
 
-    @staticmethod
-    def _stop(running: tuple[Dispatcher, threading.Thread] | None) -> None:
-        if running is not None:
-            dispatcher, thread = running
-            dispatcher.stop()
-            thread.join()
+    def _leave(self, entered: bool) -> None:
+        if entered and self._inline is not None:
+            self._inline.leave()
+
+    def close(self) -> None:
+        """Stop the node's inline dispatcher: claims whose tools have not started go back, and
+        it waits for the tools running (see :mod:`oncewire.langgraph.tools_inline`). A later
+        step starts it again; the process's exit stops it too."""
+        if self._inline is not None:
+            self._inline.close()
 
     def _settle(self, plan: list[toolcalls.AcceptedCall | ToolMessage]) -> list[Effect | None]:
         accepted = [item for item in plan if isinstance(item, toolcalls.AcceptedCall)]
         return toolcalls.settled(
-            self.ledger, accepted, wait_seconds=self.wait_seconds, poll_seconds=self.poll_seconds
+            self.ledger,
+            accepted,
+            wait_seconds=self.wait_seconds,
+            poll_seconds=self.poll_seconds,
+            subscribe=None if self._inline is None else self._inline.subscribe,
         )
 
     def _outputs(
@@ -351,11 +360,11 @@ class DurableToolNode(ToolNode):
         runtimes = self._runtimes(input, config, runtime, tool_calls)
         plan, held = self._accept(turn, tool_calls, runtimes, input_type, None)
         try:
-            running = self._start_dispatcher(plan)
+            entered = self._enter(plan)
             try:
                 effects = self._settle(plan)
             finally:
-                self._stop(running)
+                self._leave(entered)
         finally:
             self._release(held)
         outputs = self._outputs(tool_calls, plan, effects)
@@ -375,11 +384,11 @@ class DurableToolNode(ToolNode):
             self._accept, turn, tool_calls, runtimes, input_type, loop
         )
         try:
-            running = await asyncio.to_thread(self._start_dispatcher, plan)
+            entered = self._enter(plan)
             try:
                 effects = await asyncio.to_thread(self._settle, plan)
             finally:
-                await asyncio.to_thread(self._stop, running)
+                self._leave(entered)
         finally:
             self._release(held)
         outputs = self._outputs(tool_calls, plan, effects)

@@ -14,9 +14,11 @@ the tool does decides the outcome:
 * it raises anything else: the exception reaches the dispatcher, which records the attempt
   ``uncertain`` (the tool may have acted) and retries it as a flagged redelivery.
 
-A call accepted by a node in this process carries its graph context here (:class:`Calls`: the
-node's config, the injected state, store and runtime, the event loop of an ``ainvoke``). An
-attempt whose context is elsewhere (another process accepted it, or a worker started by
+A call accepted by a node in this process carries its graph context here (:data:`CALLS`, one
+registry per process: the node's config, the injected state, store and runtime, the event loop
+of an ``ainvoke``, and the node's own sink for the call), whichever node's dispatcher of this
+process claims it: it runs with the tool of the node that accepted it. An attempt whose
+context is elsewhere (another process accepted it, or a worker started by
 ``oncewire dispatch`` runs it) runs the tool with the arguments the effect holds and a plain
 config; a tool that needs injected arguments cannot, and its attempt is ``NotSent`` (it did
 not run) until a node that holds its context claims it.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,7 +52,7 @@ from oncewire.effects.outcomes import NotSent, Rejected
 from oncewire.langgraph.attempt import ToolRefused, arunning, running
 from oncewire.langgraph.tools_results import encode, unusable
 
-__all__ = ["TOOL_RETURNED", "CallContext", "Calls", "default_kind", "sinks_for"]
+__all__ = ["CALLS", "TOOL_RETURNED", "CallContext", "Calls", "default_kind", "sinks_for"]
 
 TOOL_RETURNED = crash.register(
     "langgraph.tool_returned",
@@ -71,19 +74,26 @@ def default_kind(name: str) -> str:
 @dataclass
 class CallContext:
     """What a node in this process knows of one accepted call: the call with its injected
-    arguments, the config and context it runs in, and the loop of an ``ainvoke``."""
+    arguments, the config and context it runs in, the loop of an ``ainvoke``, and the sink
+    of the node's tool (None: whichever sink claims it)."""
 
     call: dict[str, Any]
     config: RunnableConfig
     input_type: InputType
     context: contextvars.Context = field(default_factory=contextvars.copy_context)
     loop: asyncio.AbstractEventLoop | None = None
+    sink: _ToolSink | None = None
 
 
 class Calls:
     """The graph contexts of the calls that nodes of this process wait for, by effect key."""
 
     def __init__(self) -> None:
+        self._forked()
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        # A forked child holds none of its parent's calls (nor a lock another thread held).
         self._lock = threading.Lock()
         self._by_key: dict[str, CallContext] = {}
 
@@ -99,6 +109,9 @@ class Calls:
     def get(self, key: str) -> CallContext | None:
         with self._lock:
             return self._by_key.get(key)
+
+
+CALLS = Calls()
 
 
 def call_id_of(key: str) -> str:
@@ -133,6 +146,8 @@ class _ToolSink:
             args = attempt.payload if isinstance(attempt.payload, Mapping) else {}
             call = {"name": self.tool.name, "args": dict(args), "id": call_id_of(attempt.key)}
             held = CallContext(call=call, config={}, input_type="dict")
+        elif held.sink is not None and held.sink is not self:
+            return held.sink._perform(attempt, held)  # accepted by another node of this process
         return self._perform(attempt, held)
 
     def _invoke(self, attempt: Attempt, held: CallContext) -> Any:

@@ -1,11 +1,20 @@
 """The langgraph suite's child process: ``python -m oncewire.lab.children.langgraph run ...``.
 
-One scenario's folder holds three SQLite files: ``checkpoints.sqlite`` (the graph's
-checkpoints, :func:`checkpointer`), ``caller.sqlite`` (the ledger holding the tool calls'
-effects) and ``downstream.sqlite`` (the receiver: ``tickets``, ``tool_attempts`` and, in the
-durable mode, receipts). ``run`` runs the graph of :func:`build_graph` for one thread until it
-is done: from its input on the first run, from its last checkpoint on every later one (what a
-process started again after a crash does). It prints one JSON object.
+A scenario has two stores (:class:`Stores`), SQLite files in its folder or PostgreSQL schemas
+(``--caller URL --downstream URL``): the *caller* is the ledger, holding the tool calls'
+effects and, in the durable mode, the graph's checkpoints and its run (an
+:class:`~oncewire.langgraph.OncewireSaver` on the same store, :func:`checkpointer`); the
+*downstream* store is the receiver (``tickets``, ``tool_attempts`` and receipts). The plain
+mode checkpoints with LangGraph's own ``SqliteSaver`` in ``checkpoints.sqlite`` of the folder.
+
+``run`` runs the graph of :func:`build_graph` for one thread until it is done. The durable mode
+goes through :func:`~oncewire.langgraph.durable_invoke`, so the run's input is recorded before
+its first node runs: a later start resumes a run whose process died
+(:func:`~oncewire.langgraph.pending_runs`, :func:`~oncewire.langgraph.resume_run`), even one
+killed before its first checkpoint. The plain mode invokes the graph from its input on the
+first start and from its last checkpoint on every later one. ``--ready FILE`` is written once
+the child has imported everything and built its graph, just before the run starts. It prints
+one JSON object (``work_seconds``: from ready to done).
 
 The graph is an agent with a scripted model (no network): its first answer calls
 ``open_ticket`` twice and ``add`` once, its second ``open_ticket`` once more, its third is
@@ -25,6 +34,9 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,7 +46,19 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.graph.state import CompiledStateGraph
 
-__all__ = ["SCRIPT", "THREAD", "build_graph", "checkpointer", "final_messages", "main"]
+    from oncewire.ledger import Ledger
+    from oncewire.receipts import Receipts
+
+__all__ = [
+    "SCRIPT",
+    "THREAD",
+    "Stores",
+    "build_graph",
+    "checkpointer",
+    "final_messages",
+    "main",
+    "read_final",
+]
 
 MODULE = "oncewire.lab.children.langgraph"
 THREAD = "lab-thread-1"
@@ -45,6 +69,11 @@ TICKET_LATENCY_SECONDS = 0.1
 TICKET_WRITTEN = crash.register(
     "lab.langgraph.ticket_written",
     "the lab's open_ticket tool committed its ticket in the receiver; it has not returned",
+)
+
+BEFORE_FIRST_CHECKPOINT = crash.register(
+    "lab.langgraph.before_first_checkpoint",
+    "durable_invoke recorded the run; the graph's first checkpoint (its input) is not stored",
 )
 
 # The scripted model: its n-th answer (n counts the AI messages so far).
@@ -71,31 +100,76 @@ TOOL_CALLS = [call for answer in SCRIPT for call in answer["tool_calls"]]
 TICKET_CALLS = [call["id"] for call in TOOL_CALLS if call["name"] == "open_ticket"]
 
 
-def checkpointer(path: Path) -> BaseCheckpointSaver[Any]:
-    """The graph's checkpointer: LangGraph's own SQLite saver on ``path``. The one place to
-    change when the durable scenario moves to another saver."""
+@dataclass(frozen=True)
+class Stores:
+    """One scenario's folder and its two stores (a SQLite path or a PostgreSQL URL each)."""
+
+    folder: Path
+    caller: str
+    downstream: str
+
+    @classmethod
+    def in_folder(cls, folder: Path) -> Stores:
+        return cls(folder, str(folder / "caller.sqlite"), str(folder / "downstream.sqlite"))
+
+    @property
+    def dialect(self) -> str:
+        return "postgresql" if self.caller.startswith(("postgresql:", "postgres:")) else "sqlite"
+
+    def args(self) -> list[str]:
+        return [
+            "--folder",
+            str(self.folder),
+            "--caller",
+            self.caller,
+            "--downstream",
+            self.downstream,
+        ]
+
+
+def checkpointer(
+    stores: Stores, mode: str, ledger: Ledger | None = None
+) -> BaseCheckpointSaver[Any]:
+    """The graph's checkpointer: in the durable mode an ``OncewireSaver`` on the caller's
+    store (``ledger`` when given), in the plain mode LangGraph's own ``SqliteSaver`` on
+    ``checkpoints.sqlite``. The one place to change when a scenario moves to another saver."""
+    if mode == "durable":
+        from oncewire.langgraph.saver import OncewireSaver
+        from oncewire.ledger import Ledger
+
+        class LabSaver(OncewireSaver):
+            """The saver, with a crash point before a thread's first checkpoint."""
+
+            def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+                if metadata.get("source") == "input":
+                    BEFORE_FIRST_CHECKPOINT.hit()
+                return super().put(config, checkpoint, metadata, new_versions)
+
+        return LabSaver(ledger if ledger is not None else Ledger(stores.caller))
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+    path = stores.folder / "checkpoints.sqlite"
     return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
 
 
-def initialise(folder: Path) -> None:
+def initialise(stores: Stores) -> None:
     """The receiver's tables (its receipts come with ``Receipts``) and an empty ledger."""
     from oncewire.ledger import Ledger
     from oncewire.receipts import Receipts
 
-    with Ledger(str(folder / "caller.sqlite")):
+    with Ledger(stores.caller):
         pass
+    serial = "BIGSERIAL" if stores.dialect == "postgresql" else "INTEGER"
     with (
-        Receipts(str(folder / "downstream.sqlite"), retention_seconds=None) as receipts,
+        Receipts(stores.downstream, retention_seconds=None) as receipts,
         receipts.store.transaction() as tx,
     ):
         tx.execute(
-            "CREATE TABLE tickets (id INTEGER PRIMARY KEY, tool_call_id TEXT NOT NULL, "
+            f"CREATE TABLE tickets (id {serial} PRIMARY KEY, tool_call_id TEXT NOT NULL, "
             "title TEXT NOT NULL, redelivery INTEGER NOT NULL, pid INTEGER NOT NULL)"
         )
         tx.execute(
-            "CREATE TABLE tool_attempts (id INTEGER PRIMARY KEY, tool_call_id TEXT NOT NULL, "
+            f"CREATE TABLE tool_attempts (id {serial} PRIMARY KEY, tool_call_id TEXT NOT NULL, "
             "tool TEXT NOT NULL, number INTEGER NOT NULL, redelivery INTEGER NOT NULL, "
             "pid INTEGER NOT NULL)"
         )
@@ -109,13 +183,10 @@ def _model(state: Any) -> dict[str, Any]:
     return {"messages": [AIMessage(**answer)]}
 
 
-def _tools(folder: Path, durable: bool) -> list[Any]:
+def _tools(receipts: Receipts, durable: bool) -> list[Any]:
     from langchain_core.tools import InjectedToolCallId, tool
 
     from oncewire.langgraph.attempt import current_attempt
-    from oncewire.receipts import Receipts
-
-    receipts = Receipts(str(folder / "downstream.sqlite"), retention_seconds=None)
 
     def log_attempt(tool_call_id: str, name: str) -> tuple[str, bool]:
         """(the key the receiver deduplicates by, whether this attempt is a redelivery)."""
@@ -180,32 +251,48 @@ def _tools(folder: Path, durable: bool) -> list[Any]:
     return [tool(open_ticket), tool(add)]
 
 
-def build_graph(folder: Path, mode: str) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """The agent graph of one scenario folder, ``mode`` ``durable`` or ``plain``."""
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
+@contextmanager
+def build_graph(stores: Stores, mode: str) -> Iterator[CompiledStateGraph[Any, Any, Any, Any]]:
+    """The agent graph of one scenario, ``mode`` ``durable`` or ``plain``, with its stores
+    open for as long as the block runs."""
+    from langgraph.prebuilt import ToolNode
+
+    from oncewire.ledger import Ledger
+    from oncewire.receipts import Receipts
 
     durable = mode == "durable"
-    tools = _tools(folder, durable)
-    node: Any
-    if durable:
-        from oncewire.dispatch.retry import RetryPolicy
-        from oncewire.langgraph.tools import DurableToolNode
+    with ExitStack() as stack:
+        receipts = stack.enter_context(Receipts(stores.downstream, retention_seconds=None))
+        ledger = stack.enter_context(Ledger(stores.caller)) if durable else None
+        tools = _tools(receipts, durable)
+        node: Any
+        if ledger is not None:
+            from oncewire.dispatch.retry import RetryPolicy
+            from oncewire.langgraph.tools import DurableToolNode
 
-        node = DurableToolNode(
-            tools,
-            ledger=str(folder / "caller.sqlite"),
-            retry=RetryPolicy(base_seconds=0.02, cap_seconds=0.25),
-        )
-    else:
-        node = ToolNode(tools)
+            node = DurableToolNode(
+                tools, ledger=ledger, retry=RetryPolicy(base_seconds=0.02, cap_seconds=0.25)
+            )
+            stack.callback(node.close)
+        else:
+            node = ToolNode(tools)
+        saver = checkpointer(stores, mode, ledger)
+        if not durable:
+            stack.callback(saver.conn.close)  # type: ignore[attr-defined]
+        yield _graph(node, saver)
+
+
+def _graph(node: Any, saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any, Any, Any, Any]:
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
     graph = StateGraph(MessagesState)
     graph.add_node("model", _model)
     graph.add_node("tools", node)
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
-    return graph.compile(checkpointer=checkpointer(folder / "checkpoints.sqlite"))
+    return graph.compile(checkpointer=saver)
 
 
 def final_messages(messages: list[Any]) -> list[dict[str, Any]]:
@@ -223,42 +310,88 @@ def final_messages(messages: list[Any]) -> list[dict[str, Any]]:
     return shown
 
 
-def run(folder: Path, mode: str) -> dict[str, Any]:
+def _run_durable(app: Any, config: Any) -> str:
+    """Start the thread's run, or resume it when its process died; how it went on."""
     from langchain_core.messages import HumanMessage
 
-    app = build_graph(folder, mode)
-    config: Any = {"configurable": {"thread_id": THREAD}}
+    from oncewire.langgraph.saver_runs import durable_invoke, pending_runs, resume_run
+
+    saver = app.checkpointer
+    if any(run.thread_id == THREAD for run in pending_runs(saver)):
+        resume_run(app, THREAD)
+        return "resumed"
+    recorded = saver.store.lg_get_run(THREAD)
+    if recorded is not None:  # a run that ended; its process was killed after
+        if recorded.state != "done":
+            raise RuntimeError(f"the run of {THREAD} ended {recorded.state}: {recorded.error}")
+        return "already done"
+    durable_invoke(app, {"messages": [HumanMessage(QUESTION)]}, config)
+    return "started"
+
+
+def _run_plain(app: Any, config: Any) -> str:
+    from langchain_core.messages import HumanMessage
+
     started = bool(app.get_state(config).values)
     # Resume from the last checkpoint whatever it says: after a crash, a step whose writes
     # were saved shows no ``next`` although the steps after it have not run.
     app.invoke(None if started else {"messages": [HumanMessage(QUESTION)]}, config)
-    state = app.get_state(config)
+    return "resumed" if started else "started"
+
+
+def run(stores: Stores, mode: str, ready: Path | None = None) -> dict[str, Any]:
+    config: Any = {"configurable": {"thread_id": THREAD}}
+    with build_graph(stores, mode) as app:
+        if ready is not None:
+            ready.write_text(str(os.getpid()), encoding="utf-8")
+        began = time.monotonic()
+        how = _run_durable(app, config) if mode == "durable" else _run_plain(app, config)
+        work = time.monotonic() - began
+        state = app.get_state(config)
     return {
         "pid": os.getpid(),
-        "resumed": started,
+        "run": how,
+        "resumed": how != "started",
         "done": not state.tasks,
         "messages": len(state.values.get("messages", [])),
+        "work_seconds": round(work, 4),
     }
+
+
+def read_final(stores: Stores, mode: str) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The thread's messages and what is left to run, read from its last checkpoint."""
+    with build_graph(stores, mode) as app:
+        state = app.get_state({"configurable": {"thread_id": THREAD}})
+        return final_messages(state.values.get("messages", [])), tuple(t.name for t in state.tasks)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=MODULE)
     parser.add_argument("role", choices=["init", "run"])
     parser.add_argument("--folder", required=True, type=Path)
+    parser.add_argument("--caller", help="the ledger's store (default: caller.sqlite there)")
+    parser.add_argument("--downstream", help="the receiver (default: downstream.sqlite there)")
     parser.add_argument("--mode", choices=["durable", "plain"], default="durable")
+    parser.add_argument("--ready", type=Path, help="written once the graph is built")
     args = parser.parse_args(argv)
+    default = Stores.in_folder(args.folder)
+    stores = Stores(
+        args.folder, args.caller or default.caller, args.downstream or default.downstream
+    )
     if crash.armed():
         import oncewire.dispatch.dispatcher
         import oncewire.effects.outbox
+        import oncewire.langgraph.saver
+        import oncewire.langgraph.saver_runs
         import oncewire.langgraph.tools
         import oncewire.receipts  # noqa: F401  (they declare the points the suite arms)
 
         crash.check_armed()
     if args.role == "init":
-        initialise(args.folder)
+        initialise(stores)
         answer: dict[str, Any] = {"initialised": str(args.folder)}
     else:
-        answer = run(args.folder, args.mode)
+        answer = run(stores, args.mode, args.ready)
     sys.stdout.write(json.dumps(answer) + "\n")
     return 0
 

@@ -1,18 +1,24 @@
-"""Suite ``langgraph``: a LangGraph agent's tools under SIGKILL, in real processes.
+"""Suite ``langgraph``: a LangGraph agent's tools and checkpoints under SIGKILL, in real processes.
 
 Each scenario runs the child of :mod:`oncewire.lab.children.langgraph` (an agent graph with a
-scripted model, whose ``open_ticket`` tool writes tickets into a receiver in another store) in
-a folder of its own, SIGKILLs it, and starts it again on the same files until the graph is
-done. Every verdict is read from the files: the ledger's effects, the receiver's tickets,
-receipts and tool attempt log, and the graph's last checkpoint.
+scripted model, whose ``open_ticket`` tool writes tickets into a receiver in another store) on
+stores of its own, SIGKILLs it, and starts it again on the same stores until the graph is
+done. The durable scenarios run ``DurableToolNode`` with ``OncewireSaver`` on the caller's
+store, through ``durable_invoke``, on the lab's backend (SQLite files, or PostgreSQL schemas
+with ``--backend postgresql``). Every verdict is read from the stores: the ledger's effects,
+the checkpoint tables, the run table, the receiver's tickets, receipts and tool attempt log.
 
 * ``uninterrupted``: the run without a crash; its final messages are the reference;
-* ``armed[POINT]``: every registered crash point of the tool node's path (``langgraph.*``, the
-  lab tool's ``lab.langgraph.ticket_written``, and the ``effects.``, ``dispatch.`` and
-  ``receipts.`` points it crosses) armed in turn, fired once in the scenario's process tree;
-  a point the run does not reach is reported as not applicable;
+* ``armed[POINT]``: every registered crash point of the durable graph's path (``langgraph.*``;
+  the lab's ``lab.langgraph.ticket_written``, inside the tool, and
+  ``lab.langgraph.before_first_checkpoint``, a run recorded by ``durable_invoke`` whose
+  first checkpoint is not stored; and the ``effects.``, ``dispatch.`` and ``receipts.``
+  points it crosses) armed in turn, fired once in the scenario's process tree; a point the
+  run does not reach is reported as not applicable;
 * ``random_kills``: the child killed from outside after seeded random delays, again and again,
-  until a run finishes;
+  until a run finishes; each delay starts when the child says it is ready (imported, its
+  graph built), and is drawn within how long the uninterrupted run's work took, so that kills
+  land in the graph's work, not in the imports;
 * ``upstream_tool_node_reruns_tool`` (the negative control, LangGraph issues #7417 and #7213):
   the same graph on LangGraph's ``ToolNode`` and ``SqliteSaver``, killed once the first ticket
   is written: the resumed graph runs that tool again and the receiver holds two tickets for one
@@ -21,11 +27,16 @@ receipts and tool attempt log, and the graph's last checkpoint.
 
 The durable invariants: every tool call has exactly one effect, ``done``; each
 ``open_ticket`` call wrote exactly one ticket and one receipt under its key; every attempt of
-a call after its first was flagged a redelivery; the final messages equal the uninterrupted
-run's; and the run was not lost (the last checkpoint has nothing left to do).
+a call after its first was flagged a redelivery; the thread's checkpoint history verifies
+(``OncewireSaver``'s own verification of the hash chain, and the tables read directly: the
+chain's entries numbered 1..head without a gap, each linked to the one before, the head where
+the thread says, every checkpoint and write pointing at an entry of its kind, every parent
+checkpoint stored); the final messages equal the uninterrupted run's; and no run was lost (the
+thread's run is recorded ``done``, no run is left pending, the last checkpoint has nothing
+left to do).
 
-The files are SQLite whatever ``--backend`` says: the graph checkpoints with LangGraph's SQLite
-saver, beside them. Without the ``langgraph`` extra the suite is one scenario reported not
+The negative control runs on SQLite files whatever ``--backend`` says (it is LangGraph's own
+``SqliteSaver``). Without the ``langgraph`` extra the suite is one scenario reported not
 applicable, in one line.
 """
 
@@ -42,6 +53,7 @@ from oncewire.core import crash, extras
 from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import rows
 from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
+from oncewire.lab.suites.langgraph_checks import check_checkpoints
 
 __all__ = ["CHILD", "SUITE", "langgraph_points", "missing_langgraph_extra", "run_langgraph"]
 
@@ -50,8 +62,10 @@ KILLED = -signal.SIGKILL
 MAX_RUNS = 8  # starts of one scenario's graph before the lab calls it stuck
 POINT_PREFIXES = ("langgraph.", "lab.langgraph.", "effects.", "dispatch.", "receipts.")
 RANDOM_KILLS = 4
-# The child spends most of its first ~1.5 s importing; the graph's work comes after.
-RANDOM_DELAY_SECONDS = (1.2, 2.6)
+# A random kill lands this long after the child said it was ready, at most (when the
+# uninterrupted run did not say how long its work took).
+RANDOM_WORK_SECONDS = 1.0
+READY_DEADLINE_SECONDS = 120.0
 
 
 def missing_langgraph_extra(feature: str) -> MissingExtra | None:
@@ -63,11 +77,25 @@ def missing_langgraph_extra(feature: str) -> MissingExtra | None:
     return MissingExtra(feature, "langgraph", missing) if missing else None
 
 
+def _stores(ctx: LabContext, name: str, mode: str) -> Any:
+    """A scenario's stores: the lab's backend for the durable mode, files for the control."""
+    from oncewire.lab.children.langgraph import Stores
+
+    folder = ctx.scenario_dir("langgraph", name)
+    if mode != "durable" or ctx.backend.name == "sqlite":
+        return Stores.in_folder(folder)
+    pair = ctx.backend.pair(folder)
+    ctx.pairs[f"langgraph/{name}"] = pair
+    return Stores(folder, pair.caller, pair.downstream)
+
+
 def langgraph_points() -> list[str]:
     """The registered crash points on the durable graph's path."""
     import oncewire.dispatch.dispatcher
     import oncewire.effects.outbox
     import oncewire.lab.children.langgraph
+    import oncewire.langgraph.saver
+    import oncewire.langgraph.saver_runs
     import oncewire.langgraph.tools
     import oncewire.receipts  # noqa: F401  (importing registers their points)
 
@@ -81,15 +109,19 @@ class _Scenario:
         self.ctx = ctx
         self.result = result
         self.mode = mode
-        self.folder = ctx.scenario_dir("langgraph", name)
+        self.stores = _stores(ctx, name, mode)
+        self.folder = self.stores.folder
+        self.dialect = self.stores.dialect
         self.token = self.folder / "crash.token"
         self.killed: list[ProcessRecord] = []
         init = self._child("init")
         result.require(init.exit_code == 0, f"init failed: {init.stderr[-400:]}")
 
+    def _args(self) -> list[str]:
+        return [*self.stores.args(), "--mode", self.mode]
+
     def _child(self, role: str, arm: str | None = None) -> ProcessRecord:
-        args = ["--folder", str(self.folder), "--mode", self.mode]
-        record = self.ctx.child(role, args, arm=arm, token=self.token, module=CHILD)
+        record = self.ctx.child(role, self._args(), arm=arm, token=self.token, module=CHILD)
         self.result.processes.append(record)
         return record
 
@@ -106,12 +138,20 @@ class _Scenario:
         self.result.require(False, f"the graph was not done after {MAX_RUNS} starts")
         return None
 
-    def killed_at_random(self, rng: random.Random, kills: int) -> ProcessRecord | None:
-        """SIGKILL the graph from outside after random delays, ``kills`` times at most, then
-        let it finish."""
-        for _ in range(kills):
-            process = self.ctx.spawn("run", ["--folder", str(self.folder)], module=CHILD)
-            delay = rng.uniform(*RANDOM_DELAY_SECONDS)
+    def killed_at_random(
+        self, rng: random.Random, kills: int, work_seconds: float
+    ) -> ProcessRecord | None:
+        """SIGKILL the graph from outside, ``kills`` times at most, each a random delay after
+        the child said it was ready (within ``work_seconds``), then let it finish."""
+        for number in range(kills):
+            ready = self.folder / f"ready-{number}"
+            process = self.ctx.spawn("run", [*self._args(), "--ready", str(ready)], module=CHILD)
+            waited = time.monotonic()
+            while not ready.exists() and process.poll() is None:
+                if time.monotonic() - waited > READY_DEADLINE_SECONDS:
+                    break
+                time.sleep(0.01)
+            delay = rng.uniform(0.0, work_seconds)
             try:
                 process.wait(timeout=delay)
             except Exception:  # still running: the kill lands
@@ -119,7 +159,7 @@ class _Scenario:
             _, err = process.communicate()
             record = ProcessRecord(
                 role="run",
-                argv=["-m", CHILD, "run", "--folder", str(self.folder)],
+                argv=["-m", CHILD, "run", *self._args()],
                 pid=process.pid,
                 exit_code=process.returncode,
                 response=None,
@@ -136,37 +176,44 @@ class _Scenario:
         return self.until_done()
 
     # -- what the files hold ---------------------------------------------------------------
-    def effects(self) -> list[dict[str, Any]]:
-        return rows(
-            "sqlite",
-            str(self.folder / "caller.sqlite"),
-            "SELECT key, kind, state, attempts FROM oncewire_effects ORDER BY key",
-        )
+    def caller(self, sql: str) -> list[dict[str, Any]]:
+        return rows(self.dialect, self.stores.caller, sql)
 
     def receiver(self, table: str) -> list[dict[str, Any]]:
-        return rows("sqlite", str(self.folder / "downstream.sqlite"), f"SELECT * FROM {table}")
+        return rows(self.dialect, self.stores.downstream, f"SELECT * FROM {table} ORDER BY id")
 
     def final_state(self) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
         """The thread's messages and what is left to run, read from its last checkpoint."""
-        from oncewire.lab.children.langgraph import THREAD, build_graph, final_messages
+        from oncewire.lab.children.langgraph import read_final
 
-        app = build_graph(self.folder, self.mode)
-        state = app.get_state({"configurable": {"thread_id": THREAD}})
-        return final_messages(state.values.get("messages", [])), tuple(t.name for t in state.tasks)
+        return read_final(self.stores, self.mode)
 
     def snapshot(self) -> dict[str, Any]:
+        durable = self.mode == "durable"
+        receipts = rows(
+            self.dialect, self.stores.downstream, "SELECT key FROM oncewire_receipts ORDER BY key"
+        )
         return {
-            "effects": self.effects() if self.mode == "durable" else [],
+            "effects": self.caller(
+                "SELECT key, kind, state, attempts FROM oncewire_effects ORDER BY key"
+            )
+            if durable
+            else [],
+            "runs": self.caller(
+                "SELECT thread_id, state, attempts, error FROM oncewire_lg_runs ORDER BY thread_id"
+            )
+            if durable
+            else [],
             "tickets": self.receiver("tickets"),
             "tool_attempts": self.receiver("tool_attempts"),
-            "receipts": [r["key"] for r in self.receiver("oncewire_receipts")],
+            "receipts": [r["key"] for r in receipts],
         }
 
 
 def _check_durable(
     scenario: _Scenario, reference: list[dict[str, Any]] | None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Check the durable invariants on the scenario's files; (the summary, final messages)."""
+    """Check the durable invariants on the scenario's stores; (the summary, final messages)."""
     from oncewire.lab.children.langgraph import THREAD, TICKET_CALLS, TOOL_CALLS
 
     result = scenario.result
@@ -199,8 +246,17 @@ def _check_durable(
     result.require(left == (), f"the run is not done: tasks left {left}")
     if reference is not None:
         result.require(messages == reference, "the final messages differ from the reference")
+    runs = after["runs"]
+    result.require(
+        [(r["thread_id"], r["state"]) for r in runs] == [(THREAD, "done")],
+        f"the thread's run is not recorded done: {runs}",
+    )
+    checkpoints = check_checkpoints(result, scenario.stores.caller, scenario.dialect, THREAD)
     return {
+        "backend": scenario.dialect,
         "starts": sum(1 for p in result.processes if p.role == "run"),
+        "run_attempts": runs[0]["attempts"] if runs else 0,
+        "checkpoints": checkpoints,
         "kills": len(scenario.killed),
         "tickets": len(after["tickets"]),
         "duplicates": sum(n - 1 for n in tickets.values()),
@@ -214,7 +270,11 @@ def _timed(result: ScenarioResult, started: float) -> ScenarioResult:
     return result
 
 
-def _uninterrupted(ctx: LabContext) -> tuple[ScenarioResult, list[dict[str, Any]] | None]:
+def _uninterrupted(
+    ctx: LabContext,
+) -> tuple[ScenarioResult, list[dict[str, Any]] | None, float]:
+    """The reference run: its result, its final messages (None if it failed) and how long
+    its work took after the child was ready."""
     started = time.monotonic()
     result = ScenarioResult("uninterrupted")
     scenario = _Scenario(ctx, result, "uninterrupted", "durable")
@@ -222,8 +282,12 @@ def _uninterrupted(ctx: LabContext) -> tuple[ScenarioResult, list[dict[str, Any]
     result.require(not scenario.killed, "the uninterrupted run was killed")
     summary, messages = _check_durable(scenario, None)
     result.summary = summary
-    result.details = {"final_messages": messages, "last_run": last and last.response}
-    return _timed(result, started), messages if result.passed else None
+    response = last.response if last is not None else None
+    result.details = {"final_messages": messages, "last_run": response}
+    work = RANDOM_WORK_SECONDS
+    if isinstance(response, dict) and isinstance(response.get("work_seconds"), int | float):
+        work = max(0.2, float(response["work_seconds"]))
+    return _timed(result, started), messages if result.passed else None, work
 
 
 def _armed(ctx: LabContext, point: str, reference: list[dict[str, Any]] | None) -> ScenarioResult:
@@ -240,13 +304,19 @@ def _armed(ctx: LabContext, point: str, reference: list[dict[str, Any]] | None) 
     return _timed(result, started)
 
 
-def _random(ctx: LabContext, reference: list[dict[str, Any]] | None) -> ScenarioResult:
+def _random(
+    ctx: LabContext, reference: list[dict[str, Any]] | None, work_seconds: float
+) -> ScenarioResult:
     started = time.monotonic()
     result = ScenarioResult("random_kills")
     scenario = _Scenario(ctx, result, "random-kills", "durable")
     kills = int(ctx.options.get("kills") or RANDOM_KILLS)
-    scenario.killed_at_random(random.Random(f"langgraph/{ctx.seed}"), kills)
+    scenario.killed_at_random(random.Random(f"langgraph/{ctx.seed}"), kills, work_seconds)
     summary, _ = _check_durable(scenario, reference)
+    # The kills that landed once a tool had started in the killed process (not wasted on
+    # the imports or the first model step).
+    acted = {row["pid"] for row in scenario.receiver("tool_attempts")}
+    summary["kills_in_tools"] = sum(1 for record in scenario.killed if record.pid in acted)
     result.summary = summary
     return _timed(result, started)
 
@@ -293,13 +363,13 @@ def run_langgraph(ctx: LabContext) -> Iterator[ScenarioResult]:
         yield result
         return
     ctx.progress.update("langgraph: uninterrupted")
-    first, reference = _uninterrupted(ctx)
+    first, reference, work_seconds = _uninterrupted(ctx)
     yield first
     for point in langgraph_points():
         ctx.progress.update(f"langgraph: {point}")
         yield _armed(ctx, point, reference)
     ctx.progress.update("langgraph: random kills")
-    yield _random(ctx, reference)
+    yield _random(ctx, reference, work_seconds)
     ctx.progress.update("langgraph: upstream ToolNode (negative control)")
     yield _upstream(ctx)
 
@@ -309,5 +379,16 @@ SUITE = Suite(
     "a LangGraph agent's DurableToolNode SIGKILLed at every crash point and at random, "
     "with ToolNode's duplicate as the negative control",
     run_langgraph,
-    key_numbers=("point", "starts", "kills", "tickets", "duplicates", "redeliveries"),
+    key_numbers=(
+        "backend",
+        "point",
+        "starts",
+        "kills",
+        "run_attempts",
+        "kills_in_tools",
+        "tickets",
+        "duplicates",
+        "redeliveries",
+        "checkpoints",
+    ),
 )

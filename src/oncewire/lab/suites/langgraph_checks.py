@@ -1,0 +1,96 @@
+"""The langgraph suite's checkpoint invariants: a thread's history verifies, twice over.
+
+Once as :class:`~oncewire.langgraph.OncewireSaver` verifies it
+(:func:`oncewire.langgraph.chain.verify_thread`: every chain entry's hash, every row against
+its entry, every row the chain says is stored being there), and once more from the tables read
+with the plain driver, without oncewire's code: the chain's entries are numbered 1..head
+without a gap, each names the hash of the one before as its ``prev_hash``, the thread's head
+is the last entry, every checkpoint points at a ``checkpoint`` entry and every write at a
+``writes`` entry, and every checkpoint's parent is stored.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from oncewire.lab.fixtures import placeholders, rows
+from oncewire.lab.framework import ScenarioResult
+
+__all__ = ["check_checkpoints"]
+
+
+def _read(dialect: str, where: str, sql: str, thread_id: str) -> list[dict[str, Any]]:
+    quoted = thread_id.replace("'", "''")
+    return rows(dialect, where, placeholders(dialect, sql.replace("?", f"'{quoted}'")))
+
+
+def _tables(result: ScenarioResult, dialect: str, where: str, thread_id: str) -> int:
+    """The direct reading; how many checkpoints the thread has."""
+    head = _read(
+        dialect,
+        where,
+        "SELECT head_seq, head_hash FROM oncewire_lg_threads WHERE thread_id = ?",
+        thread_id,
+    )
+    chain = _read(
+        dialect,
+        where,
+        "SELECT seq, kind, prev_hash, hash FROM oncewire_lg_chain WHERE thread_id = ? ORDER BY seq",
+        thread_id,
+    )
+    checkpoints = _read(
+        dialect,
+        where,
+        "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, seq "
+        "FROM oncewire_lg_checkpoints WHERE thread_id = ?",
+        thread_id,
+    )
+    writes = _read(
+        dialect, where, "SELECT seq FROM oncewire_lg_writes WHERE thread_id = ?", thread_id
+    )
+    if not result.require(len(head) == 1, f"the thread has {len(head)} head rows, not one"):
+        return len(checkpoints)
+    seqs = [entry["seq"] for entry in chain]
+    result.require(seqs == list(range(1, len(chain) + 1)), f"the chain has gaps: {seqs}")
+    linked = all(
+        later["prev_hash"] == earlier["hash"] for earlier, later in itertools.pairwise(chain)
+    )
+    result.require(linked, "a chain entry does not name the hash of the one before it")
+    last = chain[-1] if chain else None
+    result.require(
+        last is not None
+        and (head[0]["head_seq"], head[0]["head_hash"]) == (last["seq"], last["hash"]),
+        "the thread's head is not the chain's last entry",
+    )
+    kinds = {entry["seq"]: entry["kind"] for entry in chain}
+    result.require(
+        all(kinds.get(row["seq"]) == "checkpoint" for row in checkpoints),
+        "a checkpoint row points at no checkpoint entry",
+    )
+    result.require(
+        all(kinds.get(row["seq"]) == "writes" for row in writes),
+        "a write row points at no writes entry",
+    )
+    stored = {(row["checkpoint_ns"], row["checkpoint_id"]) for row in checkpoints}
+    orphans = [
+        row["checkpoint_id"]
+        for row in checkpoints
+        if row["parent_checkpoint_id"] is not None
+        and (row["checkpoint_ns"], row["parent_checkpoint_id"]) not in stored
+    ]
+    result.require(not orphans, f"checkpoints whose parent is not stored: {orphans}")
+    return len(checkpoints)
+
+
+def check_checkpoints(result: ScenarioResult, where: str, dialect: str, thread_id: str) -> int:
+    """Require that ``thread_id``'s history in the store ``where`` verifies (see the module
+    docstring); how many checkpoints it holds."""
+    from oncewire.langgraph.chain import verify_thread
+    from oncewire.ledger import Ledger
+
+    with Ledger(where, create=False) as ledger:
+        verdict = verify_thread(ledger.store, thread_id, ledger.runs.key)
+    result.require(verdict.ok, f"the thread's checkpoint chain does not verify: {verdict.reason}")
+    result.require(verdict.checkpoints > 0, "the thread has no checkpoint")
+    return _tables(result, dialect, where, thread_id)
