@@ -4,7 +4,8 @@
 
 ``first`` runs n0 -> slow -> n2 with a one-second lease that only its writes renew (no
 heartbeat) and stops inside ``slow`` until DIR/go exists (a node running past its lease);
-``second`` resumes the thread from its latest checkpoint. Each prints one JSON line: how its run ended and its own read of the thread.
+``second`` resumes the thread from its latest checkpoint. Each prints one JSON line: how its
+run ended and its own read of the thread.
 """
 
 from __future__ import annotations

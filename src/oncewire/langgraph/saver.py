@@ -212,7 +212,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         """One round trip when this saver knows the thread's head and holds its lease (or the
         thread is new): False when the general append has to decide."""
         lease = self.leases.held(thread_id)
-        after = self._chains.head(thread_id)
+        after = self._chains.tip(thread_id)
         now = self.ledger.clock.now()
         if after is None:
             return False
@@ -380,6 +380,9 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         chain.check_checkpoint(row, key, known)
         for write in writes:
             chain.check_write(thread_id, write, key, known)
+        checked = [e for e in (row.entry, *(w.entry for w in writes)) if e and e.seq not in known]
+        if checked:  # hashed from scratch just now: compared, not hashed, from now on
+            self._chains.remember(thread_id, checked)
         checkpoint = self._loads(
             thread_id, f"checkpoint {row.checkpoint_id}", row.type, row.checkpoint
         )

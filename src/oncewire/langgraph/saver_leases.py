@@ -8,7 +8,7 @@ by, by the write that finds it so (the general append, which extends it in its t
 by the heartbeat.
 
 The heartbeat is one daemon thread per saver, started with the first lease it holds, that wakes
-every third of ``lease_seconds`` and extends each lease past a third of its time, so a node that
+every sixth of ``lease_seconds`` and extends each lease past a third of its time, so a node that
 runs longer than ``lease_seconds`` without writing keeps its thread while its process is alive
 (a process that dies, or stops, stops renewing: its lease runs out and another may resume).
 It keeps a lease while the thread is in use: claimed by :meth:`ThreadLeases.claim` (as
@@ -148,7 +148,7 @@ class ThreadLeases:
                 return  # running (a forked child starts its own: threads do not survive a fork)
             stop = threading.Event()
             self._beating = (os.getpid(), stop)
-        interval = max(self.lease_seconds / 3, 0.01)
+        interval = max(self.lease_seconds / 6, 0.01)  # renewed between a third and a half
         threading.Thread(
             target=_beat,
             args=(weakref.ref(self), stop, interval),
