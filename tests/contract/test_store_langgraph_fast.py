@@ -62,9 +62,7 @@ def _first(store: Store, owner: str = "me") -> tuple[LeaseHold, tuple[int, str]]
 def test_a_new_threads_first_append_takes_its_lease(store: Store, raw: RawDatabase) -> None:
     _, head = _first(store)
     assert head == (1, _seal(1, "checkpoint", "g" * 64, _material(raw)))
-    assert raw.query("SELECT owner, fence, expires_at FROM oncewire_leases") == [
-        ("me", 1, T0 + 30)
-    ]
+    assert raw.query("SELECT owner, fence, expires_at FROM oncewire_leases") == [("me", 1, T0 + 30)]
     assert raw.query("SELECT seq, kind, prev_hash, hash FROM oncewire_lg_chain") == [
         (1, "checkpoint", "g" * 64, head[1])
     ]

@@ -124,9 +124,7 @@ def test_an_idle_thread_is_let_go_and_its_old_holder_refused(
         other.close()
 
 
-def test_a_claimed_thread_is_kept_until_released(
-    ledgers: Callable[[], Ledger], raw: Raw
-) -> None:
+def test_a_claimed_thread_is_kept_until_released(ledgers: Callable[[], Ledger], raw: Raw) -> None:
     saver = OncewireSaver(ledgers(), owner="a", lease_seconds=LEASE, hold_seconds=0.01)
     other = OncewireSaver(ledgers(), owner="b", lease_seconds=LEASE)
     try:
@@ -143,9 +141,7 @@ def test_a_claimed_thread_is_kept_until_released(
         other.close()
 
 
-def test_a_renewal_refused_marks_the_thread_lost(
-    ledgers: Callable[[], Ledger], raw: Raw
-) -> None:
+def test_a_renewal_refused_marks_the_thread_lost(ledgers: Callable[[], Ledger], raw: Raw) -> None:
     ledger = ledgers()
     saver = OncewireSaver(ledger, owner="a", lease_seconds=LEASE)
     try:
