@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """LangGraph checkpointer benchmarks: OncewireSaver against the upstream savers, in one run.
 
-    .venv/bin/python benchmarks/langgraph_bench.py [--quick] [--rounds N] [--json FILE]
+    .venv/bin/python benchmarks/langgraph_bench.py [--quick | --scale S] [--rounds N] [--json FILE]
     .venv/bin/python benchmarks/langgraph_bench.py --pg postgresql://127.0.0.1:5432/test
 
 Four figures per backend, each OncewireSaver's throughput over the upstream saver's measured
@@ -302,14 +302,20 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=0.4,
+        help="the share of COUNTS each round runs (default 0.4: about two minutes with --pg)",
+    )
+    parser.add_argument("--quick", action="store_true", help="--scale 0.1")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pg", metavar="URL", help="also PostgreSQL, on this server")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON here too")
     parser.add_argument("--dir", help="where the SQLite files go (default: a temporary folder)")
     parser.add_argument("--only", choices=["savers", "tools"], help="run one half only")
     args = parser.parse_args(argv)
-    scale = 0.1 if args.quick else 1.0
+    scale = 0.1 if args.quick else args.scale
     results = []
     tools = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -357,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                     "python": platform.python_version(),
                     "rounds": args.rounds,
                     "quick": args.quick,
+                    "scale": scale,
                     "results": results,
                     "tools": tools,
                 },

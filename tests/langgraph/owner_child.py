@@ -2,9 +2,10 @@
 
     python -m tests.langgraph.owner_child first|second DB THREAD_ID DIR
 
-``first`` runs n0 -> slow -> n2 with a one-second lease and stops inside ``slow`` until DIR/go
-exists (a process paused past its lease); ``second`` resumes the thread from its latest
-checkpoint. Each prints one JSON line: how its run ended and its own read of the thread.
+``first`` runs n0 -> slow -> n2 with a one-second lease that only its writes renew (no
+heartbeat) and stops inside ``slow`` until DIR/go exists (a node running past its lease);
+``second`` resumes the thread from its latest checkpoint. Each prints one JSON line: how its
+run ended and its own read of the thread.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def main(role: str, db: str, thread_id: str, folder: str) -> None:
     g.add_edge("n2", END)
     config: Any = {"configurable": {"thread_id": thread_id}}
     with Ledger(db) as ledger:
-        saver = OncewireSaver(ledger, lease_seconds=1.0 if role == "first" else 30.0)
+        if role == "first":
+            saver = OncewireSaver(ledger, lease_seconds=1.0, heartbeat=False)
+        else:
+            saver = OncewireSaver(ledger, lease_seconds=30.0)
         app = g.compile(checkpointer=saver)
         outcome = "done"
         try:

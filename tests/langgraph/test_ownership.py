@@ -1,7 +1,7 @@
 """Write ownership across real processes: a second process resumes a thread while the first,
-paused past its lease, still runs. The first's late writes are refused (thread_lease_lost)
-before anything is written, the thread's chain has no fork, and both processes' reads verify.
-Checked in the tables directly."""
+whose lease only its writes renew (no heartbeat) and whose node runs past it, still runs. The
+first's late writes are refused (thread_lease_lost) before anything is written, the thread's
+chain has no fork, and both processes' reads verify. Checked in the tables directly."""
 
 from __future__ import annotations
 

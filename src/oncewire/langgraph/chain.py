@@ -14,11 +14,13 @@ verifies threads without the extra.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from oncewire.core.errors import CheckpointTampered, ConfigurationError
@@ -138,29 +140,45 @@ def verify_entries(
     return expected - 1, prev
 
 
-def _material(thread_id: str, entry: ChainEntry) -> dict[str, Any]:
+@functools.lru_cache(maxsize=4096)
+def _parsed(material: str) -> Any:
+    """The material's JSON (read only: the same object is handed to every caller)."""
     try:
-        value = json.loads(entry.material)
+        return json.loads(material)
     except ValueError:
-        value = None
+        return None
+
+
+def _material(thread_id: str, entry: ChainEntry) -> dict[str, Any]:
+    value = _parsed(entry.material)
     if not isinstance(value, dict) or value.get("k") != entry.kind:
         raise _tampered(thread_id, f"chain entry {entry.seq} is unreadable", seq=entry.seq)
     return value
 
 
-def _sealed(thread_id: str, entry: ChainEntry | None, seq: int, key: bytes | None) -> ChainEntry:
-    """The row's own entry, present and hashing to what it says."""
+Known = Mapping[int, ChainEntry]  # entries verified before (their chain, their hash), by seq
+_NOTHING: Known = MappingProxyType({})
+
+
+def _sealed(
+    thread_id: str, entry: ChainEntry | None, seq: int, key: bytes | None, known: Known
+) -> ChainEntry:
+    """The row's own entry, present and hashing to what it says (an entry read back exactly as
+    one verified before hashes as it did then)."""
     if entry is None:
         raise _tampered(thread_id, f"chain entry {seq} of a stored row is missing", seq=seq)
+    if known.get(entry.seq) == entry:
+        return entry
     computed = entry_hash(key, thread_id, entry.seq, entry.kind, entry.prev_hash, entry.material)
     if not hmac.compare_digest(computed, entry.hash):
         raise _tampered(thread_id, f"chain entry {entry.seq}'s hash does not match it", seq=seq)
     return entry
 
 
-def check_checkpoint(row: CheckpointRow, key: bytes | None) -> None:
-    """The checkpoint row is the one its chain entry recorded, byte for byte."""
-    entry = _sealed(row.thread_id, row.entry, row.seq, key)
+def check_checkpoint(row: CheckpointRow, key: bytes | None, known: Known = _NOTHING) -> None:
+    """The checkpoint row is the one its chain entry recorded, byte for byte (``known``:
+    entries verified before, see :func:`_sealed`)."""
+    entry = _sealed(row.thread_id, row.entry, row.seq, key, known)
     m = _material(row.thread_id, entry)
     if (
         entry.kind != "checkpoint"
@@ -178,9 +196,14 @@ def check_checkpoint(row: CheckpointRow, key: bytes | None) -> None:
         )
 
 
-def check_write(thread_id: str, row: WriteRow, key: bytes | None) -> None:
+def check_write(
+    thread_id: str,
+    row: WriteRow,
+    key: bytes | None,
+    known: Known = _NOTHING,
+) -> None:
     """The write row is one its chain entry recorded, byte for byte."""
-    entry = _sealed(thread_id, row.entry, row.seq, key)
+    entry = _sealed(thread_id, row.entry, row.seq, key, known)
     m = _material(thread_id, entry)
     wanted = [row.idx, row.channel, row.task_path, blob_digest(row.type, row.value)]
     if (

@@ -51,12 +51,13 @@ from oncewire.core.errors import (
     CheckpointTampered,
     CheckpointUnreadable,
     InvalidState,
-    ThreadBusy,
     ThreadLeaseLost,
 )
 from oncewire.core.ids import this_process_owner
 from oncewire.langgraph import chain
 from oncewire.langgraph.saver_barrier import WriteBarrier
+from oncewire.langgraph.saver_cache import EMPTY, ChainCache
+from oncewire.langgraph.saver_leases import DEFAULT_HOLD_SECONDS, ThreadLeases
 from oncewire.ledger import Ledger, LedgerTransaction
 from oncewire.storage import Transaction
 from oncewire.storage.langgraph import (
@@ -70,7 +71,7 @@ from oncewire.storage.langgraph import (
 from oncewire.storage.verbs.langgraph import Erase, Item, LeaseHold, Writes
 from oncewire.storage.verbs.leases import Lease
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "OncewireSaver"]
+__all__ = ["DEFAULT_HOLD_SECONDS", "DEFAULT_LEASE_SECONDS", "OncewireSaver"]
 
 DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_BARRIER_TIMEOUT_SECONDS = 10.0
@@ -86,8 +87,11 @@ def _configurable(config: RunnableConfig) -> Mapping[str, Any]:
 class OncewireSaver(BaseCheckpointSaver[str]):
     """LangGraph's checkpointer on the ledger's store; see the module docstring.
 
-    ``lease_seconds`` is how long a thread stays this saver's after its last write when the
-    process stops writing without dying (a dead process on this host is taken over at once).
+    ``lease_seconds`` is how long a thread stays this saver's once the process stops renewing
+    its lease without dying (a dead process on this host is taken over at once); while the
+    process lives, a heartbeat renews the lease of a thread it claimed (until
+    :meth:`release`) or wrote to within the last ``hold_seconds``
+    (:mod:`oncewire.langgraph.saver_leases`; ``heartbeat=False``: only its writes renew it).
     ``barrier_timeout_seconds`` bounds how long a checkpoint waits for its parent's writes.
     """
 
@@ -97,6 +101,8 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        hold_seconds: float = DEFAULT_HOLD_SECONDS,
+        heartbeat: bool = True,
         barrier_timeout_seconds: float = DEFAULT_BARRIER_TIMEOUT_SECONDS,
         owner: str | None = None,
     ) -> None:
@@ -106,10 +112,19 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         self.key = ledger.runs.key
         self.lease_seconds = float(lease_seconds)
         self.owner = owner or this_process_owner()
-        self._lock = threading.Lock()
-        self._held: dict[str, Lease] = {}
-        self._lost: set[str] = set()
-        self._verified: dict[str, tuple[int, str]] = {}
+        self.leases = ThreadLeases(
+            self.store,
+            ledger.clock,
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+            hold_seconds=float(hold_seconds),
+            heartbeat=heartbeat,
+        )
+        self._chains = ChainCache()
+        # Appends to one thread queue here rather than in the database (SQLite has one writer
+        # at a time, whose busy wait sleeps for milliseconds; PostgreSQL's would lock the head).
+        stripes = 1 if self.store.dialect == "sqlite" else 64
+        self._writing = [threading.Lock() for _ in range(stripes)]
         self._barrier = WriteBarrier(self._load_parent, timeout_seconds=barrier_timeout_seconds)
         self._owned_ledger: Ledger | None = None
 
@@ -125,51 +140,31 @@ class OncewireSaver(BaseCheckpointSaver[str]):
             saver._owned_ledger = ledger
             yield saver
         finally:
+            if "saver" in locals():
+                saver.close()
             ledger.close()
+
+    def close(self) -> None:
+        """Stop renewing this saver's leases (they run out, or are given back by
+        :meth:`release`); the ledger stays open (``from_conn_string`` closes its own)."""
+        self.leases.stop()
 
     # -- ownership ---------------------------------------------------------------------------
     def claim(self, thread_id: str) -> Lease:
         """Take ``thread_id``'s lease for this saver (at once when it is free, ran out, or its
         holder is a dead process on this host), or :class:`ThreadBusy` while another live
-        process holds it. Writing claims a thread by itself; a resume claims it first."""
-        now = self.ledger.clock.now()
-        lease = self.store.acquire_lease(
-            lease_name(thread_id), owner=self.owner, lease_seconds=self.lease_seconds, now=now
-        )
-        if lease is None:
-            held = self.store.get_lease(lease_name(thread_id))
-            raise ThreadBusy(
-                f"thread {thread_id!r} is owned by {held.owner if held else 'another process'!r} "
-                "until its lease runs out; nothing was written",
-                thread_id=thread_id,
-                owner=held.owner if held else None,
-            )
-        with self._lock:
-            self._held[thread_id] = lease
-            self._lost.discard(thread_id)
-        return lease
+        process holds it. Writing claims a thread by itself; a resume claims it first. A
+        claimed thread's lease is renewed while this process lives, until :meth:`release`."""
+        with self.store.borrowed_connection():
+            return self.leases.claim(thread_id, pin=True)
 
     def release(self, thread_id: str) -> bool:
         """Give the thread's lease back (another process may write to it at once)."""
-        with self._lock:
-            lease = self._held.pop(thread_id, None)
-        if lease is None:
-            return False
-        return self.store.release_lease(
-            lease.name, owner=self.owner, fence=lease.fence, now=self.ledger.clock.now()
-        )
+        with self.store.borrowed_connection():
+            return self.leases.release(thread_id)
 
     def _hold(self, thread_id: str) -> LeaseHold:
-        with self._lock:
-            lease = self._held.get(thread_id)
-            lost = thread_id in self._lost
-        if lost:
-            raise ThreadLeaseLost(
-                f"thread {thread_id!r} was taken over by another process; this saver writes "
-                "to it again only after reading its latest state; nothing was written",
-                thread_id=thread_id,
-                owner=self.owner,
-            )
+        lease = self.leases.held(thread_id)
         if lease is None:
             if _JOINED.get() is not None:
                 raise InvalidState(
@@ -177,7 +172,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
                     "saver.claim(thread_id) before the transaction it joins; nothing was written",
                     thread_id=thread_id,
                 )
-            lease = self.claim(thread_id)
+            lease = self.leases.claim(thread_id, pin=False)
         return LeaseHold(
             lease.name, self.owner, lease.fence, self.ledger.clock.now() + self.lease_seconds
         )
@@ -197,9 +192,62 @@ class OncewireSaver(BaseCheckpointSaver[str]):
             _JOINED.reset(token)
 
     def _append(self, thread_id: str, items: Sequence[Item], *, owned: bool = True) -> None:
+        tx = _JOINED.get()
+        if tx is not None:  # the caller's transaction: never queued behind another append
+            self._append_slow(thread_id, items, owned, tx)
+            return
+        stripe = self._writing[hash(thread_id) % len(self._writing)]
+        with self.store.borrowed_connection(), stripe:
+            item = items[0] if len(items) == 1 else None
+            if (
+                owned
+                and isinstance(item, NewCheckpoint | Writes)
+                and (isinstance(item, NewCheckpoint) or item.rows)
+                and self._append_fast(thread_id, item)
+            ):
+                return
+            self._append_slow(thread_id, items, owned, None)
+
+    def _append_fast(self, thread_id: str, item: NewCheckpoint | Writes) -> bool:
+        """One round trip when this saver knows the thread's head and holds its lease (or the
+        thread is new): False when the general append has to decide."""
+        lease = self.leases.held(thread_id)
+        after = self._chains.tip(thread_id)
+        now = self.ledger.clock.now()
+        if after is None:
+            return False
+        take = lease is None
+        if lease is None:
+            if after != EMPTY or not isinstance(item, NewCheckpoint):
+                return False
+            holder = LeaseHold(lease_name(thread_id), self.owner, 1, now + self.lease_seconds)
+        elif self.leases.due(lease, now):
+            return False  # the general append extends the lease in its transaction
+        else:
+            holder = LeaseHold(lease.name, self.owner, lease.fence, lease.expires_at)
+        entry = self.store.lg_append_held(
+            thread_id,
+            item,
+            sealer=chain.sealer(thread_id, self.key),
+            holder=holder,
+            after=None if after == EMPTY else after,
+            now=now,
+            take_lease=take,
+        )
+        if entry is None:
+            return False
+        if take:
+            self.leases.record(thread_id, Lease(holder.name, self.owner, 1, holder.expires_at, now))
+        else:
+            self.leases.used(thread_id)
+        self._chains.appended(thread_id, after, (entry.seq, entry.hash), [entry])
+        return True
+
+    def _append_slow(
+        self, thread_id: str, items: Sequence[Item], owned: bool, tx: Transaction | None
+    ) -> None:
         holder = self._hold(thread_id) if owned else None
         seal = chain.sealer(thread_id, self.key)
-        tx = _JOINED.get()
         now = self.ledger.clock.now()
         try:
             if tx is None:
@@ -209,14 +257,18 @@ class OncewireSaver(BaseCheckpointSaver[str]):
                     tx, thread_id, items, sealer=seal, holder=holder, now=now
                 )
         except ThreadLeaseLost:
-            with self._lock:
-                self._held.pop(thread_id, None)
-                self._lost.add(thread_id)
+            self.leases.lose(thread_id)
             raise
-        if done is not None and tx is None:
-            with self._lock:  # our own entries, hashed here: no need to read them back
-                if self._verified.get(thread_id) == (done.from_seq, done.from_hash):
-                    self._verified[thread_id] = (done.head.head_seq, done.head.head_hash)
+        if holder is not None and tx is None:  # the append extended the lease it checked
+            self.leases.record(
+                thread_id, Lease(holder.name, self.owner, holder.fence, holder.expires_at, now)
+            )
+        if done is not None and tx is None:  # our own entries, hashed here: no need to read them
+            self._chains.appended(
+                thread_id,
+                (done.from_seq, done.from_hash) if done.from_seq else EMPTY,
+                (done.head.head_seq, done.head.head_hash),
+            )
 
     def put(
         self,
@@ -291,7 +343,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
 
     def _verify(self, thread_id: str, head: ThreadHead | None) -> bytes | None:
         """Check the thread's chain up to ``head`` (incrementally after what this saver
-        verified before); the key its rows are checked with."""
+        verified or wrote before); the key its rows are checked with."""
         if head is None:
             raise CheckpointTampered(
                 f"thread {thread_id!r}: checkpoint rows without a chain head; nothing of it was "
@@ -300,18 +352,15 @@ class OncewireSaver(BaseCheckpointSaver[str]):
                 reason="checkpoint rows without a chain head",
             )
         key = chain.chain_key(head, self.key)
-        with self._lock:
-            done = self._verified.get(thread_id)
+        done = self._chains.head(thread_id)
         if done == (head.head_seq, head.head_hash):
             return key
-        after_seq, after_hash = done if done and done[0] < head.head_seq else (0, None)
-        entries = self.store.lg_chain_after(thread_id, after_seq)
+        after_seq, after_hash = done if done and 0 < done[0] < head.head_seq else (0, None)
+        entries = [
+            e for e in self.store.lg_chain_after(thread_id, after_seq) if e.seq <= head.head_seq
+        ]
         seq, last = chain.verify_entries(
-            thread_id,
-            (e for e in entries if e.seq <= head.head_seq),
-            key,
-            after_seq=after_seq,
-            after_hash=after_hash,
+            thread_id, entries, key, after_seq=after_seq, after_hash=after_hash
         )
         if (seq, last) != (head.head_seq, head.head_hash):
             raise CheckpointTampered(
@@ -320,17 +369,20 @@ class OncewireSaver(BaseCheckpointSaver[str]):
                 thread_id=thread_id,
                 reason="the chain does not end at its recorded head",
             )
-        with self._lock:
-            self._verified[thread_id] = (seq, last)
+        self._chains.verified(thread_id, (seq, last), entries)
         return key
 
     def _tuple(
         self, row: CheckpointRow, writes: Sequence[WriteRow], key: bytes | None
     ) -> CheckpointTuple:
         thread_id = row.thread_id
-        chain.check_checkpoint(row, key)
+        known = self._chains.entries(thread_id)
+        chain.check_checkpoint(row, key, known)
         for write in writes:
-            chain.check_write(thread_id, write, key)
+            chain.check_write(thread_id, write, key, known)
+        checked = [e for e in (row.entry, *(w.entry for w in writes)) if e and e.seq not in known]
+        if checked:  # hashed from scratch just now: compared, not hashed, from now on
+            self._chains.remember(thread_id, checked)
         checkpoint = self._loads(
             thread_id, f"checkpoint {row.checkpoint_id}", row.type, row.checkpoint
         )
@@ -376,17 +428,18 @@ class OncewireSaver(BaseCheckpointSaver[str]):
         conf = _configurable(config)
         thread_id = str(conf["thread_id"])
         checkpoint_id = get_checkpoint_id(config)
-        found = self.store.lg_get_checkpoint(
-            thread_id, str(conf.get("checkpoint_ns", "")), checkpoint_id
-        )
-        if found is None:
-            return None
-        row, writes, head = found
-        key = self._verify(thread_id, head)
+        with self.store.borrowed_connection():
+            row, writes, head = self.store.lg_read_checkpoint(
+                thread_id, str(conf.get("checkpoint_ns", "")), checkpoint_id
+            )
+            if row is None:
+                if head is None:
+                    self._chains.read_empty(thread_id)  # a new thread's first put follows it
+                return None
+            key = self._verify(thread_id, head)
         result = self._tuple(row, writes, key)
-        if checkpoint_id is None:
-            with self._lock:  # a run starts from here: writing to the thread again is allowed
-                self._lost.discard(thread_id)
+        if checkpoint_id is None:  # a run starts from here: writing to the thread again is allowed
+            self.leases.found_again(thread_id)
         return result
 
     def list(
@@ -413,7 +466,9 @@ class OncewireSaver(BaseCheckpointSaver[str]):
             if only_id and row.checkpoint_id != only_id:
                 continue
             if row.thread_id not in keys:
-                keys[row.thread_id] = self._verify(row.thread_id, self.store.lg_head(row.thread_id))
+                with self.store.borrowed_connection():
+                    head = self.store.lg_head(row.thread_id)
+                    keys[row.thread_id] = self._verify(row.thread_id, head)
             result = self._tuple(row, writes, keys[row.thread_id])
             if filter and any(result.metadata.get(k) != v for k, v in filter.items()):
                 continue
@@ -425,18 +480,17 @@ class OncewireSaver(BaseCheckpointSaver[str]):
     # -- the barrier's view of the store -----------------------------------------------------
     def _load_parent(self, key: tuple[str, str, str]) -> tuple[Mapping[str, Any] | None, set[str]]:
         """The parent's versions_seen and the task paths whose writes on it are stored."""
-        found = self.store.lg_get_checkpoint(*key)
-        if found is None:
+        with self.store.borrowed_connection():
+            row, writes, _ = self.store.lg_read_checkpoint(*key)
+        if row is None:
             return None, set()
-        row, writes, _ = found
         checkpoint = self._loads(key[0], f"checkpoint {key[2]}", row.type, row.checkpoint)
         return checkpoint.get("versions_seen") or {}, {w.task_path for w in writes}
 
     # -- deleting and copying ----------------------------------------------------------------
     def delete_thread(self, thread_id: str) -> None:
         self.store.lg_delete_thread(str(thread_id))
-        with self._lock:
-            self._verified.pop(str(thread_id), None)
+        self._chains.forget(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         by_thread: dict[str, list[tuple[str, str]]] = {}

@@ -125,7 +125,9 @@ class WriteBarrier:
                 )
                 if not self._running.get(parent) and not missing:
                     return
-                if missing and not known.loaded:
+                if missing and not known.loaded and not self._running.get(parent):
+                    # Read what earlier runs stored only once this saver's own writes on the
+                    # parent are done (they are what the put most often waits for).
                     self._cond.release()
                     try:
                         self._refresh(parent)

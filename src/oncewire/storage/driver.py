@@ -269,6 +269,9 @@ class Driver(abc.ABC):
         self._pid = _process
         # The connections a forked child inherited: never used, closed or freed there.
         self._inherited: list[Any] = []
+        # Connections lent to threads that have none of their own (see borrowed()), idle.
+        self._spare: list[Any] = []
+        self.closed = False  # close() was called (a later call would open a connection again)
 
     # -- opening -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -310,6 +313,7 @@ class Driver(abc.ABC):
         self._all_lock = threading.Lock()  # another thread of the parent may have held it
         self._inherited.extend(self._all)
         self._all = []
+        self._spare = []
         self._local = threading.local()
         self.forked()
 
@@ -352,6 +356,36 @@ class Driver(abc.ABC):
         self._local.conn = conn
         return previous
 
+    @contextlib.contextmanager
+    def borrowed(self) -> Iterator[None]:
+        """Inside the block, a thread that has no connection of its own runs on an idle one
+        the driver keeps for such threads (or on one opened for it), which goes back to them
+        when the block ends; a thread with its own connection keeps using it.
+
+        For work done on threads that live for one job (an executor's, made anew for each
+        graph run): each would otherwise open a connection of its own and leave it open
+        until the driver closes, one more for every thread. A connection goes back only idle
+        (no transaction open on it) and usable; the block is one thread's at a time."""
+        self.check_fork()
+        local = self._local
+        if getattr(local, "conn", None) is not None or getattr(local, "borrowing", False):
+            yield
+            return
+        with self._all_lock:
+            local.conn = self._spare.pop() if self._spare else None
+        local.borrowing = True
+        try:
+            yield
+        finally:
+            local.borrowing = False
+            conn = getattr(local, "conn", None)
+            local.conn = None
+            if conn is not None:
+                usable = not self.broken(conn) and not self.in_transaction(conn)
+                with self._all_lock:
+                    if usable and self._pid == _process and any(c is conn for c in self._all):
+                        self._spare.append(conn)
+
     def forget(self, conn: Any) -> None:
         """Close this thread's ``conn`` and open a new one at the next call."""
         with self._all_lock:
@@ -365,8 +399,10 @@ class Driver(abc.ABC):
 
     def close(self) -> None:
         self.check_fork()  # a forked child closes its own connections, never its parent's
+        self.closed = True
         with self._all_lock:
             conns, self._all = self._all, []
+            self._spare = []
         for conn in conns:
             try:
                 conn.close()
@@ -526,6 +562,20 @@ class Driver(abc.ABC):
             yield statements
         finally:
             statements.close()
+
+    def pipelined_write(self, what: str, fill: Callable[[Pipeline], T]) -> T:
+        """``fill(statements)`` sends a transaction's statements through a :class:`Pipeline`;
+        they commit together, in a transaction of their own, or not at all; what ``fill``
+        returns (its :class:`Pending` rows are read when this returns). PostgreSQL sends the
+        ``BEGIN``, the statements and the ``COMMIT`` in one round trip, and sends them all
+        again, once, on a fresh connection when the server had dropped this one: ``fill``'s
+        statements must be safe to run twice (a compare and set that a first run, if it
+        committed, makes fail). ``fill`` cannot read a row before the end (nothing is
+        answered before the ``COMMIT`` is sent): a statement that must not run unless an
+        earlier one did is made conditional in SQL. By default (SQLite) each runs as it is
+        sent, in :meth:`write`'s transaction."""
+        with self.write(what) as conn, self.pipeline(conn) as statements:
+            return fill(statements)
 
     @abc.abstractmethod
     def snapshot(self) -> AbstractContextManager[Any]:

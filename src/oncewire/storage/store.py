@@ -35,6 +35,7 @@ from oncewire.storage.records import Effect, EffectState
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.inbound import InboundVerbs
 from oncewire.storage.verbs.langgraph import LangGraphVerbs
+from oncewire.storage.verbs.langgraph_fast import LangGraphFastVerbs
 from oncewire.storage.verbs.leases import LeaseVerbs
 from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import ReplyVerbs
@@ -51,6 +52,7 @@ class Store(
     RunLedgerVerbs,
     LeaseVerbs,
     LangGraphVerbs,
+    LangGraphFastVerbs,
 ):
     """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
 
@@ -95,6 +97,18 @@ class Store(
 
     def close(self) -> None:
         self.db.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self.db.closed
+
+    def borrowed_connection(self) -> AbstractContextManager[None]:
+        """Inside the block, a thread without a connection of its own borrows an idle one of
+        the store's and gives it back at the end, instead of opening one that stays open until
+        the store closes (for work on short-lived threads, such as an executor's that a graph
+        run makes anew); a thread with its own connection keeps using it."""
+        return self.db.borrowed()
 
     def caller_transaction(self, connection: Any) -> GuardedTransaction:
         """The caller's own driver connection, inside the caller's own open transaction, as a

@@ -655,6 +655,57 @@ class PostgresDriver(Driver):
         finally:
             statements.close()
 
+    def pipelined_write(self, what: str, fill: Callable[[Pipeline], T]) -> T:
+        """One round trip: ``BEGIN``, ``fill``'s statements and ``COMMIT`` in one pipeline with
+        one ``Sync``. The first error among them is raised and nothing is committed (the
+        server skips the rest, the ``COMMIT`` too, and the transaction is rolled back). A
+        connection the server dropped is replaced and everything sent again, once (see
+        :meth:`Driver.pipelined_write`). Grouped commits, and a libpq without pipeline mode,
+        take the general path."""
+        if getattr(self._local, "waiting", None) is not None:
+            raise InvalidState("a transaction is already open on this thread")
+        if self.commits_grouped or not psycopg.Pipeline.is_supported():
+            return super().pipelined_write(what, fill)
+        for retry in (False, True):
+            conn = self.fresh_conn()
+            if conn.info.transaction_status != _IDLE:
+                raise InvalidState("a transaction is already open on this thread")
+            statements = Pipeline(conn, defer=True)
+
+            def block(raw: Any, statements: Pipeline = statements) -> T:
+                # BEGIN and COMMIT are queued as statements: psycopg's transaction block
+                # would sync the pipeline on entering and on leaving it (two more waits).
+                ends = raw.cursor()
+                try:
+                    ends.execute(b"BEGIN")
+                    try:
+                        result = fill(statements)
+                    except BaseException:
+                        ends.execute(b"ROLLBACK")
+                        raise
+                    ends.execute(b"COMMIT")
+                    return result
+                finally:
+                    ends.close()
+
+            try:
+                try:
+                    result = pipelined(conn, block)
+                    statements.collect()
+                    return result
+                finally:
+                    statements.close()
+            except psycopg.Error as exc:
+                if conn.broken:
+                    self.forget(conn)
+                    if not retry:
+                        continue
+                elif conn.info.transaction_status != _IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.rollback()  # the failed transaction the skipped COMMIT left open
+                raise translated(what, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
     @contextmanager
     def snapshot(self) -> Iterator[Any]:
         """A ``REPEATABLE READ, READ ONLY`` transaction.

@@ -69,6 +69,126 @@ SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.
  ORDER BY c.checkpoint_id DESC
  LIMIT 1
 
+-- name: lg_advance_held
+-- The fast append's compare and set: the head moves from (prev_seq, prev_hash), the head its
+-- writer last knew, only while :owner still holds the thread's lease under :fence. The lease row
+-- is locked until the append commits (PostgreSQL), so a takeover waits for it or refuses it
+-- first; nothing moves when either changed.
+UPDATE oncewire_lg_threads SET head_seq = :head_seq, head_hash = :head_hash, updated_at = :now
+ WHERE thread_id = :thread_id AND head_seq = :prev_seq AND head_hash = :prev_hash
+   AND EXISTS (SELECT 1 FROM oncewire_leases
+                WHERE name = :lease AND owner = :owner AND fence = :fence {for_update})
+
+-- name: lg_advance_held_writes
+-- lg_advance_held for a task's writes, also refused while any regular slot of the task is
+-- already stored for the checkpoint (a write replayed: the general append keeps the stored one).
+UPDATE oncewire_lg_threads SET head_seq = :head_seq, head_hash = :head_hash, updated_at = :now
+ WHERE thread_id = :thread_id AND head_seq = :prev_seq AND head_hash = :prev_hash
+   AND EXISTS (SELECT 1 FROM oncewire_leases
+                WHERE name = :lease AND owner = :owner AND fence = :fence {for_update})
+   AND NOT EXISTS (SELECT 1 FROM oncewire_lg_writes
+                    WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns
+                      AND checkpoint_id = :checkpoint_id AND task_id = :task_id AND idx >= 0)
+
+-- name: lg_start_held
+-- A new thread's first entry, only while :owner holds its lease under :fence; nothing inserted
+-- when the thread exists or the lease is not so held.
+INSERT INTO oncewire_lg_threads (thread_id, chain, key_id, head_seq, head_hash, updated_at)
+SELECT :thread_id, :chain, :key_id, :head_seq, :head_hash, :now
+ WHERE EXISTS (SELECT 1 FROM oncewire_leases
+                WHERE name = :lease AND owner = :owner AND fence = :fence {for_update})
+ON CONFLICT (thread_id) DO NOTHING
+
+-- name: lg_insert_entry_at
+-- A fast append's entry, stored only if the head is now the new entry: its compare and set moved
+-- it (the head row is this transaction's until it commits), or an earlier run of the same append
+-- did (the hash covers the entry whole), which stored this entry already.
+INSERT INTO oncewire_lg_chain (thread_id, seq, kind, material, prev_hash, hash, created_at)
+SELECT :thread_id, :seq, :kind, :material, :prev_hash, :hash, :now
+ WHERE EXISTS (SELECT 1 FROM oncewire_lg_threads
+                WHERE thread_id = :thread_id AND head_seq = :head_seq AND head_hash = :head_hash)
+ON CONFLICT (thread_id, seq) DO NOTHING
+
+-- name: lg_upsert_checkpoint_at
+-- lg_upsert_checkpoint, only if the fast append's compare and set moved the head.
+INSERT INTO oncewire_lg_checkpoints (
+    thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, seq, type, checkpoint,
+    metadata_type, metadata, run_id, created_at)
+SELECT :thread_id, :checkpoint_ns, :checkpoint_id, :parent_checkpoint_id, :seq, :type,
+       :checkpoint, :metadata_type, :metadata, :run_id, :now
+ WHERE EXISTS (SELECT 1 FROM oncewire_lg_threads
+                WHERE thread_id = :thread_id AND head_seq = :head_seq AND head_hash = :head_hash)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_checkpoint_id = excluded.parent_checkpoint_id, seq = excluded.seq,
+    type = excluded.type, checkpoint = excluded.checkpoint,
+    metadata_type = excluded.metadata_type, metadata = excluded.metadata,
+    run_id = excluded.run_id, created_at = excluded.created_at
+
+-- name: lg_upsert_write_at
+-- lg_upsert_write, only if the fast append's compare and set moved the head.
+INSERT INTO oncewire_lg_writes (
+    thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, value, task_path, seq)
+SELECT :thread_id, :checkpoint_ns, :checkpoint_id, :task_id, :idx, :channel, :type, :value,
+       :task_path, :seq
+ WHERE EXISTS (SELECT 1 FROM oncewire_lg_threads
+                WHERE thread_id = :thread_id AND head_seq = :head_seq AND head_hash = :head_hash)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    channel = excluded.channel, type = excluded.type, value = excluded.value,
+    task_path = excluded.task_path, seq = excluded.seq
+
+-- name: lg_tuple_latest
+-- In one statement (one moment of the store): the namespace's newest checkpoint with the entry
+-- that wrote it ('c'), its pending writes with theirs ('w'), and the thread's head ('h', also
+-- when it has no checkpoint). A missing entry reads as NULLs (a broken history).
+WITH c AS (
+    SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, seq, type, checkpoint,
+           metadata_type, metadata
+      FROM oncewire_lg_checkpoints
+     WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns
+     ORDER BY checkpoint_id DESC
+     LIMIT 1
+)
+SELECT 'c', c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint, c.metadata_type,
+       c.metadata, c.seq, NULL, e.seq, e.kind, e.material, e.prev_hash, e.hash, NULL, NULL,
+       CAST(NULL AS BIGINT), NULL
+  FROM c LEFT JOIN oncewire_lg_chain e ON e.thread_id = c.thread_id AND e.seq = c.seq
+UNION ALL
+SELECT 'w', w.task_id, w.channel, w.type, w.value, w.task_path, NULL, w.seq, w.idx, e.seq,
+       e.kind, e.material, e.prev_hash, e.hash, NULL, NULL, CAST(NULL AS BIGINT), NULL
+  FROM c JOIN oncewire_lg_writes w
+    ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+   AND w.checkpoint_id = c.checkpoint_id
+  LEFT JOIN oncewire_lg_chain e ON e.thread_id = w.thread_id AND e.seq = w.seq
+UNION ALL
+SELECT 'h', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       t.chain, t.key_id, t.head_seq, t.head_hash
+  FROM oncewire_lg_threads t WHERE t.thread_id = :thread_id
+
+-- name: lg_tuple_by_id
+-- lg_tuple_latest for one checkpoint id.
+WITH c AS (
+    SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, seq, type, checkpoint,
+           metadata_type, metadata
+      FROM oncewire_lg_checkpoints
+     WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns
+       AND checkpoint_id = :checkpoint_id
+)
+SELECT 'c', c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint, c.metadata_type,
+       c.metadata, c.seq, NULL, e.seq, e.kind, e.material, e.prev_hash, e.hash, NULL, NULL,
+       CAST(NULL AS BIGINT), NULL
+  FROM c LEFT JOIN oncewire_lg_chain e ON e.thread_id = c.thread_id AND e.seq = c.seq
+UNION ALL
+SELECT 'w', w.task_id, w.channel, w.type, w.value, w.task_path, NULL, w.seq, w.idx, e.seq,
+       e.kind, e.material, e.prev_hash, e.hash, NULL, NULL, CAST(NULL AS BIGINT), NULL
+  FROM c JOIN oncewire_lg_writes w
+    ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+   AND w.checkpoint_id = c.checkpoint_id
+  LEFT JOIN oncewire_lg_chain e ON e.thread_id = w.thread_id AND e.seq = w.seq
+UNION ALL
+SELECT 'h', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       t.chain, t.key_id, t.head_seq, t.head_hash
+  FROM oncewire_lg_threads t WHERE t.thread_id = :thread_id
+
 -- name: lg_list_checkpoints
 -- Newest first, optionally one thread, one namespace, and ids before a cursor; at most :limit.
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.seq, c.type,
@@ -189,3 +309,9 @@ SELECT thread_id, state, graph, input_type, input, config, owner, attempts, erro
 SELECT thread_id, state, graph, input_type, input, config, owner, attempts, error, started_at,
        updated_at
   FROM oncewire_lg_runs WHERE state = 'running' ORDER BY thread_id
+
+-- name: lg_checkpoint_seq
+-- The entry that wrote one checkpoint (what an erasure names).
+SELECT seq FROM oncewire_lg_checkpoints
+ WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns
+   AND checkpoint_id = :checkpoint_id

@@ -273,9 +273,9 @@ class LangGraphVerbs:
         seqs: list[int] = []
         for ns, cid in item.checkpoints:
             key = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
-            found = db.one(conn, q.lg_get_checkpoint, **key)
+            found = db.one(conn, q.lg_checkpoint_seq, **key)
             if found is not None:
-                seqs.append(int(found[4]))
+                seqs.append(int(found[0]))
             seqs.extend(int(r[0]) for r in db.all(conn, q.lg_write_seqs, **key))
             db.run(conn, q.lg_delete_checkpoint_writes, **key)
             db.run(conn, q.lg_delete_checkpoint, **key)
