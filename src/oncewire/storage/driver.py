@@ -485,7 +485,7 @@ class Driver(abc.ABC):
 
     # -- statements --------------------------------------------------------------------------
     def announce_settled_in(self, statements: Pipeline) -> None:
-        """:meth:`announce_settled`, sent through ``statements`` (:meth:`write_pipeline`)."""
+        """:meth:`announce_settled`, sent through ``statements`` (:meth:`pipelined_write`)."""
         return None
 
     @abc.abstractmethod
@@ -541,16 +541,6 @@ class Driver(abc.ABC):
         return row
 
     # -- execution strategy ------------------------------------------------------------------
-    @contextlib.contextmanager
-    def write_pipeline(self, what: str) -> Iterator[Pipeline]:
-        """A transaction of its own (as :meth:`write`) whose statements are sent through the
-        yielded :class:`Pipeline`: on PostgreSQL its ``BEGIN``, its statements and its
-        ``COMMIT`` travel together, one round trip, and every :class:`Pending` is filled in
-        once the block has ended and committed. No statement may depend on another's rows.
-        By default (SQLite) each statement runs when it is sent."""
-        with self.write(what) as conn, self.pipeline(conn) as statements:
-            yield statements
-
     @contextlib.contextmanager
     def pipeline(self, conn: Any) -> Iterator[Pipeline]:
         """The statements sent through the yielded :class:`Pipeline` travel together and are

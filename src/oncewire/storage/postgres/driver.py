@@ -513,54 +513,6 @@ class PostgresDriver(Driver):
         raise AssertionError("unreachable")  # pragma: no cover
 
     @contextmanager
-    def write_pipeline(self, what: str) -> Iterator[Pipeline]:
-        """One round trip for the whole transaction: ``BEGIN``, the statements and ``COMMIT``
-        in one pipeline, the first error raised (and nothing committed). A connection found
-        broken is replaced for the next call; the error is raised, since the ``COMMIT`` had
-        been sent with the rest and may have landed (the callers' statements are fenced:
-        sent again, they change nothing that already changed)."""
-        if not psycopg.Pipeline.is_supported():
-            with super().write_pipeline(what) as statements:
-                yield statements
-            return
-        if getattr(self._local, "waiting", None) is not None:
-            raise InvalidState("a transaction is already open on this thread")
-        conn = self.fresh_conn()
-        if conn.info.transaction_status != _IDLE:
-            raise InvalidState("a transaction is already open on this thread")
-        # BEGIN and COMMIT are statements of the pipeline, not psycopg's transaction block,
-        # which waits for the server after each (three round trips more).
-        statements = Pipeline(conn, defer=True)
-        failed: BaseException | None = None
-        try:
-            with translate_errors(what):
-                try:
-                    with conn.pipeline():
-                        statements.sql("BEGIN")
-                        try:
-                            yield statements
-                        except psycopg.Error as exc:
-                            failed = exc
-                            raise
-                        except BaseException:
-                            statements.sql("ROLLBACK")
-                            raise
-                        statements.sql("COMMIT")
-                except psycopg.Error:
-                    if failed is None:  # the first error, not the pipeline's abort after it
-                        raise
-                if failed is not None:
-                    raise failed
-                statements.collect()
-        finally:
-            statements.close()
-            if conn.broken:
-                self.forget(conn)
-            elif conn.info.transaction_status != _IDLE:  # a statement failed: COMMIT skipped
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
-
-    @contextmanager
     def write(self, what: str) -> Iterator[Any]:
         with translate_errors(what), self.transaction() as tx:
             yield tx.conn

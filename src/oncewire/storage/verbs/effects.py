@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.errors import EffectNotFound
-from oncewire.storage.driver import Driver, Transaction
+from oncewire.storage.driver import Driver, Pending, Pipeline, Transaction
 from oncewire.storage.records import (
     AttemptRecord,
     Backlog,
@@ -409,26 +409,27 @@ class EffectVerbs:
         mark: int,
     ) -> DispatchStep:
         """The step when no suspect is looked for: no statement depends on another's rows, so
-        they are sent together (:meth:`Driver.write_pipeline`; on PostgreSQL the whole
+        they are sent together (:meth:`Driver.pipelined_write`; on PostgreSQL the whole
         transaction is one round trip). Where :meth:`_dispatch_step` announces settlements
         only if one applied, this announces them whenever there are some: a waiter woken for
         nothing reads the store and waits again."""
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
         chunk = db.values_chunk
-        with db.write_pipeline("settling and claiming effects") as statements:
-            settled = []
+        settled: list[Pending] = []
+        marked: list[Pending] = []
+        claimed: list[Pending] = []
+
+        def fill(statements: Pipeline) -> None:
             for begin in range(0, len(settlements), chunk):
                 items = settlements[begin : begin + chunk]
                 statements.run(q.record_attempts, rows=_attempt_rows(items, now))
                 settled.append(statements.rows(q.settle, rows=_settle_rows(items), now=now))
             if settlements:
                 db.announce_settled_in(statements)
-            marked = [
-                statements.rows(q.mark_started, fences=starting[begin : begin + chunk], owner=owner)
-                for begin in range(0, len(starting), chunk)
-            ]
-            claimed = []
+            for begin in range(0, len(starting), chunk):
+                fences = starting[begin : begin + chunk]
+                marked.append(statements.rows(q.mark_started, fences=fences, owner=owner))
             if limit > 0:
                 scope = {
                     "owner": owner,
@@ -446,6 +447,12 @@ class EffectVerbs:
                     claimed.append(
                         statements.rows(q.claim, mark=False, limit=limit - marked_now, **scope)
                     )
+
+        # Sent again on a fresh connection if the server dropped this one. Settlements and
+        # start markers are fenced: a first run that did commit makes them change nothing the
+        # second time. Claims that first run made would be held until their lease runs out and
+        # then released as if their sink had run, as after any commit whose answer was lost.
+        db.pipelined_write("settling and claiming effects", fill)
         applied_pairs = {(row[0], row[1]) for pending in settled for row in pending.rows}
         applied = [(i.id, i.fence) in applied_pairs for i in settlements]
         started = {row[0] for pending in marked for row in pending.rows}
