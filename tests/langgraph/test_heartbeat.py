@@ -77,6 +77,9 @@ def test_a_node_longer_than_its_lease_keeps_the_thread(
     seen: list[tuple[str | None, int, float]] = []
 
     def slow(state: State) -> dict[str, Any]:
+        # LangGraph saves the checkpoints before this node in the background: the thread is
+        # a's once the first of them has committed its lease.
+        _eventually(lambda: bool(raw.query("SELECT 1 FROM oncewire_leases")))
         deadline = time.monotonic() + 3 * LEASE
         while time.monotonic() < deadline:
             with pytest.raises(ThreadBusy) as busy:

@@ -149,12 +149,20 @@ class ThreadLeases:
             stop = threading.Event()
             self._beating = (os.getpid(), stop)
         interval = max(self.lease_seconds / 6, 0.01)  # renewed between a third and a half
-        threading.Thread(
+        beat = threading.Thread(
             target=_beat,
             args=(weakref.ref(self), stop, interval),
             name="oncewire-langgraph-leases",
             daemon=True,
-        ).start()
+        )
+        beat.start()
+
+        def halt() -> None:  # the store is closing: no renewal may be running on it then
+            stop.set()
+            if beat is not threading.current_thread():
+                beat.join(BEAT_JOIN_SECONDS)
+
+        self.store.on_close(halt)
 
     def stop(self) -> None:
         with self._lock:
@@ -194,6 +202,10 @@ class ThreadLeases:
                     self._held[thread_id] = fresh
                     renewed += 1
         return renewed
+
+
+# How long closing the store waits for a renewal in flight (a statement's round trip, a busy wait).
+BEAT_JOIN_SECONDS = 10.0
 
 
 def _beat(ref: weakref.ref[ThreadLeases], stop: threading.Event, interval: float) -> None:

@@ -85,6 +85,7 @@ class InlineDispatch:
         self._closed = False
         self._listeners: dict[int, Callable[[], None]] = {}
         self._next_listener = 0
+        self._hooked = False  # close() registered with the store's closing
 
     @property
     def running(self) -> bool:
@@ -149,7 +150,11 @@ class InlineDispatch:
         )
 
     def _start(self) -> None:
-        """Under the lock: a new dispatcher in a daemon thread."""
+        """Under the lock: a new dispatcher in a daemon thread, stopped before the ledger's
+        store closes its connections under it."""
+        if not self._hooked:
+            self.ledger.store.on_close(self.close)
+            self._hooked = True
         dispatcher = self._new_dispatcher()
         thread = threading.Thread(
             target=self._serve,

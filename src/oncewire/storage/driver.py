@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -272,6 +273,9 @@ class Driver(abc.ABC):
         # Connections lent to threads that have none of their own (see borrowed()), idle.
         self._spare: list[Any] = []
         self.closed = False  # close() was called (a later call would open a connection again)
+        # Called first thing by close(): what runs on this store in threads of its own stops
+        # there, before the connections those threads use are closed under them.
+        self._close_hooks: list[Callable[[], None]] = []
 
     # -- opening -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -315,6 +319,7 @@ class Driver(abc.ABC):
         self._all = []
         self._spare = []
         self._local = threading.local()
+        self._close_hooks = []  # the parent's threads did not come along
         self.forked()
 
     def forked(self) -> None:
@@ -397,9 +402,32 @@ class Driver(abc.ABC):
             pass  # already unusable: nothing more to release
         self._local.conn = None
 
+    def on_close(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` when :meth:`close` begins, before any connection is closed (a
+        connection closed while another thread runs a statement on it can crash the process);
+        returns a function that takes the hook back."""
+        with self._all_lock:
+            self._close_hooks.append(hook)
+
+        def remove() -> None:
+            with self._all_lock:
+                if hook in self._close_hooks:
+                    self._close_hooks.remove(hook)
+
+        return remove
+
     def close(self) -> None:
         self.check_fork()  # a forked child closes its own connections, never its parent's
         self.closed = True
+        with self._all_lock:
+            hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a hook that fails must not keep the connections open
+                logging.getLogger("oncewire.storage").warning(
+                    "a close hook of the store failed", exc_info=True
+                )
         with self._all_lock:
             conns, self._all = self._all, []
             self._spare = []

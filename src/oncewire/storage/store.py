@@ -98,6 +98,10 @@ class Store(
     def close(self) -> None:
         self.db.close()
 
+    def on_close(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """See :meth:`Driver.on_close`: ``hook()`` runs when the store begins to close."""
+        return self.db.on_close(hook)
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
