@@ -184,3 +184,12 @@ def test_threads_are_listed_verified_and_paged(database: RunsDatabase, tmp_path:
     with server(database.url, env={"PYTHONPATH": str(shadow)}) as ui:
         _check_list(ui.url, database)
         _check_detail(ui.url, database, tampered)
+
+    # Rows whose head row was deleted are not a thread that verifies.
+    database.execute(("DELETE FROM oncewire_lg_threads WHERE thread_id = ?", (FILLERS[0],)))
+    with server(database.url) as ui:
+        answer = fetch(ui.url + "/thread?" + urlencode({"id": FILLERS[0]}))
+        assert answer.status == 200, answer.text
+        verdict = re.search(r'<p id="verification" class="bad" data-ok="no">(.*?)</p>', answer.text)
+        assert verdict is not None and "rows without a chain head" in verdict.group(1)
+        assert 'data-check="not checked"' in answer.text
