@@ -36,6 +36,7 @@ __all__ = [
     "check_write",
     "entry_hash",
     "genesis_hash",
+    "judge_thread",
     "sealer",
     "verify_entries",
     "verify_thread",
@@ -267,7 +268,19 @@ def verify_thread(store: Store, thread_id: str, key: bytes | None) -> ThreadVerd
     """Verify everything stored for ``thread_id``: the chain from its genesis to its head, every
     row against its entry, and every row the chain says is stored (not erased) being there. A
     key that does not fit is :class:`ConfigurationError`, not a verdict."""
-    head, chain, checkpoints, writes = store.lg_thread(thread_id)
+    return judge_thread(thread_id, *store.lg_thread(thread_id), key)
+
+
+def judge_thread(
+    thread_id: str,
+    head: ThreadHead | None,
+    chain: Sequence[ChainEntry],
+    checkpoints: Sequence[CheckpointRow],
+    writes: Sequence[WriteRow],
+    key: bytes | None,
+) -> ThreadVerdict:
+    """:func:`verify_thread` of rows already read (``Store.lg_thread``'s, at one moment), for a
+    caller that also shows them."""
     counts = (len(chain), len(checkpoints), len(writes))
     if head is None:
         if chain or checkpoints or writes:

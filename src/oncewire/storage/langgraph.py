@@ -24,6 +24,7 @@ __all__ = [
     "NewCheckpoint",
     "NewWrite",
     "ThreadHead",
+    "ThreadSummary",
     "WriteRow",
     "blob_digest",
     "checkpoint_material",
@@ -127,6 +128,33 @@ class ThreadHead:
     def from_row(cls, thread_id: str, row: Sequence[Any]) -> ThreadHead:
         chain, key_id, seq, hash_ = row
         return cls(thread_id, str(chain), key_id, int(seq), str(hash_))
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSummary:
+    """A thread as a list shows it: its head, how many checkpoints it stores, its newest
+    checkpoint and who holds its lease (``owner`` None: never held, or given back)."""
+
+    head: ThreadHead
+    updated_at: float
+    checkpoints: int
+    head_checkpoint: str | None
+    owner: str | None
+    fence: int | None
+    lease_expires_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ThreadSummary:
+        updated_at, count, newest, owner, fence, expires = row[5:11]
+        return cls(
+            ThreadHead.from_row(str(row[0]), row[1:5]),
+            float(updated_at),
+            int(count),
+            None if newest is None else str(newest),
+            owner,
+            None if fence is None else int(fence),
+            None if expires is None else float(expires),
+        )
 
 
 @dataclass(frozen=True, slots=True)

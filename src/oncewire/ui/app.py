@@ -7,10 +7,11 @@ script (``/static/dashboard.js``, the only script there is) fetches that every t
 swaps it in, so the data stays current without a reload. Reads run in Starlette's thread pool;
 the store gives each thread a connection of its own.
 
-An effect's page is ``/effect?key=KEY`` and a run's ``/run?id=ID``: a key in the query string
-reaches the server as it is stored, where a path segment like ``..`` would be resolved away by
-the browser. ``/effects/KEY`` and ``/runs/ID`` answer too, for keys a path can carry. Every
-response carries the headers of :mod:`oncewire.ui.headers`.
+An effect's page is ``/effect?key=KEY``, a run's ``/run?id=ID`` and a LangGraph thread's
+``/thread?id=ID``: a key in the query string reaches the server as it is stored, where a path
+segment like ``..`` would be resolved away by the browser. ``/effects/KEY`` and ``/runs/ID``
+answer too, for keys a path can carry. Every response carries the headers of
+:mod:`oncewire.ui.headers`.
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from oncewire.core.errors import ConfigurationError, InvalidState, OncewireError
 from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
-from oncewire.ui import labview, views
+from oncewire.ui import labview, threads, views
 from oncewire.ui.guard import COOKIE, Guard, Refusal
 from oncewire.ui.headers import SecurityHeaders
 
-__all__ = ["Dashboard", "create_app", "effect_url", "run_url"]
+__all__ = ["Dashboard", "create_app", "effect_url", "run_url", "thread_url"]
 
 log = logging.getLogger("oncewire.ui")
 
@@ -67,7 +68,12 @@ def run_url(run_id: str) -> str:
     return "/run?" + urlencode({"id": run_id})
 
 
-_ENV.globals.update(effect_url=effect_url, run_url=run_url)
+def thread_url(thread_id: str) -> str:
+    """The address of a LangGraph thread's page, for any thread id."""
+    return "/thread?" + urlencode({"id": thread_id})
+
+
+_ENV.globals.update(effect_url=effect_url, run_url=run_url, thread_url=thread_url)
 _STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
@@ -205,6 +211,9 @@ def create_app(
         run_id = request.path_params.get("run_id") or _required(request, "id", "run")
         return views.run_detail(ledger, run_id)
 
+    def thread(request: Request) -> dict[str, Any]:
+        return threads.thread_detail(ledger, _required(request, "id", "thread"))
+
     async def action(request: Request) -> Response:
         verb = request.path_params["verb"]
         if verb not in ("retry", "cancel"):
@@ -285,6 +294,15 @@ def create_app(
         ),
         ("/run", page("run.html", run), ["GET"]),
         ("/runs/{run_id:path}", page("run.html", run), ["GET"]),
+        (
+            "/threads",
+            page(
+                "threads.html",
+                lambda r: threads.threads_page(ledger, r.query_params.get("after", "")),
+            ),
+            ["GET"],
+        ),
+        ("/thread", page("thread.html", thread), ["GET"]),
         ("/lab", page("lab.html", lab), ["GET"]),
         ("/lab/render", lab_render, ["POST"]),
         ("/static/{name:str}", static_file, ["GET"]),

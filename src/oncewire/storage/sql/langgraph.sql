@@ -235,6 +235,21 @@ SELECT seq, kind, material, prev_hash, hash FROM oncewire_lg_chain
 -- name: lg_thread_ids
 SELECT thread_id FROM oncewire_lg_threads ORDER BY thread_id
 
+-- name: lg_thread_page
+-- A page of threads by id after :after (the dashboard's list): each head, how many checkpoints
+-- it stores, its newest checkpoint (of the root namespace first) and its lease's holder.
+SELECT t.thread_id, t.chain, t.key_id, t.head_seq, t.head_hash, t.updated_at,
+       (SELECT COUNT(*) FROM oncewire_lg_checkpoints c WHERE c.thread_id = t.thread_id),
+       (SELECT c.checkpoint_id FROM oncewire_lg_checkpoints c WHERE c.thread_id = t.thread_id
+         ORDER BY CASE WHEN c.checkpoint_ns = '' THEN 0 ELSE 1 END, c.checkpoint_id DESC
+         LIMIT 1),
+       l.owner, l.fence, l.expires_at
+  FROM oncewire_lg_threads t
+  LEFT JOIN oncewire_leases l ON l.name = 'langgraph.thread:' || t.thread_id
+ WHERE t.thread_id > :after
+ ORDER BY t.thread_id
+ LIMIT :limit
+
 -- name: lg_checkpoints_of_runs
 -- The checkpoints (and the entries that wrote them) that carry one of :run_ids.
 SELECT thread_id, checkpoint_ns, checkpoint_id, seq FROM oncewire_lg_checkpoints

@@ -30,6 +30,7 @@ from oncewire.storage.langgraph import (
     NewCheckpoint,
     NewWrite,
     ThreadHead,
+    ThreadSummary,
     WriteRow,
     checkpoint_material,
     erase_material,
@@ -290,6 +291,12 @@ class LangGraphVerbs:
 
     def lg_thread_ids(self) -> list[str]:
         return [str(r[0]) for r in self.db.read(self.db.queries.lg_thread_ids)]
+
+    def lg_thread_page(self, *, after: str, limit: int) -> list[ThreadSummary]:
+        """Threads by id after ``after``, at most ``limit``: each head, checkpoint count, newest
+        checkpoint and lease (one statement; nothing of another thread is read)."""
+        rows = self.db.read(self.db.queries.lg_thread_page, after=after, limit=limit)
+        return [ThreadSummary.from_row(r) for r in rows]
 
     def lg_get_checkpoint(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
