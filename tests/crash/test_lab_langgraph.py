@@ -3,6 +3,7 @@ kept read back here with the plain drivers."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +22,13 @@ pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph e
 
 THREAD = "lab-thread-1"
 ONE_EACH = Counter({"call-1": 1, "call-2": 1, "call-4": 1})
+# The saver's crash points, and what the lab saw of the interrupted call right after the kill.
+SAVER_POINTS = {
+    "langgraph.put_before_commit": "not stored",
+    "langgraph.put_after_commit": "committed, the chain's head",
+    "langgraph.writes_before_commit": "not stored",
+    "langgraph.writes_after_commit": "committed, the chain's head",
+}
 
 
 def _stores(folder: Path) -> tuple[str, str, str]:
@@ -47,8 +55,18 @@ def _check(root: Path, evidence: dict[str, Any], backend: str) -> None:
         "langgraph.tool_returned",
         "langgraph.tools_accepted",
         "lab.langgraph.before_first_checkpoint",
+        *SAVER_POINTS,
     ):
         assert f"armed[{point}]" in armed, point
+    # The saver's points are reached, and each kill was seen in its window before the resume.
+    for (point, landed), hit in itertools.product(SAVER_POINTS.items(), ("", "@3")):
+        scenario = scenarios[f"armed[{point}{hit}]"]
+        assert not scenario["skipped"], point + hit
+        assert scenario["summary"]["kills"] == 1, point + hit
+        assert landed in (scenario["summary"]["window"] or ""), (point + hit, scenario["summary"])
+    # A later put has a parent: the newest checkpoint after the kill before its commit is one.
+    later = scenarios["armed[langgraph.put_before_commit@3]"]["summary"]["window"]
+    assert "newest checkpoint None" not in later, later
     for name in armed:
         assert scenarios[name]["skipped"] or scenarios[name]["summary"]["kills"] == 1, name
     durable = ["uninterrupted", "random_kills", *armed]

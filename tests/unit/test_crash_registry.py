@@ -9,7 +9,8 @@ import pytest
 
 import oncewire.dispatch
 import oncewire.effects
-import oncewire.receipts  # noqa: F401  (imported for the points they register)
+import oncewire.receipts
+import oncewire.storage.verbs.langgraph  # noqa: F401  (imported for the points they register)
 from oncewire.core import crash
 from oncewire.core.errors import CrashPointUnknown
 
@@ -49,6 +50,10 @@ def test_production_code_registers_its_windows() -> None:
         "dispatch.after_record",
         "receipts.after_work_before_commit",
         "receipts.after_commit_before_reply",
+        "langgraph.put_before_commit",
+        "langgraph.put_after_commit",
+        "langgraph.writes_before_commit",
+        "langgraph.writes_after_commit",
     } <= names
     for name, point in crash.registry().items():
         assert "." in name and point.description, name

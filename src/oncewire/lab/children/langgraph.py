@@ -6,6 +6,8 @@ effects and, in the durable mode, the graph's checkpoints and its run (an
 :class:`~oncewire.langgraph.OncewireSaver` on the same store, :func:`checkpointer`); the
 *downstream* store is the receiver (``tickets``, ``tool_attempts`` and receipts). The plain
 mode checkpoints with LangGraph's own ``SqliteSaver`` in ``checkpoints.sqlite`` of the folder.
+The durable saver journals each ``put`` and ``put_writes`` as it begins and as it returns
+(:class:`Journal`), so that the lab can tell which call a kill interrupted (:func:`unfinished`).
 
 ``run`` runs the graph of :func:`build_graph` for one thread until it is done. The durable mode
 goes through :func:`~oncewire.langgraph.durable_invoke`, so the run's input is recorded before
@@ -52,16 +54,19 @@ if TYPE_CHECKING:
 __all__ = [
     "SCRIPT",
     "THREAD",
+    "Journal",
     "Stores",
     "build_graph",
     "checkpointer",
     "final_messages",
     "main",
     "read_final",
+    "unfinished",
 ]
 
 MODULE = "oncewire.lab.children.langgraph"
 THREAD = "lab-thread-1"
+JOURNAL = "saver.journal"
 QUESTION = "Two tickets, one sum, then a follow-up."
 
 # The help desk's answer takes a moment: a kill from outside lands inside a tool more often.
@@ -98,6 +103,41 @@ SCRIPT: list[dict[str, Any]] = [
 ]
 TOOL_CALLS = [call for answer in SCRIPT for call in answer["tool_calls"]]
 TICKET_CALLS = [call["id"] for call in TOOL_CALLS if call["name"] == "open_ticket"]
+
+
+class Journal:
+    """The saver's journal (``saver.journal`` in the scenario folder): one JSON line as each
+    ``put`` / ``put_writes`` begins and as it returns, with the process's pid, written with one
+    ``write`` of an append-only file (in the kernel's hands at once: a SIGKILL loses none)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def note(self, event: str, what: dict[str, Any]) -> None:
+        line = json.dumps({"event": event, "pid": os.getpid(), **what}, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def unfinished(folder: Path, pid: int, op: str) -> list[dict[str, Any]]:
+    """The saver calls ``op`` (``put`` or ``writes``) that process ``pid`` began and never
+    returned from, read from the scenario's journal."""
+    path = folder / JOURNAL
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    open_calls: list[dict[str, Any]] = []
+    for line in lines:
+        note = json.loads(line)
+        if note["pid"] != pid or note["op"] != op:
+            continue
+        what = {k: v for k, v in note.items() if k not in ("event", "pid")}
+        if note["event"] == "begin":
+            open_calls.append(what)
+        elif what in open_calls:
+            open_calls.remove(what)
+    return open_calls
 
 
 @dataclass(frozen=True)
@@ -137,13 +177,33 @@ def checkpointer(
         from oncewire.langgraph.saver import OncewireSaver
         from oncewire.ledger import Ledger
 
+        journal = Journal(stores.folder / JOURNAL)
+
         class LabSaver(OncewireSaver):
-            """The saver, with a crash point before a thread's first checkpoint."""
+            """The saver, with a crash point before a thread's first checkpoint, journalling
+            each put and put_writes as it begins and as it returns."""
 
             def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
                 if metadata.get("source") == "input":
                     BEFORE_FIRST_CHECKPOINT.hit()
-                return super().put(config, checkpoint, metadata, new_versions)
+                what = {"op": "put", "checkpoint_id": checkpoint["id"]}
+                journal.note("begin", what)
+                answer = super().put(config, checkpoint, metadata, new_versions)
+                journal.note("end", what)
+                return answer
+
+            def put_writes(
+                self, config: Any, writes: Any, task_id: str, task_path: str = ""
+            ) -> None:
+                conf = config.get("configurable") or {}
+                what = {
+                    "op": "writes",
+                    "checkpoint_id": str(conf.get("checkpoint_id")),
+                    "task_id": task_id,
+                }
+                journal.note("begin", what)
+                super().put_writes(config, writes, task_id, task_path)
+                journal.note("end", what)
 
         return LabSaver(ledger if ledger is not None else Ledger(stores.caller))
     from langgraph.checkpoint.sqlite import SqliteSaver

@@ -14,7 +14,13 @@ the checkpoint tables, the run table, the receiver's tickets, receipts and tool 
   ``lab.langgraph.before_first_checkpoint``, a run recorded by ``durable_invoke`` whose
   first checkpoint is not stored; and the ``effects.``, ``dispatch.`` and ``receipts.``
   points it crosses) armed in turn, fired once in the scenario's process tree; a point the
-  run does not reach is reported as not applicable;
+  run does not reach is reported as not applicable. After a kill at one of the saver's own
+  points (``langgraph.put_before_commit``, ``put_after_commit``, ``writes_before_commit``,
+  ``writes_after_commit``), and before the run is resumed, the tables must show it landed in
+  the point's window (:func:`~oncewire.lab.suites.langgraph_checks.check_window`): the call
+  the killed process never returned from is not stored, or is stored as the chain's head.
+  These four are armed a second time at their third hit (``armed[POINT@3]``), in a thread
+  already written to;
 * ``random_kills``: the child killed from outside after seeded random delays, again and again,
   until a run finishes; each delay starts when the child says it is ready (imported, its
   graph built), and is drawn within how long the uninterrupted run's work took, so that kills
@@ -46,14 +52,14 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from oncewire.core import crash, extras
 from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import rows
 from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
-from oncewire.lab.suites.langgraph_checks import check_checkpoints
+from oncewire.lab.suites.langgraph_checks import WINDOWS, check_checkpoints, check_window
 
 __all__ = ["CHILD", "SUITE", "langgraph_points", "missing_langgraph_extra", "run_langgraph"]
 
@@ -62,6 +68,9 @@ KILLED = -signal.SIGKILL
 MAX_RUNS = 8  # starts of one scenario's graph before the lab calls it stuck
 POINT_PREFIXES = ("langgraph.", "lab.langgraph.", "effects.", "dispatch.", "receipts.")
 RANDOM_KILLS = 4
+# The saver's own points are armed once more at this hit of the first process: a checkpoint
+# with a parent, writes of a later step, in a thread already written to.
+LATER_HIT = 3
 # A random kill lands this long after the child said it was ready, at most (when the
 # uninterrupted run did not say how long its work took).
 RANDOM_WORK_SECONDS = 1.0
@@ -125,13 +134,20 @@ class _Scenario:
         self.result.processes.append(record)
         return record
 
-    def until_done(self, arm: str | None = None) -> ProcessRecord | None:
+    def until_done(
+        self,
+        arm: str | None = None,
+        after_kill: Callable[[ProcessRecord], None] | None = None,
+    ) -> ProcessRecord | None:
         """Start the graph until a run ends it (a crash point armed in each start, fired at
-        most once in all); the last run, or None if none finished."""
+        most once in all; ``after_kill`` looks at the stores after each kill, before the next
+        start); the last run, or None if none finished."""
         for _ in range(MAX_RUNS):
             record = self._child("run", arm)
             if record.exit_code == KILLED:
                 self.killed.append(record)
+                if after_kill is not None:
+                    after_kill(record)
                 continue
             self.result.require(record.exit_code == 0, f"a run failed: {record.stderr[-600:]}")
             return record
@@ -294,13 +310,25 @@ def _armed(ctx: LabContext, point: str, reference: list[dict[str, Any]] | None) 
     started = time.monotonic()
     result = ScenarioResult(f"armed[{point}]")
     scenario = _Scenario(ctx, result, f"armed-{point}", "durable")
-    scenario.until_done(point)
+    windows: list[str | None] = []
+    name = point.partition("@")[0]
+
+    def landed(record: ProcessRecord) -> None:
+        from oncewire.lab.children.langgraph import THREAD, unfinished
+
+        calls = unfinished(scenario.folder, record.pid, WINDOWS[name][0])
+        stores = scenario.stores
+        windows.append(check_window(result, stores.caller, scenario.dialect, THREAD, name, calls))
+
+    scenario.until_done(point, landed if name in WINDOWS else None)
     if not scenario.token.exists():
         result.skipped = f"{point} is not reached on the durable graph's path"
         return _timed(result, started)
     result.require(len(scenario.killed) == 1, f"{len(scenario.killed)} kills, not one")
     summary, _ = _check_durable(scenario, reference)
     result.summary = {"point": point, **summary}
+    if name in WINDOWS:
+        result.summary["window"] = windows[0] if windows else None
     return _timed(result, started)
 
 
@@ -365,7 +393,8 @@ def run_langgraph(ctx: LabContext) -> Iterator[ScenarioResult]:
     ctx.progress.update("langgraph: uninterrupted")
     first, reference, work_seconds = _uninterrupted(ctx)
     yield first
-    for point in langgraph_points():
+    later = [f"{point}@{LATER_HIT}" for point in WINDOWS]
+    for point in [*langgraph_points(), *later]:
         ctx.progress.update(f"langgraph: {point}")
         yield _armed(ctx, point, reference)
     ctx.progress.update("langgraph: random kills")

@@ -13,6 +13,22 @@ The invariants, held in one transaction per append:
   entries.
 
 Hashing is the caller's (``seal``): the store records what it is given.
+
+The crash points of an append in a transaction of its own (:meth:`LangGraphVerbs.lg_append`,
+and the one-round-trip ``lg_append_held`` of :mod:`~oncewire.storage.verbs.langgraph_fast`),
+``langgraph.put_*`` for an append that stores a checkpoint, ``langgraph.writes_*`` for one that
+stores only a task's writes, hit only when the append writes something:
+
+- ``*_before_commit``: nothing of the append is durable. The general append hits it with its
+  statements run in the open transaction, before ``COMMIT``; the one-round-trip append hits it
+  before its pipeline is sent (its ``BEGIN``, statements and ``COMMIT`` travel together, so
+  there is no instant between them to die in), and again in the general append when that one
+  takes over (the head or the lease was not as the writer knew it);
+- ``*_after_commit``: the append is committed; the saver's ``put`` / ``put_writes`` has not
+  returned (nor learnt the new head).
+
+An append inside the caller's transaction (``lg_append_in_tx``) hits neither: its commit is
+the caller's.
 """
 
 from __future__ import annotations
@@ -21,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oncewire.core import crash
 from oncewire.core.errors import ConfigurationError, ThreadLeaseLost
 from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.langgraph import (
@@ -37,9 +54,40 @@ from oncewire.storage.langgraph import (
     writes_material,
 )
 
-__all__ = ["Appended", "Erase", "LangGraphVerbs", "LeaseHold", "Sealer", "Writes"]
+__all__ = [
+    "PUT_AFTER_COMMIT",
+    "PUT_BEFORE_COMMIT",
+    "WRITES_AFTER_COMMIT",
+    "WRITES_BEFORE_COMMIT",
+    "Appended",
+    "Erase",
+    "LangGraphVerbs",
+    "LeaseHold",
+    "Sealer",
+    "Writes",
+    "crash_points",
+]
 
 _NO_LIMIT = 2**62
+
+PUT_BEFORE_COMMIT = crash.register(
+    "langgraph.put_before_commit",
+    "a checkpoint's rows are written (or, on the one-round-trip append, about to be sent) but "
+    "not committed",
+)
+PUT_AFTER_COMMIT = crash.register(
+    "langgraph.put_after_commit",
+    "a checkpoint is committed; the saver's put has not returned",
+)
+WRITES_BEFORE_COMMIT = crash.register(
+    "langgraph.writes_before_commit",
+    "a task's pending writes are written (or, on the one-round-trip append, about to be sent) "
+    "but not committed",
+)
+WRITES_AFTER_COMMIT = crash.register(
+    "langgraph.writes_after_commit",
+    "a task's pending writes are committed; the saver's put_writes has not returned",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +143,17 @@ class Appended:
 Item = NewCheckpoint | Writes | Erase
 
 
+def crash_points(items: Sequence[Item]) -> tuple[crash.CrashPoint, crash.CrashPoint] | None:
+    """The (before commit, after commit) points of an append of ``items``: the ``put`` points
+    when it stores a checkpoint, the ``writes`` points when it stores writes only, None for an
+    erasure."""
+    if any(isinstance(item, NewCheckpoint) for item in items):
+        return PUT_BEFORE_COMMIT, PUT_AFTER_COMMIT
+    if any(isinstance(item, Writes) for item in items):
+        return WRITES_BEFORE_COMMIT, WRITES_AFTER_COMMIT
+    return None
+
+
 class LangGraphVerbs:
     """The seam of LangGraph checkpoints: append to a thread's chain, read it, erase from it."""
 
@@ -115,8 +174,14 @@ class LangGraphVerbs:
 
         With ``holder``, refused with :class:`ThreadLeaseLost` before anything is written
         unless the lease is still held under its fence."""
+        points = crash_points(items)
         with self.db.write("storing a LangGraph checkpoint") as conn:
-            return self._append(conn, thread_id, items, sealer, holder, now)
+            done = self._append(conn, thread_id, items, sealer, holder, now)
+            if done is not None and points is not None:
+                points[0].hit()
+        if done is not None and points is not None:
+            points[1].hit()
+        return done
 
     def lg_append_in_tx(
         self,

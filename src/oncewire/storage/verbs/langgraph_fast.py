@@ -9,7 +9,9 @@ not as the writer knew it (another writer moved the head, the lease moved, a rep
 finds its slots stored), nothing is written and the answer is None: the general append
 (:meth:`~oncewire.storage.verbs.langgraph.LangGraphVerbs.lg_append`) then decides from what is
 stored. The invariants are :mod:`~oncewire.storage.verbs.langgraph`'s: a write under a moved
-fence stores nothing, and the chain grows only by compare and set on its head.
+fence stores nothing, and the chain grows only by compare and set on its head. Its crash
+points are the general append's (``langgraph.put_*``, ``langgraph.writes_*``), the one before
+the commit hit before the pipeline is sent: nothing of the append has reached the database.
 
 ``lg_read_checkpoint`` reads a checkpoint, its pending writes and its thread's head in one
 statement: one moment of the store without a transaction around it.
@@ -30,7 +32,15 @@ from oncewire.storage.langgraph import (
     checkpoint_material,
     writes_material,
 )
-from oncewire.storage.verbs.langgraph import LeaseHold, Sealer, Writes
+from oncewire.storage.verbs.langgraph import (
+    PUT_AFTER_COMMIT,
+    PUT_BEFORE_COMMIT,
+    WRITES_AFTER_COMMIT,
+    WRITES_BEFORE_COMMIT,
+    LeaseHold,
+    Sealer,
+    Writes,
+)
 
 __all__ = ["LangGraphFastVerbs"]
 
@@ -147,9 +157,16 @@ class LangGraphFastVerbs:
                 )
             return p.rows(q.lg_head, thread_id=thread_id)
 
+        before, after_commit = (
+            (PUT_BEFORE_COMMIT, PUT_AFTER_COMMIT)
+            if isinstance(item, NewCheckpoint)
+            else (WRITES_BEFORE_COMMIT, WRITES_AFTER_COMMIT)
+        )
+        before.hit()  # nothing sent: the pipeline's BEGIN, statements and COMMIT go together
         stored = db.pipelined_write("storing a LangGraph checkpoint", fill).one()
         if stored is None or (int(stored[2]), str(stored[3])) != (seq, hash_):
             return None
+        after_commit.hit()
         return ChainEntry(seq, kind, material, prev, hash_)
 
     def lg_read_checkpoint(
