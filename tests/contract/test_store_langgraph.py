@@ -149,3 +149,21 @@ def test_runs_are_recorded_resumed_and_ended_once(store: Store, raw: RawDatabase
     assert store.lg_running_runs() == [] and store.lg_resume_run("t", owner="c", now=T0) is False
     assert raw.query("SELECT state, error FROM oncewire_lg_runs") == [("failed", "boom")]
     assert store.lg_get_run("nobody") is None
+
+
+def test_a_thread_page_lists_heads_counts_and_leases_by_id(store: Store) -> None:
+    for thread in ("b", "a", "c"):
+        store.lg_append(
+            thread,
+            [_cp(f"{thread}1"), _cp(f"{thread}2", parent=f"{thread}1")],
+            sealer=_sealer(),
+            holder=None,
+            now=T0,
+        )
+    first = store.lg_thread_page(after="", limit=2)
+    assert [s.head.thread_id for s in first] == ["a", "b"]
+    assert [(s.checkpoints, s.head_checkpoint) for s in first] == [(2, "a2"), (2, "b2")]
+    assert all(s.owner is None and s.fence is None for s in first)
+    rest = store.lg_thread_page(after="b", limit=2)
+    assert [s.head.thread_id for s in rest] == ["c"]
+    assert store.lg_thread_page(after="c", limit=2) == []

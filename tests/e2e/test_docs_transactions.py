@@ -78,6 +78,10 @@ RUN_ELSEWHERE = {
         "tests/langgraph/test_docs.py",
         "def test_the_documented_example_runs_as_shown(",
     ),
+    ("docs/langgraph.md", 'saver.claim("order-42")'): (
+        "tests/langgraph/test_docs.py",
+        "def test_the_documented_joined_write_commits_with_the_callers_rows(",
+    ),
 }
 # Not run, and the page says so.
 NOT_RUN = {

@@ -214,3 +214,36 @@ def test_a_dispatcher_step_is_one_round_trip(pg_url: str, ledger: Ledger) -> Non
     assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE state = 'done'") == 3
     assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_attempts") == 3
     assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE state = 'claimed'") == 3
+
+
+def test_dispatcher_steps_go_on_after_the_server_terminates_their_connection(
+    pg_url: str, ledger: Ledger
+) -> None:
+    """The one-round-trip step on a connection the server terminated: the step fails (a
+    transient StorageError) or is sent again on a new connection, and the next one works;
+    the connection is never handed out again in a failed state."""
+    from oncewire.core.errors import StorageError
+
+    with ledger.transaction() as tx:
+        for n in range(4):
+            tx.accept(f"t-{n}", "send", {"n": n})
+    store, now = ledger.store, time.time()
+    first = store.dispatch_step(
+        [], owner="w1", now=now, lease_seconds=30.0, limit=1, mark=1, suspects=False
+    )
+    assert len(first.claims) == 1
+    for round_ in range(3):
+        pid = store.db.fresh_conn().info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        try:
+            store.dispatch_step(
+                [], owner="w1", now=now, lease_seconds=30.0, limit=0, suspects=False
+            )
+        except StorageError as exc:
+            assert exc.transient, exc
+        step = store.dispatch_step(
+            [], owner="w1", now=now, lease_seconds=30.0, limit=1, mark=1, suspects=False
+        )
+        assert len(step.claims) == 1, round_
+    assert _count(pg_url, "SELECT COUNT(*) FROM oncewire_effects WHERE state = 'claimed'") == 4

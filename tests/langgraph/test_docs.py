@@ -51,3 +51,60 @@ def test_the_documented_example_runs_as_shown(tmp_path: Path, peek: Any) -> None
     assert peek(tmp_path / "helpdesk.db", "SELECT key FROM oncewire_receipts") == [
         ("langgraph/customer-42//call-1",)
     ]
+
+
+JOINED = 'saver.claim("order-42")'
+SETUP = """
+import operator
+from typing import Annotated, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from oncewire import Ledger
+from oncewire.langgraph import OncewireSaver
+
+
+class State(TypedDict):
+    approved: bool
+    log: Annotated[list[str], operator.add]
+
+
+builder = StateGraph(State)
+builder.add_node("review", lambda state: {"log": ["reviewed"]})
+builder.add_edge(START, "review")
+builder.add_edge("review", END)
+ledger = Ledger("app.db")
+saver = OncewireSaver(ledger)
+graph = builder.compile(checkpointer=saver)
+config = {"configurable": {"thread_id": "order-42"}}
+with ledger.transaction() as tx:
+    tx.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, state TEXT)")
+    tx.execute("INSERT INTO orders (id, state) VALUES (42, 'new')")
+graph.invoke({"approved": False, "log": []}, config)
+"""
+CHECK = """
+print(graph.get_state(config).values["approved"])
+saver.close()
+ledger.close()
+"""
+
+
+def test_the_documented_joined_write_commits_with_the_callers_rows(
+    tmp_path: Path, peek: Any
+) -> None:
+    text = (ROOT / "docs" / "langgraph.md").read_text(encoding="utf-8")
+    blocks = [
+        b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if b.startswith(JOINED)
+    ]
+    assert len(blocks) == 1
+    ran = subprocess.run(
+        [sys.executable, "-c", SETUP + blocks[0] + CHECK],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["True"]
+    assert peek(tmp_path / "app.db", "SELECT state FROM orders") == [("approved",)]

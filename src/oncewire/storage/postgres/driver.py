@@ -49,7 +49,7 @@ T = TypeVar("T")
 
 CHANNEL = "oncewire_effects"
 
-_IDLE, _INTRANS, _INERROR = 0, 2, 3  # libpq's PQtransactionStatus
+_IDLE, _INTRANS, _INERROR, _UNKNOWN = 0, 2, 3, 4  # libpq's PQtransactionStatus
 
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
 
@@ -620,6 +620,12 @@ class PostgresDriver(Driver):
             return super().pipelined_write(what, fill)
         for retry in (False, True):
             conn = self.fresh_conn()
+            if conn.info.transaction_status in (_INERROR, _UNKNOWN):
+                # This driver's own connection, left failed or bad by an error it raised (a
+                # server's FATAL before the socket closed is read before psycopg sees the
+                # close): nothing of it can commit, so a new connection takes its place.
+                self.forget(conn)
+                conn = self.fresh_conn()
             if conn.info.transaction_status != _IDLE:
                 raise InvalidState("a transaction is already open on this thread")
             statements = Pipeline(conn, defer=True)
@@ -655,6 +661,8 @@ class PostgresDriver(Driver):
                 elif conn.info.transaction_status != _IDLE:
                     with contextlib.suppress(psycopg.Error):
                         conn.rollback()  # the failed transaction the skipped COMMIT left open
+                    if conn.broken or conn.info.transaction_status != _IDLE:
+                        self.forget(conn)  # never handed out again in that state
                 raise translated(what, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
