@@ -54,8 +54,7 @@ _CANCELLED_ATTEMPT = (
 )
 
 
-def _new_effect(
-    id: int,
+def _insert_row(
     key: str,
     kind: str,
     payload_json: str,
@@ -64,28 +63,44 @@ def _new_effect(
     not_before: float,
     deadline: float | None,
     now: float,
-) -> Effect:
-    """The record of an effect just inserted: every other column is its default, so it is built
-    rather than read back."""
+    traceparent: str | None,
+) -> dict[str, Any]:
+    """insert_effect's values."""
+    return {
+        "key": key,
+        "kind": kind,
+        "payload": payload_json,
+        "digest": digest,
+        "max_attempts": max_attempts,
+        "not_before": not_before,
+        "deadline": deadline,
+        "now": now,
+        "traceparent": traceparent,
+    }
+
+
+def _inserted(id: int, row: dict[str, Any]) -> Effect:
+    """The record of the effect just inserted with ``row``: every other column is its default,
+    so it is built rather than read back."""
     return Effect(
         id=id,
-        key=key,
-        kind=kind,
-        payload_json=payload_json,
-        digest=digest,
+        key=row["key"],
+        kind=row["kind"],
+        payload_json=row["payload"],
+        digest=row["digest"],
         state=EffectState.PENDING,
         attempts=0,
-        max_attempts=max_attempts,
-        not_before=not_before,
-        deadline=deadline,
+        max_attempts=row["max_attempts"],
+        not_before=row["not_before"],
+        deadline=row["deadline"],
         fence=0,
         lease_owner=None,
         lease_expires_at=None,
         maybe_sent=False,
         result_json=None,
         last_error=None,
-        created_at=now,
-        updated_at=now,
+        created_at=row["now"],
+        updated_at=row["now"],
     )
 
 
@@ -149,37 +164,20 @@ class EffectVerbs:
         and handed back with each of its claims.
 
         Does not compare digests: the ledger does, and raises before the transaction commits."""
+        row = _insert_row(
+            key, kind, payload_json, digest, max_attempts, not_before, deadline, now, traceparent
+        )
+        return self._insert_in(self.db.tx_conn(tx), row)
+
+    def _insert_in(self, conn: Any, row: dict[str, Any]) -> tuple[Effect, bool]:
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
         with db.translate_errors("accepting an effect"):
-            inserted = db.one(
-                conn,
-                q.insert_effect,
-                key=key,
-                kind=kind,
-                payload=payload_json,
-                digest=digest,
-                max_attempts=max_attempts,
-                not_before=not_before,
-                deadline=deadline,
-                now=now,
-                traceparent=traceparent,
-            )
+            inserted = db.one(conn, q.insert_effect, **row)
             if inserted is not None:
-                return _new_effect(
-                    inserted[0],
-                    key,
-                    kind,
-                    payload_json,
-                    digest,
-                    max_attempts,
-                    not_before,
-                    deadline,
-                    now,
-                ), True
-            row = db.one(conn, q.get_effect, key=key)
-        assert row is not None  # the insert conflicted with it, in this transaction
-        return Effect.from_row(row), False
+                return _inserted(inserted[0], row), True
+            found = db.one(conn, q.get_effect, key=row["key"])
+        assert found is not None  # the insert conflicted with it, in this transaction
+        return Effect.from_row(found), False
 
     def insert_effect_alone(
         self,
@@ -200,48 +198,19 @@ class EffectVerbs:
         is durable yet. An existing key is read back after the commit: the insert changed
         nothing then, whatever the digests say. With commits grouped, a transaction shared
         with this process's other writers (:mod:`oncewire.storage.grouping`)."""
+        row = _insert_row(
+            key, kind, payload_json, digest, max_attempts, not_before, deadline, now, traceparent
+        )
         if self.db.commits_grouped:
             with self.db.transaction() as tx:
-                found = self.insert_effect_in_tx(
-                    tx,
-                    key=key,
-                    kind=kind,
-                    payload_json=payload_json,
-                    digest=digest,
-                    max_attempts=max_attempts,
-                    not_before=not_before,
-                    deadline=deadline,
-                    now=now,
-                    traceparent=traceparent,
-                )
+                found = self._insert_in(self.db.tx_conn(tx), row)
                 before_commit()
             return found
         inserted = self.db.one_alone(
-            "accepting an effect",
-            self.db.queries.insert_effect,
-            before_commit=before_commit,
-            key=key,
-            kind=kind,
-            payload=payload_json,
-            digest=digest,
-            max_attempts=max_attempts,
-            not_before=not_before,
-            deadline=deadline,
-            now=now,
-            traceparent=traceparent,
+            "accepting an effect", self.db.queries.insert_effect, before_commit=before_commit, **row
         )
         if inserted is not None:
-            return _new_effect(
-                inserted[0],
-                key,
-                kind,
-                payload_json,
-                digest,
-                max_attempts,
-                not_before,
-                deadline,
-                now,
-            ), True
+            return _inserted(inserted[0], row), True
         existing = self.get_effect(key)
         if existing is None:  # only an operator's delete in between could do this
             raise EffectNotFound(f"effect {key!r} vanished while it was being accepted", key=key)
