@@ -104,6 +104,19 @@ def _inserted(id: int, row: dict[str, Any]) -> Effect:
     )
 
 
+def _claim_scope(
+    owner: str, expires: float, now: float, kinds: Sequence[str] | None
+) -> dict[str, Any]:
+    """The claims' values: whose, until when, and of which kinds (None: any)."""
+    return {
+        "owner": owner,
+        "expires_at": expires,
+        "now": now,
+        "any_kind": kinds is None,
+        "kinds": () if kinds is None else kinds,
+    }
+
+
 def _attempt_rows(items: Sequence[Settlement], now: float) -> list[tuple[Any, ...]]:
     """record_attempts' rows: one attempt-history row per settlement."""
     return [
@@ -348,13 +361,7 @@ class EffectVerbs:
                 marked = db.all(conn, q.mark_started, fences=chunk, owner=owner)
                 started.update(row[0] for row in marked)
             if limit > 0:
-                scope = {
-                    "owner": owner,
-                    "expires_at": expires,
-                    "now": now,
-                    "any_kind": kinds is None,
-                    "kinds": () if kinds is None else kinds,
-                }
+                scope = _claim_scope(owner, expires, now, kinds)
                 rows = db.all(conn, q.claim_suspect, **scope) if suspects else []
                 if not rows:
                     marked_now = min(max(mark, 0), limit)
@@ -400,13 +407,7 @@ class EffectVerbs:
                 fences = starting[begin : begin + chunk]
                 marked.append(statements.rows(q.mark_started, fences=fences, owner=owner))
             if limit > 0:
-                scope = {
-                    "owner": owner,
-                    "expires_at": expires,
-                    "now": now,
-                    "any_kind": kinds is None,
-                    "kinds": () if kinds is None else kinds,
-                }
+                scope = _claim_scope(owner, expires, now, kinds)
                 # If the first claim finds fewer than marked_now due effects, the second (the
                 # same due effects) finds none: its limit need not wait for the first's rows.
                 marked_now = min(max(mark, 0), limit)
