@@ -11,7 +11,7 @@ PYTEST_WORKERS ?= 2
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,postgres,gateway,nats,otel,ui,langgraph]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,postgres,gateway,nats,otel,ui,langgraph,mcp,agents]'
 	touch $(STAMP)
 
 # Bytecode for the sources, written ahead: the lab and the tests start hundreds of Python
