@@ -44,7 +44,8 @@ from oncewire.core.extras import refusal
 
 try:
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
-    from websockets.sync.client import ClientConnection, connect
+    from websockets.sync.client import connect
+    from websockets.sync.connection import Connection
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("gateway", "oncewire's Discord gateway", exc) from exc
 
@@ -169,7 +170,7 @@ class GatewayClient:
         self.open_timeout_seconds = open_timeout_seconds
         self._stopped = threading.Event()
         self._lock = threading.Lock()
-        self._ws: ClientConnection | None = None
+        self._ws: Connection | None = None
         self._session_id: str | None = None
         self._resume_url: str | None = None
         self._seq: int | None = None  # the last dispatch whose handling committed
@@ -254,7 +255,7 @@ class GatewayClient:
             raise DiscordUnavailable("GET /gateway/bot: the answer names no Gateway URL")
         return url.rstrip("/")
 
-    def _serve(self, ws: ClientConnection) -> None:
+    def _serve(self, ws: Connection) -> None:
         hello = self._receive(ws, 30.0)
         if hello is None or hello.get("op") != 10:
             raise _Reconnect("no Hello")
@@ -310,7 +311,7 @@ class GatewayClient:
             elif op == 0:
                 self._dispatch(ws, frame)
 
-    def _dispatch(self, ws: ClientConnection, frame: Mapping[str, Any]) -> None:
+    def _dispatch(self, ws: Connection, frame: Mapping[str, Any]) -> None:
         event, data, seq = frame.get("t"), frame.get("d"), frame.get("s")
         if event == "READY" and isinstance(data, Mapping):
             self._session_id = str(data["session_id"])
@@ -408,7 +409,7 @@ class GatewayClient:
                 return count
 
     # -- pieces ---------------------------------------------------------------------------
-    def _receive(self, ws: ClientConnection, timeout: float) -> dict[str, Any] | None:
+    def _receive(self, ws: Connection, timeout: float) -> dict[str, Any] | None:
         try:
             raw = ws.recv(timeout=timeout)
         except TimeoutError:
@@ -421,5 +422,5 @@ class GatewayClient:
             raise _Reconnect("a frame that is not an object")
         return frame
 
-    def _send(self, ws: ClientConnection, frame: Mapping[str, Any]) -> None:
+    def _send(self, ws: Connection, frame: Mapping[str, Any]) -> None:
         ws.send(json.dumps(frame))

@@ -1,0 +1,27 @@
+"""oncewire for the Model Context Protocol (``pip install 'oncewire[mcp]'``).
+
+* ``oncewire mcp proxy``: between an MCP client and a server, every ``tools/call`` an effect,
+  recorded before it is forwarded, answered once, never reported done when nobody knows;
+* :func:`once`: a tool of an ``mcp`` SDK server that runs each call once per key
+  (:class:`~oncewire.Receipts`), and says so to the proxy.
+
+Importing this package needs no optional dependency; a name that needs ``mcp`` imports it when
+first used (a :class:`~oncewire.errors.MissingExtra` without the extra).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncewire.core import lazy as _lazy
+from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["DEDUPLICATES", "IDEMPOTENCY_KEY", "REDELIVERY"]
+
+_HOME: dict[str, str] = {}
+
+if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
+    __getattr__, __dir__ = _lazy.names(globals(), _HOME)
