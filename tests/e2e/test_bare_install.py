@@ -37,6 +37,9 @@ OPTIONAL = (
     "nats",
     "langgraph",
     "langchain_core",
+    "mcp",
+    "agents",
+    "openai",
 )
 OPTIONAL_OTEL = "opentelemetry"
 
