@@ -19,7 +19,7 @@ from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY
 
 if TYPE_CHECKING:
     from oncewire.mcp.call import ToolCall, current_call
-    from oncewire.mcp.once import declare_deduplicates, once, runs_once
+    from oncewire.mcp.once_tools import declare_deduplicates, once, runs_once
 
 __all__ = [
     "DEDUPLICATES",
@@ -35,9 +35,9 @@ __all__ = [
 _HOME: dict[str, str] = {
     "ToolCall": "oncewire.mcp.call",
     "current_call": "oncewire.mcp.call",
-    "declare_deduplicates": "oncewire.mcp.once",
-    "once": "oncewire.mcp.once",
-    "runs_once": "oncewire.mcp.once",
+    "declare_deduplicates": "oncewire.mcp.once_tools",
+    "once": "oncewire.mcp.once_tools",
+    "runs_once": "oncewire.mcp.once_tools",
 }
 
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors

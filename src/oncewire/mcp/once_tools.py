@@ -29,6 +29,9 @@ schemas), and the wrapper keeps it. To read the request, the wrapper asks the SD
 tool's :class:`~mcp.server.mcpserver.Context` through a keyword-only parameter it adds
 (``oncewire_context``, which the SDK fills and leaves out of the schema), or uses the tool's own
 ``Context`` parameter when it has one.
+
+(This module is not named ``once``: importing a package's submodule binds its name on the
+package, and ``oncewire.mcp.once`` is the decorator.)
 """
 
 from __future__ import annotations
