@@ -26,9 +26,12 @@ import importlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncewire.core import crash
+
+if TYPE_CHECKING:
+    from oncewire.receipts.service import Receipts
 
 MODULE = "oncewire.lab.children.mcp_servers"
 ENV_STORE = "ONCEWIRE_MCP_STORE"
@@ -57,18 +60,20 @@ def _side_log(path: str | None, record: dict[str, Any]) -> None:
         os.fsync(log.fileno())
 
 
-def tickets_server(store: str, *, use_async: bool = False, side_log: str | None = None) -> Any:
-    """The oncewire-aware server (an ``MCPServer``), its tools writing to ``store``."""
+def tickets_server(
+    store: str | Receipts, *, use_async: bool = False, side_log: str | None = None
+) -> Any:
+    """The oncewire-aware server (an ``MCPServer``), its tools writing to ``store`` (a URL, or
+    ``Receipts`` the caller opened and closes)."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
     from oncewire.core.canonical import canonical_json
-    from oncewire.lab.fixtures import dialect_of
     from oncewire.mcp import current_call, declare_deduplicates, once
     from oncewire.receipts.service import Receipts
 
-    receipts = Receipts(store, retention_seconds=None)
-    serial = "BIGSERIAL" if dialect_of(store) == "postgresql" else "INTEGER"
+    receipts = Receipts(store, retention_seconds=None) if isinstance(store, str) else store
+    serial = "BIGSERIAL" if receipts.store.dialect == "postgresql" else "INTEGER"
     with receipts.store.transaction() as tx:
         tx.execute(_TICKETS_DDL.format(serial=serial))
     server: MCPServer[Any] = MCPServer("oncewire-lab-tickets")
