@@ -131,7 +131,6 @@ def log_server(log: str) -> Any:
 
     server: MCPServer[Any] = MCPServer("oncewire-lab-log")
 
-    @server.tool(name=TOOL)
     def create_ticket(
         title: str, ctx: Context, project: str = "demo-agent", priority: str = "normal"
     ) -> str:
@@ -146,6 +145,10 @@ def log_server(log: str) -> Any:
         _side_log(log, record)
         return f"ticket logged by {os.getpid()}"
 
+    # Context is imported here, not at the top (the module must import without mcp), so the
+    # SDK cannot evaluate the string annotation from the module's globals: hand it the class.
+    create_ticket.__annotations__["ctx"] = Context
+    server.tool(name=TOOL)(create_ticket)
     return server
 
 
