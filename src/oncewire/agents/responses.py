@@ -58,7 +58,7 @@ _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 
 def _item_json(item: Any) -> Any:
     if isinstance(item, BaseModel):
-        return item.model_dump(mode="json", exclude_unset=False)
+        return item.model_dump(mode="json", exclude_unset=True)
     return _ANY.dump_python(item, mode="json")
 
 
