@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import oncewire
+from agents import Agent, function_tool, set_tracing_disabled
 from oncewire import agents as durable
 from oncewire.dispatch.retry import RetryPolicy
 
@@ -31,7 +31,9 @@ RETRY = RetryPolicy(base_seconds=0.05, cap_seconds=0.2)
 
 def _outputs(call: Any) -> int:
     items = call.input if isinstance(call.input, list) else []
-    return sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output")
+    return sum(
+        1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output"
+    )
 
 
 def scripted(folder: Path) -> ScriptedModel:
@@ -73,7 +75,9 @@ def build(folder: Path) -> Agent[Any]:
             )
 
         def work(tx: Any) -> str:
-            tx.execute("INSERT INTO tickets (key, title) VALUES (:k, :t)", {"k": attempt.key, "t": title})
+            tx.execute(
+                "INSERT INTO tickets (key, title) VALUES (:k, :t)", {"k": attempt.key, "t": title}
+            )
             return f"ticket {title} opened"
 
         return receipts.run_once(attempt.key, {"title": title}, work).result
@@ -83,7 +87,9 @@ def build(folder: Path) -> Agent[Any]:
         """Add two numbers."""
         return a + b
 
-    return Agent(name="clerk", instructions="Open tickets.", model=scripted(folder), tools=[ticket, add])
+    return Agent(
+        name="clerk", instructions="Open tickets.", model=scripted(folder), tools=[ticket, add]
+    )
 
 
 async def _streamed(agent: Agent[Any], ledger: oncewire.Ledger, run_key: str, folder: Path) -> Any:
@@ -105,7 +111,9 @@ def run(folder: Path, db: str, mode: str, run_key: str = "run-1") -> Any:
     try:
         agent = build(folder)
         if mode == "sync":
-            return durable.run_sync(agent, "go", ledger=ledger, run_key=run_key, retry=RETRY).final_output
+            return durable.run_sync(
+                agent, "go", ledger=ledger, run_key=run_key, retry=RETRY
+            ).final_output
         if mode == "async":
             return asyncio.run(
                 durable.run(agent, "go", ledger=ledger, run_key=run_key, retry=RETRY)

@@ -29,7 +29,9 @@ POINTS = [
 ]
 
 
-def _run(python_child: Callable[..., Any], child_env: Callable[..., Any], *args: str, **env: str) -> tuple[int, str, str]:
+def _run(
+    python_child: Callable[..., Any], child_env: Callable[..., Any], *args: str, **env: str
+) -> tuple[int, str, str]:
     child = python_child(CHILD, *args, env=child_env(**env), cwd=str(Path(__file__).parents[2]))
     out, err = child.communicate(timeout=90)
     return child.returncode, out, err
@@ -40,7 +42,11 @@ def _killed_then_resumed(
 ) -> str:
     args = ("--folder", str(folder), "--db", db, "--mode", mode)
     code, _, err = _run(
-        python_child, child_env, *args, ONCEWIRE_CRASH=point, ONCEWIRE_CRASH_TOKEN=str(folder / "token")
+        python_child,
+        child_env,
+        *args,
+        ONCEWIRE_CRASH=point,
+        ONCEWIRE_CRASH_TOKEN=str(folder / "token"),
     )
     assert code == -signal.SIGKILL, err
     code, out, err = _run(python_child, child_env, *args)
@@ -53,7 +59,9 @@ def _check(folder: Path) -> None:
     asked = Counter((folder / "calls.log").read_text().split())
     assert asked == Counter({"0": 1, "2": 1, "3": 1}), asked
     with sqlite3.connect(folder / "receiver.sqlite") as conn:
-        tickets = conn.execute("SELECT key, COUNT(*) FROM tickets GROUP BY key ORDER BY key").fetchall()
+        tickets = conn.execute(
+            "SELECT key, COUNT(*) FROM tickets GROUP BY key ORDER BY key"
+        ).fetchall()
         receipts = conn.execute("SELECT key FROM oncewire_receipts ORDER BY key").fetchall()
         attempts = conn.execute("SELECT key, redelivery FROM attempts ORDER BY rowid").fetchall()
     assert tickets == [("agents/run-1/call-1", 1), ("agents/run-1/call-3", 1)]

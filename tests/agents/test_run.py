@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, function_tool
 from agents.items import ModelResponse
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
 import oncewire
+from agents import Agent, Runner, function_tool
 from oncewire import agents as durable
 from oncewire.agents.responses import decode_response, encode_response
 from oncewire.storage.records import EffectState
@@ -178,5 +178,5 @@ def test_a_handoff_and_an_agent_used_as_a_tool_are_durable_and_replayed(db: str)
 
 
 def test_current_attempt_outside_a_durable_tool_says_there_is_no_key() -> None:
-    with pytest.raises(oncewire.errors.InvalidState, match="oncewire.agents.run"):
+    with pytest.raises(oncewire.errors.InvalidState, match=r"oncewire\.agents\.run"):
         durable.current_attempt()

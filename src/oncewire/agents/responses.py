@@ -152,9 +152,7 @@ def completed_response(event: ResponseCompletedEvent, streamed_items: list[Any])
 
     terminal = event.response
     output = list(terminal.output) if terminal.output else list(streamed_items)
-    usage = (
-        _response_usage_to_usage(terminal.usage) if terminal.usage else Usage(requests=1)
-    )
+    usage = _response_usage_to_usage(terminal.usage) if terminal.usage else Usage(requests=1)
     return ModelResponse(
         output=output,
         usage=usage,

@@ -31,10 +31,11 @@ from oncewire.dispatch.retry import RetryPolicy
 from oncewire.ledger import Ledger
 
 try:
-    from agents import Agent, Runner
     from agents.result import RunResult, RunResultStreaming
-    from agents import tool as sdk_tool
     from agents.run_internal import run_loop, tool_execution
+
+    from agents import Agent, Runner
+    from agents import tool as sdk_tool
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("agents", "oncewire.agents", exc) from exc
 
@@ -44,6 +45,8 @@ from oncewire.agents.tools import call_tool
 __all__ = ["run", "run_streamed", "run_sync"]
 
 _INSTALLED = threading.Lock()
+# The SDK's function tool invocation, as its tool executor names it.
+_INVOKE = "_invoke_function_tool_with_metadata"
 _installed = False
 
 
@@ -55,7 +58,7 @@ def _install() -> None:
         if _installed:
             return
         original_get_model = run_loop.get_model
-        original_invoke = tool_execution._invoke_function_tool_with_metadata
+        original_invoke = getattr(tool_execution, _INVOKE)
         result_type = sdk_tool._FunctionToolInvocationResult
         invoke_context = sdk_tool._get_function_tool_invoke_context
 
@@ -76,7 +79,7 @@ def _install() -> None:
             return result_type(output)
 
         run_loop.get_model = get_model
-        tool_execution._invoke_function_tool_with_metadata = invoke
+        setattr(tool_execution, _INVOKE, invoke)
         _installed = True
 
 

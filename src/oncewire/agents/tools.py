@@ -165,7 +165,7 @@ def _submit(held: HeldCall, attempt: Attempt) -> concurrent.futures.Future[Any]:
             if task.cancelled():
                 done.set_exception(asyncio.CancelledError())
             elif task.exception() is not None:
-                done.set_exception(task.exception())  # type: ignore[arg-type]
+                done.set_exception(task.exception())
             else:
                 done.set_result(task.result())
 
@@ -267,7 +267,7 @@ async def call_tool(scope: Scope, tool: FunctionTool, context: Any, arguments: s
             inline.enter()
             try:
                 accepted = toolcalls.AcceptedCall(call_id, key, effect)
-                (effect,) = await asyncio.to_thread(
+                (ended,) = await asyncio.to_thread(
                     toolcalls.settled,
                     scope.ledger,
                     [accepted],
@@ -279,4 +279,5 @@ async def call_tool(scope: Scope, tool: FunctionTool, context: Any, arguments: s
         finally:
             CALLS.release(key, held)
         TOOL_SETTLED.hit()
+        return _answer(ended, None)
     return _answer(effect, None)
