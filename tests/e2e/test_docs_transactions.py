@@ -70,6 +70,10 @@ RUN_HERE = [
 ]
 # Run elsewhere, against a real server: the test that does is named.
 RUN_ELSEWHERE = {
+    ("docs/agents.md", "import asyncio\n\nfrom agents import Agent"): (
+        "tests/agents/test_docs.py",
+        "def test_the_documented_example_runs_as_shown(",
+    ),
     ("docs/http.md", "import uuid\n\nimport oncewire\nfrom oncewire.asgi"): (
         "tests/integration/test_asgi_idempotency.py",
         "def test_the_documented_recipe_runs_as_shown(",

@@ -59,6 +59,19 @@ def test_production_code_registers_its_windows() -> None:
         assert "." in name and point.description, name
 
 
+def test_the_agents_integration_registers_its_windows() -> None:
+    pytest.importorskip("agents", reason="needs the agents extra")
+    import oncewire.agents.tools  # noqa: F401  (imported for the points it registers)
+
+    assert {
+        "agents.step_recorded",
+        "agents.tool_accepted",
+        "agents.tool_performing",
+        "agents.tool_returned",
+        "agents.tool_settled",
+    } <= set(crash.registry())
+
+
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [

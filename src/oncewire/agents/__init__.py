@@ -15,11 +15,27 @@ from typing import TYPE_CHECKING
 from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:
-    pass
+    from oncewire.agents.attempt import ToolRefused, current_attempt
+    from oncewire.agents.runner import run, run_streamed, run_sync
+    from oncewire.agents.scope import RunDiverged
 
-__all__: list[str] = []
+__all__ = [
+    "RunDiverged",
+    "ToolRefused",
+    "current_attempt",
+    "run",
+    "run_streamed",
+    "run_sync",
+]
 
-_HOME: dict[str, str] = {}
+_HOME: dict[str, str] = {
+    "ToolRefused": "oncewire.agents.attempt",
+    "current_attempt": "oncewire.agents.attempt",
+    "run": "oncewire.agents.runner",
+    "run_streamed": "oncewire.agents.runner",
+    "run_sync": "oncewire.agents.runner",
+    "RunDiverged": "oncewire.agents.scope",
+}
 
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
     __getattr__, __dir__ = _lazy.names(globals(), _HOME)

@@ -528,3 +528,14 @@ CREATE TABLE oncewire_lg_runs (
     updated_at REAL NOT NULL
 );
 CREATE INDEX oncewire_lg_runs_state ON oncewire_lg_runs (state, thread_id);
+
+-- OpenAI Agents SDK runs (oncewire.agents.run): each model response under (run_key, step),
+-- recorded before anything acts on it (migration 0014).
+CREATE TABLE oncewire_agent_steps (
+    run_key        TEXT NOT NULL,
+    step           INTEGER NOT NULL CHECK (step >= 0),
+    request_digest TEXT NOT NULL,
+    response       TEXT NOT NULL,
+    created_at     REAL NOT NULL,
+    PRIMARY KEY (run_key, step)
+);

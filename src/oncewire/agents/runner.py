@@ -1,0 +1,217 @@
+"""``oncewire.agents.run``: an OpenAI Agents SDK run that survives its process.
+
+:func:`run`, :func:`run_sync` and :func:`run_streamed` are ``agents.Runner.run``,
+``run_sync`` and ``run_streamed`` with a ``ledger`` and a ``run_key``: the SDK's own loop runs
+the agent, inside a durable scope (:mod:`oncewire.agents.scope`). Two places of the SDK are
+seen through it, and only inside such a scope (everywhere else the SDK is untouched):
+
+* the model the run loop resolves for each turn (``agents.run_internal.run_loop.get_model``)
+  is wrapped in a :class:`~oncewire.agents.scope.DurableModel`: each response recorded under
+  ``(run_key, step)`` before anything acts on it, and a recorded step returned instead of
+  calling the model again;
+* a function tool's invocation (``agents.run_internal.tool_execution``'s
+  ``_invoke_function_tool_with_metadata``) is an effect performed once
+  (:mod:`oncewire.agents.tools`).
+
+So the same call again with the same ``run_key``, after the process died anywhere, replays what
+was recorded and continues where the run was: no recorded model step is requested again, no
+tool whose effect is done runs again, and a tool that may have run is retried as a flagged
+redelivery. Agents reached by handoff and agents used as tools resolve their models and tools
+through the same two places, so they are durable as well; guardrails run as the SDK runs them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from oncewire.core.errors import ConfigurationError, WrongType
+from oncewire.core.extras import refusal
+from oncewire.dispatch.retry import RetryPolicy
+from oncewire.ledger import Ledger
+
+try:
+    from agents.result import RunResult, RunResultStreaming
+    from agents.run_internal import run_loop, tool_execution
+
+    from agents import Agent, Runner
+    from agents import tool as sdk_tool
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("agents", "oncewire.agents", exc) from exc
+
+from oncewire.agents import scope as scopes
+from oncewire.agents.tools import call_tool
+
+__all__ = ["run", "run_streamed", "run_sync"]
+
+_INSTALLED = threading.Lock()
+# The SDK's function tool invocation, as its tool executor names it.
+_INVOKE = "_invoke_function_tool_with_metadata"
+_installed = False
+
+
+def _install() -> None:
+    """Route the SDK's model resolution and function tool invocation through the durable
+    scope, once per process (outside a scope both do what they did)."""
+    global _installed
+    with _INSTALLED:
+        if _installed:
+            return
+        original_get_model = run_loop.get_model
+        original_invoke = getattr(tool_execution, _INVOKE)
+        result_type = sdk_tool._FunctionToolInvocationResult
+        invoke_context = sdk_tool._get_function_tool_invoke_context
+
+        def get_model(agent: Any, run_config: Any) -> Any:
+            model = original_get_model(agent, run_config)
+            scope = scopes.current_scope()
+            return model if scope is None else scope.model(model)
+
+        async def invoke(*, function_tool: Any, context: Any, arguments: str) -> Any:
+            scope = scopes.current_scope()
+            if scope is None:
+                return await original_invoke(
+                    function_tool=function_tool, context=context, arguments=arguments
+                )
+            output = await call_tool(
+                scope, function_tool, invoke_context(function_tool, context), arguments
+            )
+            return result_type(output)
+
+        run_loop.get_model = get_model
+        setattr(tool_execution, _INVOKE, invoke)
+        _installed = True
+
+
+def _scope(
+    ledger: Ledger | str,
+    run_key: str,
+    *,
+    max_attempts: int,
+    retry: RetryPolicy | None,
+    wait_seconds: float | None,
+    concurrency: int,
+    lease_seconds: float,
+) -> scopes.Scope:
+    if isinstance(ledger, str):
+        ledger = Ledger(ledger)
+    if not isinstance(ledger, Ledger):
+        raise WrongType(f"ledger is an oncewire.Ledger or its path, not {type(ledger).__name__}")
+    if not isinstance(run_key, str) or not run_key:
+        raise ConfigurationError("run_key is the run's stable key: a non-empty string")
+    if scopes.current_scope() is not None:
+        raise ConfigurationError(
+            "oncewire.agents.run inside a durable run: call agents.Runner.run there (it is "
+            "durable already, keyed by the tool call it runs in)"
+        )
+    _install()
+    return scopes.Scope(
+        ledger,
+        run_key,
+        max_attempts=max_attempts,
+        retry=retry,
+        wait_seconds=wait_seconds,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+    )
+
+
+async def run(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    ledger: Ledger | str,
+    run_key: str,
+    max_attempts: int = 3,
+    retry: RetryPolicy | None = None,
+    wait_seconds: float | None = None,
+    concurrency: int = 8,
+    lease_seconds: float = 30.0,
+    **runner_kwargs: Any,
+) -> RunResult:
+    """``await Runner.run(agent, input, **runner_kwargs)``, durable under ``run_key`` on
+    ``ledger`` (see the module docstring). ``max_attempts`` bounds the attempts of a tool that
+    raises; ``retry`` is the dispatcher's schedule between them; ``wait_seconds`` bounds the
+    wait for one tool call (None: until it ends), then
+    :class:`~oncewire.toolcalls.ToolCallPending`; ``concurrency`` tools run at once in this
+    process (an agent used as a tool holds one while its run goes on); ``lease_seconds`` is
+    each claim's lease."""
+    scope = _scope(
+        ledger,
+        run_key,
+        max_attempts=max_attempts,
+        retry=retry,
+        wait_seconds=wait_seconds,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+    )
+    token = scopes.enter(scope)
+    try:
+        return await Runner.run(agent, input, **runner_kwargs)
+    finally:
+        scopes.leave(token)
+
+
+def run_sync(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    ledger: Ledger | str,
+    run_key: str,
+    max_attempts: int = 3,
+    retry: RetryPolicy | None = None,
+    wait_seconds: float | None = None,
+    concurrency: int = 8,
+    lease_seconds: float = 30.0,
+    **runner_kwargs: Any,
+) -> RunResult:
+    """:func:`run` as ``Runner.run_sync``: for a caller without an event loop."""
+    scope = _scope(
+        ledger,
+        run_key,
+        max_attempts=max_attempts,
+        retry=retry,
+        wait_seconds=wait_seconds,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+    )
+    token = scopes.enter(scope)
+    try:
+        return Runner.run_sync(agent, input, **runner_kwargs)
+    finally:
+        scopes.leave(token)
+
+
+def run_streamed(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    ledger: Ledger | str,
+    run_key: str,
+    max_attempts: int = 3,
+    retry: RetryPolicy | None = None,
+    wait_seconds: float | None = None,
+    concurrency: int = 8,
+    lease_seconds: float = 30.0,
+    **runner_kwargs: Any,
+) -> RunResultStreaming:
+    """:func:`run` as ``Runner.run_streamed`` (called inside a running event loop; consume
+    ``result.stream_events()``). A step recorded before is not streamed again: it arrives as
+    one ``raw_response_event`` of type ``response.completed`` holding the whole recorded
+    response, followed by the run item events of its items, as the SDK emits them for any
+    step; its text is never sent again as deltas (docs/agents.md, "Streaming")."""
+    scope = _scope(
+        ledger,
+        run_key,
+        max_attempts=max_attempts,
+        retry=retry,
+        wait_seconds=wait_seconds,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+    )
+    token = scopes.enter(scope)
+    try:
+        # The SDK starts the run's task here: it keeps a copy of the context, scope included.
+        return Runner.run_streamed(agent, input, **runner_kwargs)
+    finally:
+        scopes.leave(token)

@@ -1,0 +1,309 @@
+"""A durable run's scope, and the model that answers from its record.
+
+A :class:`Scope` is one durable run as the code inside it sees it (a context variable): the
+ledger, the key its steps and tool calls are recorded under, and how many model responses it
+has had. :func:`oncewire.agents.run` opens one keyed by the caller's ``run_key``; a tool call
+performed inside it opens one keyed by the call's effect key, so that a run inside a tool (an
+agent used as a tool, or a ``Runner.run`` a tool makes) is durable too, its steps counted
+apart from its parent's and the same on every redelivery.
+
+:class:`DurableModel` wraps each model the SDK resolves in a scope. A call is step ``n`` of its
+scope, ``n`` being how many responses the scope has had (a failed call the SDK retries keeps its
+number). When step ``n`` is recorded, its response is returned and the model is not called;
+else the model is called and its response recorded, with one effect accepted per call of a
+function tool it asks for, in one transaction, before the SDK sees it (:data:`STEP_RECORDED`).
+A recorded step answered a request with the same instructions and input items, or the run is
+refused (:class:`RunDiverged`) instead of replaying an answer to another question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from oncewire.core import crash
+from oncewire.core.errors import OncewireError
+from oncewire.core.extras import refusal
+from oncewire.dispatch.retry import RetryPolicy
+from oncewire.ledger import Ledger
+from oncewire.storage.agents import AgentStep
+from oncewire.toolcalls import parse_arguments
+
+try:
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.tool import FunctionTool
+    from openai.types.responses import (
+        ResponseCompletedEvent,
+        ResponseFunctionToolCall,
+        ResponseOutputItemDoneEvent,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise refusal("agents", "oncewire.agents", exc) from exc
+
+from oncewire.agents import responses
+
+__all__ = [
+    "KIND",
+    "STEP_RECORDED",
+    "DurableModel",
+    "RunDiverged",
+    "Scope",
+    "call_key",
+    "current_scope",
+]
+
+KIND = "agents.tool"  # the effect kind of every function tool call of a durable run
+
+STEP_RECORDED = crash.register(
+    "agents.step_recorded",
+    "a model response and its function tool calls' effects are committed; the SDK has not "
+    "seen the response",
+)
+
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
+    "oncewire_agents_scope", default=None
+)
+
+
+class RunDiverged(OncewireError):
+    """A resumed run asked its model something other than what the recorded step answered:
+    the agent, its instructions, its tools' answers or the run's input changed under the same
+    ``run_key``. Nothing is replayed for a question it did not answer."""
+
+    code = "agents_run_diverged"
+
+    def __init__(self, run_key: str, step: int) -> None:
+        super().__init__(
+            f"step {step} of the agent run {run_key!r} was recorded for another request (the "
+            "instructions or input items differ); start a new run_key, or delete the steps",
+            run_key=run_key,
+            step=step,
+        )
+        self.run_key = run_key
+        self.step = step
+
+
+def call_key(scope_key: str, call_id: str) -> str:
+    """The effect key of tool call ``call_id`` in the run (or tool call) ``scope_key``."""
+    return f"agents/{quote(scope_key, safe='')}/{quote(call_id, safe='')}"
+
+
+@dataclass
+class Scope:
+    """One durable run (or a tool call's run inside it); see the module docstring."""
+
+    ledger: Ledger
+    key: str
+    max_attempts: int = 3
+    retry: RetryPolicy | None = None
+    wait_seconds: float | None = None
+    concurrency: int = 8
+    lease_seconds: float = 30.0
+    steps: int = 0  # the responses this scope has had
+    recorded: dict[int, AgentStep] | None = None
+    _models: dict[int, DurableModel] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def inside(self, key: str) -> Scope:
+        """The scope of a run inside the tool call whose effect key is ``key``."""
+        return Scope(
+            self.ledger,
+            key,
+            max_attempts=self.max_attempts,
+            retry=self.retry,
+            wait_seconds=self.wait_seconds,
+            concurrency=self.concurrency,
+            lease_seconds=self.lease_seconds,
+        )
+
+    def model(self, inner: Model) -> Model:
+        """``inner`` answering from this scope's record (one wrapper per model, kept)."""
+        if isinstance(inner, DurableModel):
+            return inner
+        with self._lock:
+            wrapper = self._models.get(id(inner))
+            if wrapper is None or wrapper.inner is not inner:
+                wrapper = self._models[id(inner)] = DurableModel(inner, self)
+            return wrapper
+
+    async def recorded_step(self, step: int) -> AgentStep | None:
+        if self.recorded is None:
+            listed = await asyncio.to_thread(self.ledger.store.agent_list_steps, self.key)
+            self.recorded = {row.step: row for row in listed}
+        return self.recorded.get(step)
+
+    def record(
+        self, step: int, digest: str, response: ModelResponse, tools: list[Any]
+    ) -> AgentStep:
+        """Record ``response`` as step ``step`` and accept its function tool calls' effects,
+        in one transaction; the step as stored (another process's, if it was first)."""
+        names = {tool.name for tool in tools if isinstance(tool, FunctionTool)}
+        store = self.ledger.store
+        with self.ledger.transaction() as tx:
+            stored, _ = store.agent_record_step_in_tx(
+                tx.store_transaction,
+                run_key=self.key,
+                step=step,
+                request_digest=digest,
+                response_json=responses.encode_response(response),
+                now=self.ledger.clock.now(),
+            )
+            for item in response.output:
+                if not isinstance(item, ResponseFunctionToolCall) or item.name not in names:
+                    continue  # hosted tools, handoffs, and calls the SDK will refuse
+                if not item.call_id or getattr(item, "namespace", None):
+                    continue
+                arguments, problem = parse_arguments(item.arguments or "")
+                if problem is None:
+                    tx.accept(
+                        call_key(self.key, item.call_id),
+                        KIND,
+                        {"tool": item.name, "arguments": arguments},
+                        max_attempts=self.max_attempts,
+                    )
+        if self.recorded is not None:
+            self.recorded[step] = stored
+        return stored
+
+
+def current_scope() -> Scope | None:
+    """The durable run the calling code is inside, if any."""
+    return _SCOPE.get()
+
+
+def enter(scope: Scope | None) -> contextvars.Token[Scope | None]:
+    return _SCOPE.set(scope)
+
+
+def leave(token: contextvars.Token[Scope | None]) -> None:
+    _SCOPE.reset(token)
+
+
+class DurableModel(Model):
+    """A model answering from its scope's record first (see the module docstring)."""
+
+    def __init__(self, inner: Model, scope: Scope) -> None:
+        self.inner = inner
+        self.scope = scope
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        await self.inner._cleanup_on_run_end(owner)
+
+    def get_retry_advice(self, request: Any) -> Any:
+        return self.inner.get_retry_advice(request)
+
+    async def _replayed(self, digest: str) -> tuple[int, ModelResponse | None]:
+        step = self.scope.steps
+        stored = await self.scope.recorded_step(step)
+        if stored is None:
+            return step, None
+        if stored.request_digest != digest:
+            raise RunDiverged(self.scope.key, step)
+        return step, responses.decode_response(stored.response_json)
+
+    async def _record(
+        self, step: int, digest: str, response: ModelResponse, tools: list[Any]
+    ) -> ModelResponse:
+        stored = await asyncio.to_thread(self.scope.record, step, digest, response, tools)
+        STEP_RECORDED.hit()
+        if stored.request_digest != digest:
+            raise RunDiverged(self.scope.key, step)
+        return responses.decode_response(stored.response_json)
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: Any,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> ModelResponse:
+        digest = responses.request_digest(system_instructions, input)
+        step, replayed = await self._replayed(digest)
+        if replayed is None:
+            fresh = await self.inner.get_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+            replayed = await self._record(step, digest, fresh, tools)
+        self.scope.steps = step + 1
+        return replayed
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: Any,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> AsyncIterator[Any]:
+        digest = responses.request_digest(system_instructions, input)
+        step, replayed = await self._replayed(digest)
+        if replayed is not None:
+            self.scope.steps = step + 1
+            for event in responses.replay_events(replayed):
+                yield event
+            return
+        items: list[Any] = []
+        stream = self.inner.stream_response(
+            system_instructions,
+            input,
+            model_settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        try:
+            async for event in stream:
+                if isinstance(event, ResponseOutputItemDoneEvent):
+                    items.append(event.item)
+                if isinstance(event, ResponseCompletedEvent):
+                    fresh = responses.completed_response(event, items)
+                    stored = await self._record(step, digest, fresh, tools)
+                    self.scope.steps = step + 1
+                    if json.loads(responses.encode_response(fresh)) != json.loads(
+                        responses.encode_response(stored)
+                    ):
+                        # Another process recorded this step first: the SDK acts on its answer.
+                        for replay in responses.replay_events(stored):
+                            yield replay
+                        return
+                yield event
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
