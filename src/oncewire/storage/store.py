@@ -32,6 +32,7 @@ from oncewire.storage.opening import (
     open_with_retries,
 )
 from oncewire.storage.records import Effect, EffectState
+from oncewire.storage.verbs.agents import AgentsVerbs
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.inbound import InboundVerbs
 from oncewire.storage.verbs.langgraph import LangGraphVerbs
@@ -53,6 +54,7 @@ class Store(
     LeaseVerbs,
     LangGraphVerbs,
     LangGraphFastVerbs,
+    AgentsVerbs,
 ):
     """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
 
