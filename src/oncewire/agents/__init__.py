@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:
-    pass
+    from oncewire.agents.session import OncewireSession
 
-__all__: list[str] = []
+__all__ = ["OncewireSession"]
 
-_HOME: dict[str, str] = {}
+_HOME = {
+    "OncewireSession": "oncewire.agents.session",
+}
 
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
     __getattr__, __dir__ = _lazy.names(globals(), _HOME)
