@@ -71,9 +71,7 @@ async def _apply(op: tuple[Any, ...], session: Session) -> Any:
     return await session.clear_session()
 
 
-async def _compare(
-    ledger: Ledger, ops: list[tuple[Any, ...]], default_limit: int | None
-) -> None:
+async def _compare(ledger: Ledger, ops: list[tuple[Any, ...]], default_limit: int | None) -> None:
     number = next(_numbers)
     options = {"session_settings": SessionSettings(limit=default_limit)}
     ours = [OncewireSession(f"conv-{number}-{i}", ledger, **options) for i in (0, 1)]

@@ -143,9 +143,7 @@ def test_bad_arguments_are_refused_before_anything_is_written(
     assert raw.count("oncewire_agents_sessions") == 0
 
 
-def test_racing_pops_on_two_stores_never_take_the_same_item(
-    store: Store, raw: RawDatabase
-) -> None:
+def test_racing_pops_on_two_stores_never_take_the_same_item(store: Store, raw: RawDatabase) -> None:
     items = [str(i) for i in range(1, 41)]
     store.agents_append_items("s", items, now=T0)
     other = open_store(store.url)
