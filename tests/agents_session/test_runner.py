@@ -82,7 +82,9 @@ def test_the_model_sees_the_history_sqlite_session_would_show_it(db_url: str, mo
         finally:
             reference.close()
         with Ledger(db_url) as ledger:
-            got = await _conversation(mode, OncewireSession("conversation", ledger))
+            session = OncewireSession("conversation", ledger)
+            assert isinstance(session, Session)  # the SDK's runtime-checkable protocol
+            got = await _conversation(mode, session)
         assert got[0] == ["hello", "5", "30", "bye"] == expected[0]
         assert got[1] == expected[1]  # every model call's input, history included
         assert got[2] == expected[2]
