@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents import Agent, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import oncewire
-from agents import Agent, function_tool, set_tracing_disabled
 from oncewire import agents as durable
 from oncewire.dispatch.retry import RetryPolicy
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import Agent, Runner, function_tool
 from agents.items import ModelResponse
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
 import oncewire
-from agents import Agent, Runner, function_tool
 from oncewire import agents as durable
 from oncewire.agents.responses import decode_response, encode_response
 from oncewire.storage.records import EffectState

@@ -191,6 +191,8 @@ LIBRARY = textwrap.dedent(
     except oncewire.errors.InvalidState:
         seen["current_attempt"] = "ok"
     refusal("oncewire.langgraph.OncewireSaver", lambda: oncewire.langgraph.OncewireSaver)
+    import oncewire.agents
+    refusal("oncewire.agents.OncewireSession", lambda: oncewire.agents.OncewireSession)
 
     # Every module of the package either imports or says which extra it needs (a __main__
     # would run its command).
@@ -261,6 +263,7 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         "oncewire.ui.server": "ui",
         "DurableToolNode": "langgraph",
         "oncewire.langgraph.OncewireSaver": "langgraph",
+        "oncewire.agents.OncewireSession": "agents",
     }
     assert {what: refused.get("extra") for what, refused in seen.items()} == expected, seen
     for what, refused in seen.items():

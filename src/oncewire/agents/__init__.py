@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:
-    from oncewire.agents.attempt import ToolRefused, current_attempt
     from oncewire.agents.runner import run, run_streamed, run_sync
     from oncewire.agents.scope import RunDiverged
+    from oncewire.agents.session import OncewireSession
+    from oncewire.dispatch.attempt import ToolRefused, current_attempt
 
 __all__ = [
+    "OncewireSession",
     "RunDiverged",
     "ToolRefused",
     "current_attempt",
@@ -29,8 +31,9 @@ __all__ = [
 ]
 
 _HOME: dict[str, str] = {
-    "ToolRefused": "oncewire.agents.attempt",
-    "current_attempt": "oncewire.agents.attempt",
+    "OncewireSession": "oncewire.agents.session",
+    "ToolRefused": "oncewire.dispatch.attempt",
+    "current_attempt": "oncewire.dispatch.attempt",
     "run": "oncewire.agents.runner",
     "run_streamed": "oncewire.agents.runner",
     "run_sync": "oncewire.agents.runner",

@@ -31,11 +31,10 @@ from oncewire.dispatch.retry import RetryPolicy
 from oncewire.ledger import Ledger
 
 try:
-    from agents.result import RunResult, RunResultStreaming
-    from agents.run_internal import run_loop, tool_execution
-
     from agents import Agent, Runner
     from agents import tool as sdk_tool
+    from agents.result import RunResult, RunResultStreaming
+    from agents.run_internal import run_loop, tool_execution
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("agents", "oncewire.agents", exc) from exc
 

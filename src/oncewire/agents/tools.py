@@ -45,9 +45,9 @@ from typing import Any
 from oncewire import toolcalls
 from oncewire.core import crash
 from oncewire.core.extras import refusal
+from oncewire.dispatch.attempt import ToolRefused, arunning
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import NotSent, Rejected
-from oncewire.langgraph.attempt import ToolRefused, arunning
 from oncewire.langgraph.tools_inline import InlineDispatch
 from oncewire.ledger import Ledger
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState

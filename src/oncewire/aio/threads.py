@@ -212,8 +212,9 @@ def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.set_exception(exc)
 
 
-async def finish(future: cf.Future[T]) -> T:
-    """The result of a call running on a thread, awaited to its end.
+async def finish(future: cf.Future[T] | asyncio.Future[T]) -> T:
+    """The result of a call running on a thread (a ``concurrent.futures`` future, or the
+    one ``loop.run_in_executor`` returns), awaited to its end.
 
     A cancellation of the awaiting task while the call runs is held until the call has ended,
     then raised (the call's own result or error is dropped): what the call did to a transaction

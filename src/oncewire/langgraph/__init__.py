@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:
-    from oncewire.langgraph.attempt import ToolRefused, current_attempt
+    from oncewire.dispatch.attempt import ToolRefused, current_attempt
     from oncewire.langgraph.saver import OncewireSaver
     from oncewire.langgraph.saver_runs import durable_invoke, pending_runs, resume_run
     from oncewire.langgraph.tools import DurableToolNode, ToolCallFailed, tool_sinks
@@ -44,8 +44,8 @@ _HOME = {
     "DurableToolNode": "oncewire.langgraph.tools",
     "ToolCallFailed": "oncewire.langgraph.tools",
     "tool_sinks": "oncewire.langgraph.tools",
-    "ToolRefused": "oncewire.langgraph.attempt",
-    "current_attempt": "oncewire.langgraph.attempt",
+    "ToolRefused": "oncewire.dispatch.attempt",
+    "current_attempt": "oncewire.dispatch.attempt",
     "OncewireSaver": "oncewire.langgraph.saver",
     "durable_invoke": "oncewire.langgraph.saver_runs",
     "pending_runs": "oncewire.langgraph.saver_runs",

@@ -2,7 +2,7 @@
 
 The sink of kind ``tool.{name}`` runs the tool the way ``ToolNode`` does (``tool.invoke`` with
 the call, so that the tool's own ``ToolMessage``, artifact and status come out as they would
-there) inside :func:`~oncewire.langgraph.attempt.running`, so that
+there) inside :func:`~oncewire.dispatch.attempt.running`, so that
 :func:`~oncewire.langgraph.current_attempt` gives the tool its key and redelivery flag. What
 the tool does decides the outcome:
 
@@ -47,9 +47,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("langgraph", "oncewire.langgraph", exc) from exc
 
 from oncewire.core import crash
+from oncewire.dispatch.attempt import ToolRefused, arunning, running
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import NotSent, Rejected
-from oncewire.langgraph.attempt import ToolRefused, arunning, running
 from oncewire.langgraph.tools_results import encode, unusable
 
 __all__ = ["CALLS", "TOOL_RETURNED", "CallContext", "Calls", "default_kind", "sinks_for"]

@@ -33,6 +33,7 @@ from oncewire.storage.opening import (
 )
 from oncewire.storage.records import Effect, EffectState
 from oncewire.storage.verbs.agents import AgentVerbs
+from oncewire.storage.verbs.agents_sessions import AgentSessionVerbs
 from oncewire.storage.verbs.effects import EffectVerbs
 from oncewire.storage.verbs.inbound import InboundVerbs
 from oncewire.storage.verbs.langgraph import LangGraphVerbs
@@ -55,6 +56,7 @@ class Store(
     LangGraphVerbs,
     LangGraphFastVerbs,
     AgentVerbs,
+    AgentSessionVerbs,
 ):
     """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
 

@@ -246,7 +246,7 @@ def _model(state: Any) -> dict[str, Any]:
 def _tools(receipts: Receipts, durable: bool) -> list[Any]:
     from langchain_core.tools import InjectedToolCallId, tool
 
-    from oncewire.langgraph.attempt import current_attempt
+    from oncewire.dispatch.attempt import current_attempt
 
     def log_attempt(tool_call_id: str, name: str) -> tuple[str, bool]:
         """(the key the receiver deduplicates by, whether this attempt is a redelivery)."""

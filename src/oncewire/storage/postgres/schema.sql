@@ -654,3 +654,20 @@ CREATE TABLE oncewire_agent_steps (
     created_at     DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (run_key, step)
 );
+
+-- The OpenAI Agents SDK's sessions (oncewire.agents.OncewireSession): each session's items
+-- in insertion order, numbered after the session's last_seq under its row's lock; 0015.
+CREATE TABLE oncewire_agents_sessions (
+    session_id TEXT COLLATE "C" PRIMARY KEY,
+    last_seq   BIGINT NOT NULL CHECK (last_seq >= 0),
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+
+CREATE TABLE oncewire_agents_items (
+    session_id TEXT COLLATE "C" NOT NULL,
+    seq        BIGINT NOT NULL CHECK (seq >= 1),
+    item       TEXT NOT NULL, -- canonical JSON
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);

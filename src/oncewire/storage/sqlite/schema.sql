@@ -539,3 +539,20 @@ CREATE TABLE oncewire_agent_steps (
     created_at     REAL NOT NULL,
     PRIMARY KEY (run_key, step)
 );
+
+-- The OpenAI Agents SDK's sessions (oncewire.agents.OncewireSession): each session's items
+-- in insertion order, numbered after the session's last_seq under its row's lock; 0015.
+CREATE TABLE oncewire_agents_sessions (
+    session_id TEXT PRIMARY KEY,
+    last_seq   INTEGER NOT NULL CHECK (last_seq >= 0),
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+
+CREATE TABLE oncewire_agents_items (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL CHECK (seq >= 1),
+    item       TEXT NOT NULL, -- canonical JSON
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);

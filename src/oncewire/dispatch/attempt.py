@@ -1,7 +1,9 @@
 """The attempt a durable tool is running in: :func:`current_attempt`.
 
-A tool run by :class:`~oncewire.langgraph.DurableToolNode` is one attempt of an effect. Inside
-it, :func:`current_attempt` returns that :class:`~oncewire.Attempt`: ``attempt.key`` is stable
+A tool run by :class:`~oncewire.langgraph.DurableToolNode` or inside
+:func:`oncewire.agents.run` is one attempt of an effect. Inside it, :func:`current_attempt`
+(exported by both packages: one function, so a tool shared by both reads one attempt) returns
+that :class:`~oncewire.Attempt`: ``attempt.key`` is stable
 for the tool call (the same on every redelivery, in every process), so the tool can hand it on
 as the receiver's idempotency key (``Idempotency-Key``, ``Receipts.run_once(attempt.key, ...)``);
 ``attempt.redelivery`` is True when an earlier attempt may have reached the receiver.
@@ -23,18 +25,18 @@ __all__ = ["ToolRefused", "arunning", "current_attempt", "running"]
 T = TypeVar("T")
 
 _CURRENT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "oncewire_langgraph_attempt", default=None
+    "oncewire_attempt", default=None
 )
 
 
 def current_attempt() -> Attempt:
     """The attempt the calling tool runs in; an :class:`~oncewire.errors.InvalidState` outside
-    a tool run by a ``DurableToolNode`` (nothing durable is running, so there is no key)."""
+    a durable tool (nothing durable is running, so there is no key)."""
     attempt = _CURRENT.get()
     if attempt is None:
         raise InvalidState(
-            "current_attempt() is called outside a tool run by a DurableToolNode: "
-            "there is no effect, so there is no key"
+            "current_attempt() is called outside a durable tool (a DurableToolNode's, or one "
+            "of oncewire.agents.run): there is no effect, so there is no key"
         )
     return attempt
 
