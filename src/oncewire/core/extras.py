@@ -25,6 +25,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "ui": ("starlette", "uvicorn", "jinja2"),
     "langgraph": ("langgraph", "langchain_core"),
     "mcp": ("mcp",),
+    "agents": ("agents",),
 }
 
 

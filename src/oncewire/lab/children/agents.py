@@ -32,6 +32,7 @@ of its own (its pid, its connections, its death), armed from its own environment
 from __future__ import annotations
 
 import argparse
+import atexit
 import asyncio
 import json
 import os
@@ -336,6 +337,9 @@ def _serve() -> int:
             except BaseException:
                 traceback.print_exc()
             finally:
+                # A normal exit's handlers (the inline dispatcher closed, the executors
+                # joined), then none of the interpreter's teardown of the parent's modules.
+                atexit._run_exitfuncs()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)

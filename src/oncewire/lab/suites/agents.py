@@ -78,14 +78,15 @@ RANDOM_WORK_SECONDS = 1.0
 READY_DEADLINE_SECONDS = 60.0
 MODES = ("sync", "async", "streamed")
 # The points on the run's path, and the hit of each at the run's last step (the third tool
-# call; the second model step recorded after the first's tools; the second ticket).
+# call; the second model step, recorded after the first's tools; the second ticket; the
+# dispatcher's second wave, the last step's call or the first step's second).
 POINTS: dict[str, int] = {
     "agents.step_recorded": 2,
     "agents.tool_accepted": 3,
     "agents.tool_performing": 3,
     "agents.tool_returned": 3,
     "agents.tool_settled": 3,
-    "dispatch.after_sink_before_record": 3,
+    "dispatch.after_sink_before_record": 2,  # once per wave: the first step's is one or two
     "lab.agents.ticket_written": 2,
 }
 # What the resumed run meets after a kill at a point's last-step hit.
