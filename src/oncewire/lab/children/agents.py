@@ -32,8 +32,8 @@ of its own (its pid, its connections, its death), armed from its own environment
 from __future__ import annotations
 
 import argparse
-import atexit
 import asyncio
+import atexit
 import json
 import os
 import sys
