@@ -245,15 +245,17 @@ def build_agent(folder: Path, receipts: Receipts, durable: bool) -> Agent[Any]:
 
 
 async def _streamed(agent: Agent[Any], ledger: Any, folder: Path) -> Any:
+    from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent
+
     from oncewire import agents as durable
 
     result = durable.run_streamed(agent, QUESTION, ledger=ledger, run_key=RUN_KEY, retry=_retry())
     _append(folder / EVENTS, json.dumps({"pid": os.getpid(), "event": "start"}))
     async for event in result.stream_events():
-        kind = event.type
-        if kind == "raw_response_event":
+        kind: str = event.type
+        if isinstance(event, RawResponsesStreamEvent):
             kind += ":" + str(event.data.type)
-        elif kind == "run_item_stream_event":
+        elif isinstance(event, RunItemStreamEvent):
             kind += ":" + event.name
         _append(folder / EVENTS, json.dumps({"pid": os.getpid(), "event": kind}))
     return result.final_output

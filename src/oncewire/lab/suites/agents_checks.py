@@ -105,10 +105,11 @@ def check_durable(
     for row in after["tool_attempts"]:
         attempts.setdefault(row["key"], []).append(row)
     for key in keys:
-        tried = attempts.get(key, [])
-        result.require(bool(tried), f"{key} never ran")
+        of_key = attempts.get(key, [])
+        result.require(bool(of_key), f"{key} never ran")
         result.require(
-            all(row["redelivery"] == 1 for row in tried[1:]), f"{key} ran again unflagged: {tried}"
+            all(row["redelivery"] == 1 for row in of_key[1:]),
+            f"{key} ran again unflagged: {of_key}",
         )
     asked = Counter(call["step"] for call in after["model_calls"])
     late = [
