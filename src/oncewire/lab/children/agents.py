@@ -328,7 +328,12 @@ def _serve() -> int:
         if pid == 0:  # the child: never returns into the loop
             code = 1
             try:
-                with open(request["stdout"], "ab") as out, open(request["stderr"], "ab") as err:
+                with (
+                    open(os.devnull, "rb") as nothing,
+                    open(request["stdout"], "ab") as out,
+                    open(request["stderr"], "ab") as err,
+                ):
+                    os.dup2(nothing.fileno(), 0)  # the requests are the parent's to read
                     os.dup2(out.fileno(), 1)
                     os.dup2(err.fileno(), 2)
                 for name in [n for n in os.environ if n.startswith("ONCEWIRE_CRASH")]:
