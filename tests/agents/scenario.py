@@ -1,4 +1,4 @@
-"""The agent the tests run, in this process or in a child (``python -m tests.agents.scenario``).
+"""The agent the in-process tests run (the crash tests run the lab's: oncewire.lab.suites.agents).
 
 A scripted model (the SDK's own ``ScriptedModel``, answering by how many tool results its input
 holds, so a resumed run gets the same answer for the same step) asks for two tools at once,
@@ -10,10 +10,7 @@ bill would count), across processes.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,18 +118,3 @@ def run(folder: Path, db: str, mode: str, run_key: str = "run-1") -> Any:
         return asyncio.run(_streamed(agent, ledger, run_key, folder))
     finally:
         ledger.close()
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--folder", required=True)
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--mode", default="sync")
-    args = parser.parse_args(argv)
-    output = run(Path(args.folder), args.db, args.mode)
-    print(json.dumps({"final_output": output}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,110 +1,99 @@
-"""A real child process running a durable Agents SDK run, SIGKILLed at each of the run's crash
-points, then started again with the same run_key until it ends. Read from the stores: no model
-step was requested twice once recorded, each ticket was opened once (with a receipt, the
-attempt after the kill flagged), and the final output is the uninterrupted run's."""
+"""The agents lab suite's scenarios, run here on SQLite and on PostgreSQL: a real child process
+running a durable Agents SDK run, SIGKILLed (at a crash point, or from outside at random), then
+started again with the same run_key until it ends, judged by the suite's own verdict from the
+stores (:mod:`oncewire.lab.suites.agents_checks`).
+
+A scenario is written once, in the lab (:func:`oncewire.lab.suites.agents.scenarios`). The
+default run has one scenario per outcome class on each backend (:data:`DEFAULT_CELLS`: a kill
+before the tool ran, replayed; one after it may have acted, redelivered and kept from acting
+twice by the receipt; one after its effect ended, answered from the record; and the plain
+Runner's duplicate, the negative control, on SQLite), spread over the sync, async and streamed
+modes; the whole matrix runs with ``--soak`` (``make soak``)."""
 
 from __future__ import annotations
 
 import json
-import signal
-import sqlite3
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from oncewire.lab.fixtures import Backend
+from oncewire.lab.framework import LabContext
+from oncewire.lab.suites.agents import DEFAULT_CELLS, Forker, Scenario, run_scenario, scenarios
+from oncewire.lab.suites.agents_checks import OUTCOMES
+from tests.support.pg import server_url
+
 pytestmark = pytest.mark.crash
 
-CHILD = "import sys\nfrom tests.agents.scenario import main\nsys.exit(main(sys.argv[1:]))"
-FINAL = "done after 3 tool results"
-POINTS = [
-    "agents.step_recorded",
-    "agents.tool_accepted",
-    "agents.tool_performing",
-    "agents.tool_returned",
-    "agents.tool_settled",
-    "dispatch.after_sink_before_record",
+
+def _default(backend: str, scenario: Scenario) -> bool:
+    # The control's SDK Runner keeps nothing in the ledger: on PostgreSQL only the receiver
+    # moves, so its default cell is SQLite's.
+    return scenario.name in DEFAULT_CELLS and (backend == "sqlite" or scenario.kind != "control")
+
+
+CELLS = [
+    pytest.param(
+        backend,
+        s,
+        id=f"{backend}-{s.name}",
+        marks=() if _default(backend, s) else pytest.mark.slow,
+    )
+    for backend in ("sqlite", "postgresql")
+    for s in scenarios()
 ]
 
 
-def _run(
-    python_child: Callable[..., Any], child_env: Callable[..., Any], *args: str, **env: str
-) -> tuple[int, str, str]:
-    child = python_child(CHILD, *args, env=child_env(**env), cwd=str(Path(__file__).parents[2]))
-    out, err = child.communicate(timeout=90)
-    return child.returncode, out, err
+def test_the_default_cells_cover_every_outcome_class_and_mode() -> None:
+    chosen = [s for s in scenarios() if s.name in DEFAULT_CELLS]
+    assert len(chosen) == len(DEFAULT_CELLS)
+    assert {s.outcome for s in chosen} == {*OUTCOMES, None}
+    assert {s.mode for s in chosen} == {"sync", "async", "streamed", "plain"}
 
 
-def _killed_then_resumed(
-    folder: Path, db: str, mode: str, point: str, python_child: Any, child_env: Any
-) -> str:
-    args = ("--folder", str(folder), "--db", db, "--mode", mode)
-    code, _, err = _run(
-        python_child,
-        child_env,
-        *args,
-        ONCEWIRE_CRASH=point,
-        ONCEWIRE_CRASH_TOKEN=str(folder / "token"),
+@pytest.fixture(scope="module")
+def forker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forker]:
+    """One warm parent per module and worker: the SDK imported once, each run forked."""
+    warm = Forker(tmp_path_factory.mktemp("agents-forker") / "forker.log")
+    try:
+        yield warm
+    finally:
+        warm.close()
+
+
+@pytest.fixture
+def lab(backend: str, tmp_path: Path) -> Iterator[LabContext]:
+    chosen = Backend()
+    if backend == "postgresql":
+        chosen = Backend("postgresql", server_url(), run_id=f"agents-{tmp_path.name[-6:]}")
+    ctx = LabContext(tmp_path / "lab", seed=1, backend=chosen)
+    try:
+        yield ctx
+    finally:
+        ctx.cleanup()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("backend", "scenario"), CELLS)
+def test_a_killed_run_resumes_with_nothing_twice(
+    lab: LabContext, forker: Forker, scenario: Scenario
+) -> None:
+    result = run_scenario(lab, forker, scenario)
+    evidence = result.as_dict()
+    assert result.skipped is None, result.skipped
+    assert result.passed, json.dumps(
+        {"failures": evidence["failures"], "summary": evidence["summary"]}, indent=1
     )
-    assert code == -signal.SIGKILL, err
-    code, out, err = _run(python_child, child_env, *args)
-    assert code == 0, err
-    return str(json.loads(out.strip().splitlines()[-1])["final_output"])
-
-
-def _check(folder: Path) -> None:
-    # Each step of the script was asked of the model once, across both processes.
-    asked = Counter((folder / "calls.log").read_text().split())
-    assert asked == Counter({"0": 1, "2": 1, "3": 1}), asked
-    with sqlite3.connect(folder / "receiver.sqlite") as conn:
-        tickets = conn.execute(
-            "SELECT key, COUNT(*) FROM tickets GROUP BY key ORDER BY key"
-        ).fetchall()
-        receipts = conn.execute("SELECT key FROM oncewire_receipts ORDER BY key").fetchall()
-        attempts = conn.execute("SELECT key, redelivery FROM attempts ORDER BY rowid").fetchall()
-    assert tickets == [("agents/run-1/call-1", 1), ("agents/run-1/call-3", 1)]
-    assert receipts == [("agents/run-1/call-1",), ("agents/run-1/call-3",)]
-    flags: dict[str, list[int]] = {}
-    for key, redelivery in attempts:
-        flags.setdefault(key, []).append(redelivery)
-    # Any attempt after the first of a call is flagged: it followed one that may have acted.
-    assert all(set(seen[1:]) <= {1} for seen in flags.values()), flags
-
-
-@pytest.mark.parametrize("point", POINTS)
-def test_a_sync_run_killed_at_each_point_resumes_with_nothing_twice(
-    tmp_path: Path, point: str, python_child: Any, child_env: Any
-) -> None:
-    db = str(tmp_path / "caller.sqlite")
-    assert _killed_then_resumed(tmp_path, db, "sync", point, python_child, child_env) == FINAL
-    _check(tmp_path)
-
-
-@pytest.mark.parametrize("mode", ["async", "streamed"])
-@pytest.mark.parametrize("point", ["agents.step_recorded", "agents.tool_returned"])
-def test_async_and_streamed_runs_killed_resume_on_both_backends(
-    tmp_path: Path, db: str, mode: str, point: str, python_child: Any, child_env: Any
-) -> None:
-    assert _killed_then_resumed(tmp_path, db, mode, point, python_child, child_env) == FINAL
-    _check(tmp_path)
-
-
-def test_a_resumed_streamed_run_shows_each_recorded_step_once_and_complete(
-    tmp_path: Path, python_child: Any, child_env: Any
-) -> None:
-    db = str(tmp_path / "caller.sqlite")
-    # Killed after the second step is recorded (the first step's tools done, the third asked).
-    point = "agents.step_recorded@2"
-    assert _killed_then_resumed(tmp_path, db, "streamed", point, python_child, child_env) == FINAL
-    runs = (tmp_path / "events.log").read_text().split("agent_updated_stream_event\n")[1:]
-    resumed = runs[-1].split()
-    # The two recorded steps come back as one completed response each, never as deltas; the
-    # third is streamed live.
-    completed = [e for e in resumed if e == "raw_response_event:response.completed"]
-    assert len(completed) == 3
-    first_live = resumed.index("raw_response_event:response.created")
-    assert not any("delta" in e for e in resumed[:first_live])
-    assert resumed[:first_live].count("raw_response_event:response.completed") == 2
-    assert resumed[-1] == "run_item_stream_event:message_output_created"
+    summary = result.summary
+    assert summary["backend"] == lab.backend.name
+    if scenario.kind == "control":
+        assert summary["duplicates"] >= 1  # the duplicate the durable runs never have
+        return
+    assert summary["duplicates"] == 0
+    if scenario.kind == "armed":
+        assert [p.exit_code for p in result.processes] == [-9, 0]
+    if scenario.mode == "streamed" and scenario.outcome == "replayed":
+        # Killed after the second step was recorded: the resumed stream shows the two recorded
+        # steps as one completed response each, and streams the third live.
+        assert (summary["replayed_steps"], summary["live_steps"]) == (2, 1)

@@ -312,6 +312,10 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
     assert evidence["passed"] is True
     [only] = evidence["suites"]["langgraph"]["scenarios"].values()
     assert "needs the 'langgraph' extra" in (only["skipped"] or ""), only
+    agents = bare.run("lab", "--suite", "agents", "--json", "--quiet")
+    assert agents.returncode == 0, agents.stdout + agents.stderr
+    [only] = json.loads(agents.stdout)["suites"]["agents"]["scenarios"].values()
+    assert "needs the 'agents' extra" in (only["skipped"] or ""), only
 
     # What needs an extra says which one, in one line, and exits non-zero.
     config = tmp_path / "gateway.toml"

@@ -72,6 +72,22 @@ def test_the_agents_integration_registers_its_windows() -> None:
     } <= set(crash.registry())
 
 
+def test_rearm_reads_the_environment_again_and_counts_hits_from_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What a child forked from a warm parent does: the points registered before its own
+    # environment was set take the child's arming, and hits of the parent do not count.
+    point = crash.register("unit.forked", "registered unarmed")
+    point.hits = 5
+    monkeypatch.setenv(crash.ENV_POINTS, "unit.forked@2")
+    crash.rearm()
+    assert (point.hits, point._fire_at) == (0, 2)
+    monkeypatch.setenv(crash.ENV_POINTS, "")
+    crash.rearm()
+    point.hit()
+    assert point._fire_at is None
+
+
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from oncewire.core.errors import CrashPointUnknown
 
-__all__ = ["CrashPoint", "armed", "register", "registry"]
+__all__ = ["CrashPoint", "armed", "rearm", "register", "registry"]
 
 ENV_POINTS = "ONCEWIRE_CRASH"
 ENV_TOKEN = "ONCEWIRE_CRASH_TOKEN"
@@ -95,6 +95,16 @@ def register(name: str, description: str) -> CrashPoint:
 def registry() -> dict[str, CrashPoint]:
     """Every registered point, by name (import the modules that declare them first)."""
     return dict(sorted(_REGISTRY.items()))
+
+
+def rearm() -> None:
+    """Arm every registered point from the environment again, its hits counted from zero: for
+    a process forked from a warm parent (one that imported everything once) and then given
+    its own ``ONCEWIRE_CRASH``, which the points registered in the parent never read."""
+    wanted = armed()
+    for name, point in _REGISTRY.items():
+        point.hits = 0
+        point._fire_at = wanted.get(name)
 
 
 def check_armed() -> None:
