@@ -44,9 +44,9 @@ except ImportError:  # run from a checkout without an installed package
     sys.path.insert(0, str(HERE.parent / "src"))
     import oncewire
 
+from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
 from oncewire import agents as durable  # noqa: E402
 from oncewire.ledger import Ledger  # noqa: E402
 

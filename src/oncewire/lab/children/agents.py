@@ -48,6 +48,7 @@ from oncewire.core import crash
 
 if TYPE_CHECKING:
     from agents import Agent
+
     from oncewire.receipts import Receipts
 
 __all__ = [
@@ -184,9 +185,9 @@ def call_key(call_id: str) -> str:
 
 def build_agent(folder: Path, receipts: Receipts, durable: bool) -> Agent[Any]:
     """The scenario's agent (see the module docstring)."""
+    from agents import Agent, function_tool
     from agents.tool_context import ToolContext
 
-    from agents import Agent, function_tool
     from oncewire.agents import current_attempt
 
     def log_attempt(ctx: ToolContext[Any], tool: str) -> tuple[str, bool]:
@@ -269,6 +270,7 @@ def _retry() -> Any:
 
 def run(stores: Stores, mode: str, ready: Path | None = None) -> dict[str, Any]:
     from agents import Runner, set_tracing_disabled
+
     from oncewire import agents as durable
     from oncewire.ledger import Ledger
     from oncewire.receipts import Receipts
@@ -312,6 +314,7 @@ def _arm_points() -> None:
 def _serve() -> int:
     """The warm parent (see the module docstring): one forked child per request line."""
     import agents  # noqa: F401  (the import each child is spared)
+
     import oncewire.agents.runner
     import oncewire.ledger
     import oncewire.receipts  # noqa: F401
