@@ -24,6 +24,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "otel": ("opentelemetry",),
     "ui": ("starlette", "uvicorn", "jinja2"),
     "langgraph": ("langgraph", "langchain_core"),
+    "mcp": ("mcp",),
 }
 
 
