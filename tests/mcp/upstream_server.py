@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp_types import ToolAnnotations
 
@@ -70,7 +71,7 @@ def exit_now(ctx: Context) -> str:
 def refuse(ctx: Context) -> str:
     """Raise: the SDK answers an error result."""
     _log("refuse", {}, ctx)
-    raise ValueError("refused on purpose")
+    raise ToolError("refused on purpose")
 
 
 @server.resource("res://greeting")

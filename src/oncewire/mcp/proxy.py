@@ -125,6 +125,7 @@ class Proxy:
         self._waiters: set[asyncio.Event] = set()
         self._ready = asyncio.Event()
         self._gone = False
+        self._stopping = False  # the client's input ended: the server is closed on purpose
         self._refreshing: asyncio.Task[None] | None = None
         self._to_client: Send | None = None
         self._to_server: Send | None = None
@@ -178,6 +179,7 @@ class Proxy:
                         if incoming is not None:
                             await self._from_client(incoming)
                     log.info("the client's input ended")
+                    self._stopping = True
                     await self._drain()
                     tg.cancel_scope.cancel()
 
@@ -349,7 +351,8 @@ class Proxy:
     async def _upstream_ended(self) -> None:
         self._gone = True
         self._ready.set()  # a forward waiting for the handshake finds the server gone
-        log.warning("the server's connection ended")
+        if not self._stopping:
+            log.warning("the server's connection ended")
         for future in self._own.values():
             if not future.done():
                 future.set_exception(UpstreamGone("the server exited with the call in flight"))
