@@ -22,8 +22,9 @@ from tests.support.pg import fresh_schema, server_url
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
 
-from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from mcp import ClientSession
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgresql"]
@@ -60,7 +61,16 @@ class Raw:
             "SELECT key, kind, state, payload, result, maybe_sent, last_error, attempts "
             "FROM oncewire_effects ORDER BY id"
         )
-        names = ("key", "kind", "state", "payload", "result", "maybe_sent", "last_error", "attempts")
+        names = (
+            "key",
+            "kind",
+            "state",
+            "payload",
+            "result",
+            "maybe_sent",
+            "last_error",
+            "attempts",
+        )
         found = []
         for row in rows:
             item = dict(zip(names, row, strict=True))
@@ -101,7 +111,18 @@ def calls_logged(path: Path) -> list[dict[str, Any]]:
 
 def proxy_argv(db: str, *proxy_args: str, upstream: Sequence[str] | None = None) -> list[str]:
     server = list(upstream or [sys.executable, "-m", "tests.mcp.upstream_server"])
-    return [sys.executable, "-m", "oncewire", "mcp", "proxy", "--db", db, *proxy_args, "--", *server]
+    return [
+        sys.executable,
+        "-m",
+        "oncewire",
+        "mcp",
+        "proxy",
+        "--db",
+        db,
+        *proxy_args,
+        "--",
+        *server,
+    ]
 
 
 def child_env(log: Path, **extra: str) -> dict[str, str]:
@@ -113,9 +134,7 @@ def child_env(log: Path, **extra: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def proxied(
-    db: str, log: Path, *proxy_args: str, **env: str
-) -> AsyncIterator[ClientSession]:
+async def proxied(db: str, log: Path, *proxy_args: str, **env: str) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session through a proxy child (``env``: its environment's
     additions, e.g. ``ONCEWIRE_CRASH`` or ``UPSTREAM_DEDUP``)."""
     argv = proxy_argv(db, *proxy_args)

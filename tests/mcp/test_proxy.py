@@ -9,8 +9,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import MCPError
 
+from mcp import MCPError
 from tests.mcp.conftest import Raw, calls_logged, direct, proxied
 
 KEY = "io.oncewire/idempotency-key"

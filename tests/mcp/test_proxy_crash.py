@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp_types import CallToolResult
 
 from tests.mcp.conftest import Raw, calls_logged, proxied
 
@@ -34,7 +35,7 @@ async def call_until_killed(db: str, log: Path, point: str, *args: str, **env: s
     assert died, f"the proxy did not die at {point}"
 
 
-async def retry(db: str, log: Path, *args: str, **env: str) -> object:
+async def retry(db: str, log: Path, *args: str, **env: str) -> CallToolResult:
     async with proxied(db, log, *args, **env) as session:
         with anyio.fail_after(30):
             return await session.call_tool("charge", {"amount": 5}, meta={KEY: "order-9"})
@@ -55,7 +56,13 @@ CASES = [
         id="after_forward-redeliver",
     ),
     pytest.param(
-        "mcp.proxy.after_forward", (), {"UPSTREAM_DEDUP": "1"}, True, 2, True, id="after_forward-dedup"
+        "mcp.proxy.after_forward",
+        (),
+        {"UPSTREAM_DEDUP": "1"},
+        True,
+        2,
+        True,
+        id="after_forward-dedup",
     ),
     pytest.param("mcp.proxy.after_settled", (), {}, True, 1, False, id="after_settled-plain"),
 ]
@@ -73,7 +80,7 @@ def test_a_proxy_killed_at_a_crash_point_then_a_retry_with_the_same_key(
     calls: int,
     redelivery: bool | None,
 ) -> None:
-    async def scenario() -> object:
+    async def scenario() -> CallToolResult:
         await call_until_killed(db_url, upstream_log, point, *args, **env)
         return await retry(db_url, upstream_log, *args, **env)
 
@@ -85,9 +92,9 @@ def test_a_proxy_killed_at_a_crash_point_then_a_retry_with_the_same_key(
         assert logged[-1]["redelivery"] is redelivery
     [effect] = raw.effects()
     if charged:
-        assert not getattr(result, "is_error") and text(result) == "charged 5"
+        assert not result.is_error and text(result) == "charged 5"
         assert effect["state"] == "done"
     else:
-        assert getattr(result, "is_error")
+        assert result.is_error
         assert text(result).startswith("outcome unknown: the tool may or may not have run")
         assert effect["state"] == "dead" and effect["maybe_sent"]

@@ -106,18 +106,29 @@ REFUSED: list[tuple[bytes | str, Any, int]] = [
     (_call("s-3", {"name": "charge", "arguments": [5]}), "s-3", -32602),
     (_call("s-4", {"name": "charge", "arguments": {}, "_meta": []}), "s-4", -32602),
     (
-        _call("s-5", {"name": "charge", "arguments": {}, "_meta": {"io.oncewire/idempotency-key": 5}}),
+        _call(
+            "s-5", {"name": "charge", "arguments": {}, "_meta": {"io.oncewire/idempotency-key": 5}}
+        ),
         "s-5",
         -32602,
     ),
     (_call("s-6", {"name": "charge", "arguments": {}, "idempotencyKey": ""}), "s-6", -32602),
     (
-        _call("s-7", {"name": "charge", "arguments": {}, "_meta": {"io.oncewire/idempotency-key": "k" * 100_000}}),
+        _call(
+            "s-7",
+            {
+                "name": "charge",
+                "arguments": {},
+                "_meta": {"io.oncewire/idempotency-key": "k" * 100_000},
+            },
+        ),
         "s-7",
         -32602,
     ),
     (
-        _call("s-8", {"name": "charge", "arguments": {"amount": 5}, "idempotencyKey": "bad\u0000key"}),
+        _call(
+            "s-8", {"name": "charge", "arguments": {"amount": 5}, "idempotencyKey": "bad\u0000key"}
+        ),
         "s-8",
         -32602,
     ),
@@ -170,7 +181,11 @@ def test_every_unusable_line_gets_a_clear_error_and_the_proxy_goes_on_serving(
     peer.send(
         _call(
             "real",
-            {"name": "charge", "arguments": {"amount": 5}, "_meta": {"io.oncewire/idempotency-key": "ok-1"}},
+            {
+                "name": "charge",
+                "arguments": {"amount": 5},
+                "_meta": {"io.oncewire/idempotency-key": "ok-1"},
+            },
         )
     )
     answer = peer.answer_to("real")

@@ -17,11 +17,16 @@ from oncewire.core import lazy as _lazy
 from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY
 
 if TYPE_CHECKING:
-    pass
+    from oncewire.mcp.proxy import Proxy
+    from oncewire.mcp.proxy_run import run_stdio, serve_stdio
 
-__all__ = ["DEDUPLICATES", "IDEMPOTENCY_KEY", "REDELIVERY"]
+__all__ = ["DEDUPLICATES", "IDEMPOTENCY_KEY", "REDELIVERY", "Proxy", "run_stdio", "serve_stdio"]
 
-_HOME: dict[str, str] = {}
+_HOME: dict[str, str] = {
+    "Proxy": "oncewire.mcp.proxy",
+    "run_stdio": "oncewire.mcp.proxy_run",
+    "serve_stdio": "oncewire.mcp.proxy_run",
+}
 
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors
     __getattr__, __dir__ = _lazy.names(globals(), _HOME)

@@ -28,28 +28,31 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import anyio
+from oncewire.core.extras import refusal
+
+try:
+    import anyio
+except ImportError as exc:  # anyio comes with the mcp extra
+    raise refusal("mcp", "oncewire mcp proxy", exc) from exc
 
 from oncewire.core.errors import InvalidState, OncewireError, PayloadConflict, StorageError
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.ledger import Ledger
 from oncewire.mcp import proxy_calls as calls
-from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY
+from oncewire.mcp.protocol import IDEMPOTENCY_KEY, REDELIVERY
 from oncewire.mcp.proxy_dispatch import Dispatching, ForwardSink
 from oncewire.mcp.proxy_wire import INTERNAL_ERROR, INVALID_REQUEST, Incoming, parse_line, rpc_error
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
-from oncewire.toolcalls import UNKNOWN_OUTCOME
 
 __all__ = ["Proxy", "UpstreamGone"]
 
 log = logging.getLogger("oncewire.mcp.proxy")
 
 STAMP_PREFIX = "io.modelcontextprotocol/"  # the protocol's own per-request _meta stamps
-SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 POLL_SECONDS = 0.5  # the longest a waiting call sleeps without being woken
 TOOLS_LIST_SECONDS = 30.0  # how long a call waits for the proxy's own tools/list
 
@@ -87,14 +90,6 @@ class Intercepted:
     cancelled: bool = False
 
 
-@dataclass
-class ServerFacts:
-    name: str | None = None
-    deduplicates: bool = False
-    read_only: dict[str, bool] = field(default_factory=dict)
-    fresh: bool = False
-
-
 class Proxy:
     """One client session relayed to one server (see the module docstring)."""
 
@@ -113,7 +108,7 @@ class Proxy:
         self.fallback_name = fallback_name
         self.redeliver = frozenset(redeliver)
         self.session_id = uuid.uuid4().hex
-        self.server = ServerFacts()
+        self.server = calls.ServerFacts()
         self.loop = asyncio.get_running_loop()  # built on the loop it serves
         self.grace_seconds = grace_seconds
         self._ids = itertools.count(1)
@@ -325,28 +320,10 @@ class Proxy:
         await self._send_client({**message, "id": relayed.client_id})
 
     def _learn(self, method: str, result: dict[str, Any]) -> None:
-        if method in ("initialize", "server/discover"):
-            info = result.get("serverInfo")
-            if info is None:
-                info = (result.get("_meta") or {}).get(SERVER_INFO)
-            if isinstance(info, dict) and isinstance(info.get("name"), str) and info["name"]:
-                self.server.name = info["name"]
-            experimental = (result.get("capabilities") or {}).get("experimental") or {}
-            self.server.deduplicates = isinstance(experimental, dict) and isinstance(
-                experimental.get(DEDUPLICATES), dict
-            )
-            if method == "server/discover":
-                self._ready.set()
-                self._start_refresh()
-        elif method == "tools/list":
-            self._learn_tools(result)
-
-    def _learn_tools(self, result: dict[str, Any]) -> None:
-        for tool in result.get("tools") or []:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                annotations = tool.get("annotations") or {}
-                read_only = isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
-                self.server.read_only[tool["name"]] = read_only
+        self.server.learn(method, result)
+        if method == "server/discover":  # a 2026 session: no notifications/initialized
+            self._ready.set()
+            self._start_refresh()
 
     async def _upstream_ended(self) -> None:
         self._gone = True
@@ -393,7 +370,7 @@ class Proxy:
                 if not isinstance(result, dict):
                     log.warning("the server's tools/list failed: %s", reply.get("error"))
                     return
-                self._learn_tools(result)
+                self.server.learn_tools(result)
                 cursor = result.get("nextCursor")
                 if not isinstance(cursor, str) or not cursor:
                     break
@@ -425,7 +402,11 @@ class Proxy:
         except calls.BadCall as exc:
             reply = {"jsonrpc": "2.0", "id": request_id, "error": exc.error()}
         except _Unfinished as exc:
-            reply = {"jsonrpc": "2.0", "id": request_id, "result": unfinished_result(exc.effect)}
+            reply = {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": calls.unfinished_result(exc.effect),
+            }
         except asyncio.CancelledError:
             if not intercepted.cancelled:
                 raise
@@ -437,7 +418,9 @@ class Proxy:
             self._intercepted.pop(_id_key(request_id), None)
         await self._send_client(reply)
 
-    async def _answer_call(self, message: dict[str, Any], intercepted: Intercepted) -> dict[str, Any]:
+    async def _answer_call(
+        self, message: dict[str, Any], intercepted: Intercepted
+    ) -> dict[str, Any]:
         request_id = message["id"]
         call = calls.read_call(message.get("params"))
         await self._tools_known()
@@ -492,7 +475,9 @@ class Proxy:
                 INTERNAL_ERROR,
             ) from exc
         except OncewireError as exc:  # a key, kind or payload the store refuses
-            raise calls.BadCall(f"the call cannot be recorded, so it was not forwarded: {exc}") from exc
+            raise calls.BadCall(
+                f"the call cannot be recorded, so it was not forwarded: {exc}"
+            ) from exc
 
     def _result(self, effect: Effect, live: Live) -> dict[str, Any]:
         if effect.state is EffectState.DONE and live.result is not None:
@@ -607,10 +592,3 @@ class _Unfinished(Exception):
 
 def _id_key(request_id: Any) -> str:
     return json.dumps(request_id)
-
-
-def unfinished_result(effect: Effect) -> dict[str, Any]:
-    return calls.error_result(
-        f"{UNKNOWN_OUTCOME} (the server exited before the call ended; it stays recorded under "
-        f"its key {effect.key!r} and a retry with that key is answered with its outcome)"
-    )

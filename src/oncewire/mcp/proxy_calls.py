@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from oncewire.core import crash
-from oncewire.mcp.protocol import IDEMPOTENCY_KEY, SEP_IDEMPOTENCY_KEY
+from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, SEP_IDEMPOTENCY_KEY
 from oncewire.storage.records import Effect, EffectState
-from oncewire.toolcalls import effect_content
+from oncewire.toolcalls import UNKNOWN_OUTCOME, effect_content
 
 __all__ = [
     "AFTER_ACCEPT",
@@ -54,11 +54,15 @@ __all__ = [
     "REDELIVER_ATTEMPTS",
     "BadCall",
     "CallRequest",
+    "ServerFacts",
     "answer",
     "call_kind",
     "error_result",
     "read_call",
+    "unfinished_result",
 ]
+
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"  # a 2026 discover result's _meta stamp
 
 AFTER_ACCEPT = crash.register(
     "mcp.proxy.after_accept",
@@ -171,3 +175,50 @@ def answer(effect: Effect) -> dict[str, Any]:
         why = effect.last_error or "the server's answer was not stored"
         return error_result(f"the tool ran, but its result cannot be replayed: {why}")
     return error_result(effect_content(effect))
+
+
+def unfinished_result(effect: Effect) -> dict[str, Any]:
+    """The answer to a call whose server went away before its effect ended."""
+    return error_result(
+        f"{UNKNOWN_OUTCOME} (the server exited before the call ended; it stays recorded under "
+        f"its key {effect.key!r} and a retry with that key is answered with its outcome)"
+    )
+
+
+@dataclass
+class ServerFacts:
+    """What the proxy learns of its server from the answers it relays."""
+
+    name: str | None = None  # serverInfo.name
+    deduplicates: bool = False  # capabilities.experimental["io.oncewire/deduplicates"]
+    read_only: dict[str, bool] = field(default_factory=dict)  # tool -> readOnlyHint is true
+    fresh: bool = False  # read_only holds the whole of the latest tools/list
+
+    def learn(self, method: str, result: Mapping[str, Any]) -> None:
+        """From a result of ``method`` the server gave."""
+        if method in ("initialize", "server/discover"):
+            info = result.get("serverInfo")
+            if info is None:
+                meta = result.get("_meta")
+                info = meta.get(SERVER_INFO) if isinstance(meta, Mapping) else None
+            if isinstance(info, Mapping) and isinstance(info.get("name"), str) and info["name"]:
+                self.name = info["name"]
+            capabilities = result.get("capabilities")
+            experimental = (
+                capabilities.get("experimental") if isinstance(capabilities, Mapping) else None
+            )
+            self.deduplicates = isinstance(experimental, Mapping) and isinstance(
+                experimental.get(DEDUPLICATES), Mapping
+            )
+        elif method == "tools/list":
+            self.learn_tools(result)
+
+    def learn_tools(self, result: Mapping[str, Any]) -> None:
+        """From one page of tools/list."""
+        tools = result.get("tools")
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                annotations = tool.get("annotations")
+                self.read_only[tool["name"]] = (
+                    isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
+                )

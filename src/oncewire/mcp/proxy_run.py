@@ -14,10 +14,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
+from oncewire.core.extras import refusal
+
+try:
+    import anyio
+except ImportError as exc:  # anyio comes with the mcp extra
+    raise refusal("mcp", "oncewire mcp proxy", exc) from exc
 
 from oncewire.core import crash
-from oncewire.core.extras import refusal
 from oncewire.ledger import Ledger
 
 __all__ = ["run_stdio", "serve_stdio"]
