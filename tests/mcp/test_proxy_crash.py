@@ -86,11 +86,16 @@ def test_a_proxy_killed_at_a_crash_point_then_a_retry_with_the_same_key(
 
     result = anyio.run(scenario)
     logged = calls_logged(upstream_log)
-    assert len(logged) == calls
+    [effect] = raw.effects()
     assert all(c["key"] == "order-9" for c in logged)
+    if point == "mcp.proxy.after_accept" and len(logged) == 1 and result.is_error:
+        # The proxy's dispatcher claims a committed call within milliseconds, so it may have
+        # forwarded it before the kill at this point: then the outcome is unknown, as after
+        # mcp.proxy.after_forward. Never done without the server's answer, never run twice.
+        charged, calls = False, 1
+    assert len(logged) == calls
     if logged:
         assert logged[-1]["redelivery"] is redelivery
-    [effect] = raw.effects()
     if charged:
         assert not result.is_error and text(result) == "charged 5"
         assert effect["state"] == "done"
