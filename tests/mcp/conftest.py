@@ -134,14 +134,19 @@ def child_env(log: Path, **extra: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def proxied(db: str, log: Path, *proxy_args: str, **env: str) -> AsyncIterator[ClientSession]:
+async def proxied(
+    db: str, log: Path, *proxy_args: str, logging_callback: Any = None, **env: str
+) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session through a proxy child (``env``: its environment's
     additions, e.g. ``ONCEWIRE_CRASH`` or ``UPSTREAM_DEDUP``)."""
     argv = proxy_argv(db, *proxy_args)
     params = StdioServerParameters(
         command=argv[0], args=argv[1:], env=child_env(log, **env), cwd=str(ROOT)
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, logging_callback=logging_callback) as session,
+    ):
         await session.initialize()
         yield session
 

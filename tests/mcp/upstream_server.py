@@ -61,6 +61,16 @@ def slow(seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def steps(count: int, ctx: Context) -> str:
+    """Report progress and log a message at each of ``count`` steps."""
+    _log("steps", {"count": count}, ctx)
+    for step in range(1, count + 1):
+        await ctx.report_progress(step, count, f"step {step}")
+        await ctx.info(f"step {step} of {count}")
+    return f"{count} steps"
+
+
+@server.tool()
 def exit_now(ctx: Context) -> str:
     """Log, then exit without answering (the server dies with the call in flight)."""
     _log("exit_now", {}, ctx)
