@@ -571,11 +571,10 @@ class Proxy:
                 live.upstream_id = None
         error = reply.get("error")
         if error is not None:
-            if live is not None:
+            outcome = calls.error_outcome(error)
+            if live is not None and isinstance(outcome, Rejected):
                 live.error = error
-            code = error.get("code") if isinstance(error, dict) else None
-            text = error.get("message") if isinstance(error, dict) else error
-            return Rejected(f"the server refused the call: JSON-RPC error {code}: {text}")
+            return outcome
         result = reply.get("result")
         if live is not None and isinstance(result, dict):
             live.result = result

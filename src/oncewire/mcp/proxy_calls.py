@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncewire.core import crash
+from oncewire.effects.outcomes import MaybeSent, Rejected
 from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, SEP_IDEMPOTENCY_KEY
 from oncewire.storage.records import Effect, EffectState
 from oncewire.toolcalls import UNKNOWN_OUTCOME, effect_content
@@ -57,6 +58,7 @@ __all__ = [
     "ServerFacts",
     "answer",
     "call_kind",
+    "error_outcome",
     "error_result",
     "read_call",
     "unfinished_result",
@@ -151,6 +153,23 @@ def read_call(params: Any) -> CallRequest:
     if key is not None and (not isinstance(key, str) or not key):
         raise BadCall(f"{where} must be a non-empty string, not {json.dumps(key)[:80]}")
     return CallRequest(tool, dict(arguments), dict(meta), key)
+
+
+# JSON-RPC errors that do not say the call did not run: the server failed while handling it
+# (internal error; the SDK's transports also answer it for an HTTP 5xx), or its answer could not
+# be read (parse error). Every other code is the server refusing the call.
+MAYBE_RAN_CODES = frozenset({-32603, -32700})
+
+
+def error_outcome(error: Any) -> MaybeSent | Rejected:
+    """What a JSON-RPC error answering a forwarded call says happened, by its code."""
+    code = error.get("code") if isinstance(error, Mapping) else None
+    text = error.get("message") if isinstance(error, Mapping) else error
+    if code in MAYBE_RAN_CODES:
+        return MaybeSent(
+            f"the server failed while handling the call: JSON-RPC error {code}: {text}"
+        )
+    return Rejected(f"the server refused the call: JSON-RPC error {code}: {text}")
 
 
 def call_kind(server: str, tool: str) -> str:
