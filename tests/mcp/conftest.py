@@ -109,20 +109,12 @@ def calls_logged(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def proxy_argv(db: str, *proxy_args: str, upstream: Sequence[str] | None = None) -> list[str]:
-    server = list(upstream or [sys.executable, "-m", "tests.mcp.upstream_server"])
-    return [
-        sys.executable,
-        "-m",
-        "oncewire",
-        "mcp",
-        "proxy",
-        "--db",
-        db,
-        *proxy_args,
-        "--",
-        *server,
-    ]
+def proxy_argv(db: str, *proxy_args: str) -> list[str]:
+    """The proxy's command line: the upstream server a child, unless ``--upstream`` is given."""
+    argv = [sys.executable, "-m", "oncewire", "mcp", "proxy", "--db", db, *proxy_args]
+    if "--upstream" in proxy_args:
+        return argv
+    return [*argv, "--", sys.executable, "-m", "tests.mcp.upstream_server"]
 
 
 def child_env(log: Path, **extra: str) -> dict[str, str]:

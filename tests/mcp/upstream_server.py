@@ -3,7 +3,8 @@ its child in the tests. Every call of a tool appends one JSON line to ``$UPSTREA
 tool, its arguments, the key and the redelivery flag the proxy sent), so a test counts the
 calls the server really got. ``UPSTREAM_DEDUP=1`` makes it declare that it deduplicates
 (``capabilities.experimental["io.oncewire/deduplicates"]``), as ``oncewire.mcp.once`` does;
-``UPSTREAM_NAME`` is its serverInfo.name (default ``pay``).
+``UPSTREAM_NAME`` is its serverInfo.name (default ``pay``). ``--http PORT`` serves streamable
+HTTP on 127.0.0.1:PORT/mcp instead of stdio.
 """
 
 from __future__ import annotations
@@ -106,4 +107,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     print("upstream server starting", file=sys.stderr)
-    anyio.run(main)
+    if sys.argv[1:2] == ["--http"]:  # a streamable HTTP server on 127.0.0.1:PORT/mcp
+        anyio.run(lambda: server.run_streamable_http_async(port=int(sys.argv[2])))
+    else:
+        anyio.run(main)

@@ -209,6 +209,7 @@ class ServerFacts:
     """What the proxy learns of its server from the answers it relays."""
 
     name: str | None = None  # serverInfo.name
+    protocol_version: str | None = None  # the version initialize negotiated
     deduplicates: bool = False  # capabilities.experimental["io.oncewire/deduplicates"]
     read_only: dict[str, bool] = field(default_factory=dict)  # tool -> readOnlyHint is true
     fresh: bool = False  # read_only holds the whole of the latest tools/list
@@ -222,6 +223,9 @@ class ServerFacts:
                 info = meta.get(SERVER_INFO) if isinstance(meta, Mapping) else None
             if isinstance(info, Mapping) and isinstance(info.get("name"), str) and info["name"]:
                 self.name = info["name"]
+            version = result.get("protocolVersion")
+            if isinstance(version, str) and version:
+                self.protocol_version = version
             capabilities = result.get("capabilities")
             experimental = (
                 capabilities.get("experimental") if isinstance(capabilities, Mapping) else None
