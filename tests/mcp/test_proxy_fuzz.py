@@ -193,3 +193,15 @@ def test_every_unusable_line_gets_a_clear_error_and_the_proxy_goes_on_serving(
     assert [e["key"] for e in raw.effects()] == ["ok-1"]
     assert len(calls_logged(upstream_log)) == 1
     assert peer.process.poll() is None
+
+
+def test_the_sep_3182_idempotency_key_is_read_as_the_key(
+    peer: RawPeer, raw: Raw, upstream_log: Path
+) -> None:
+    for request_id in ("sep-a", "sep-b"):  # a retry under another JSON-RPC id: the same call
+        params = {"name": "charge", "arguments": {"amount": 2}, "idempotencyKey": "sep-1"}
+        peer.send(_call(request_id, params))
+        answer = peer.answer_to(request_id)
+        assert answer["result"]["content"][0]["text"] == "charged 2"
+    assert [e["key"] for e in raw.effects()] == ["sep-1"]
+    assert [(c["key"], c["redelivery"]) for c in calls_logged(upstream_log)] == [("sep-1", False)]

@@ -15,9 +15,9 @@ other sent them, whatever the protocol revision. Only two things are the proxy's
   client is answered from the store. :mod:`oncewire.mcp.proxy_calls` has the conventions (kind,
   payload, key, ``_meta``, what a repeat and an unknown outcome are answered with).
 
-The proxy learns the server's name and whether it deduplicates from the handshake's result, and
-which tools are read-only from ``tools/list`` (its own request after the handshake, again after
-``notifications/tools/list_changed``, and every list the client asks for).
+It learns the server's name and whether it deduplicates from the handshake's result, which tools
+are read-only from ``tools/list`` (its own after the handshake and after a list_changed, and the
+client's).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core.extras import refusal
@@ -45,6 +44,7 @@ from oncewire.ledger import Ledger
 from oncewire.mcp import proxy_calls as calls
 from oncewire.mcp.protocol import IDEMPOTENCY_KEY, REDELIVERY
 from oncewire.mcp.proxy_dispatch import Dispatching, ForwardSink
+from oncewire.mcp.proxy_state import Intercepted, Live, Relayed
 from oncewire.mcp.proxy_wire import INTERNAL_ERROR, INVALID_REQUEST, Incoming, parse_line, rpc_error
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 
@@ -62,32 +62,6 @@ class UpstreamGone(Exception):
 
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-@dataclass
-class Relayed:
-    """A client request relayed to the server under the proxy's id."""
-
-    client_id: Any
-    method: str
-
-
-@dataclass
-class Live:
-    """What only this process knows of a call a client waits for here."""
-
-    meta: dict[str, Any]
-    waiting: int = 0
-    result: dict[str, Any] | None = None  # the server's answer, as it came
-    error: dict[str, Any] | None = None  # the server's JSON-RPC error, as it came
-    upstream_id: int | None = None  # the forwarded request's id while it is in flight
-
-
-@dataclass
-class Intercepted:
-    key: str | None = None
-    task: asyncio.Task[None] | None = None
-    cancelled: bool = False
 
 
 class Proxy:
@@ -133,7 +107,6 @@ class Proxy:
             grace_seconds=grace_seconds,
         )
 
-    # -- facts ---------------------------------------------------------------------------------
     @property
     def server_name(self) -> str:
         return self.name or self.server.name or self.fallback_name
@@ -166,6 +139,7 @@ class Proxy:
 
                 async def from_server() -> None:
                     await self._from_server(server_read)
+                    await self._drain()  # the calls under way are answered (unknown, mostly)
                     tg.cancel_scope.cancel()
 
                 async def from_client() -> None:
@@ -397,6 +371,7 @@ class Proxy:
 
     async def _call(self, message: dict[str, Any], intercepted: Intercepted) -> None:
         request_id = message["id"]
+        reply: dict[str, Any] | None
         try:
             reply = await self._answer_call(message, intercepted)
         except calls.BadCall as exc:
@@ -416,33 +391,29 @@ class Proxy:
             reply = rpc_error(request_id, INTERNAL_ERROR, f"the proxy failed: {exc}")
         finally:
             self._intercepted.pop(_id_key(request_id), None)
-        await self._send_client(reply)
+        if reply is not None:
+            await self._send_client(reply)
 
     async def _answer_call(
         self, message: dict[str, Any], intercepted: Intercepted
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         request_id = message["id"]
         call = calls.read_call(message.get("params"))
         await self._tools_known()
         if self.server.read_only.get(call.tool) is True:  # no effect: relayed as it is
             self._intercepted.pop(_id_key(request_id), None)
-            future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-            upstream_id = next(self._ids)
-            self._own[upstream_id] = future
-            try:
-                await self._send_server({**message, "id": upstream_id})
-                reply = await future
-            except UpstreamGone:
-                return rpc_error(request_id, INTERNAL_ERROR, "the server exited before answering")
-            finally:
-                self._own.pop(upstream_id, None)
-            return {**reply, "id": request_id}
+            await self._relay_request(message)  # its answer (and a cancel) goes as any other
+            return None
         key = call.key or f"{self.session_id}:{json.dumps(request_id)}"
         intercepted.key = key
         kind = calls.call_kind(self.server_name, call.tool)
         attempts = calls.REDELIVER_ATTEMPTS if self.redelivers(call.tool) else 1
         effect = await self._accept(key, kind, call.payload, attempts)
         calls.AFTER_ACCEPT.hit()
+        intercepted.accepted = True
+        if intercepted.cancelled:  # while its accept committed: withdrawn now, not answered
+            await self._withdraw(intercepted)
+            return None
         live = self._live.setdefault(key, Live(meta=call.meta))
         live.waiting += 1
         try:
@@ -504,20 +475,28 @@ class Proxy:
 
     async def _cancel_call(self, intercepted: Intercepted, reason: Any) -> None:
         intercepted.cancelled = True
-        key = intercepted.key
-        if key is not None:
-            why = "the client cancelled the call (notifications/cancelled)"
-            if isinstance(reason, str) and reason:
-                why += f": {reason[:200]}"
-            try:
-                await anyio.to_thread.run_sync(self.ledger.effects.cancel, key, why)
-            except InvalidState:
-                pass  # it had ended: nothing to withdraw
-            live = self._live.get(key)
-            if live is not None and live.upstream_id is not None:
-                await self._tell_cancelled(live.upstream_id, why)
+        intercepted.reason = "the client cancelled the call (notifications/cancelled)"
+        if isinstance(reason, str) and reason:
+            intercepted.reason += f": {reason[:200]}"
+        if intercepted.key is not None and not intercepted.accepted:
+            return  # its accept may be committing: _answer_call withdraws it when it returns
+        if intercepted.accepted:
+            await self._withdraw(intercepted)
         if intercepted.task is not None:
             intercepted.task.cancel()
+
+    async def _withdraw(self, intercepted: Intercepted) -> None:
+        """Cancel the call's effect (a claim in flight may land: the store says so) and tell
+        the server when its request is out."""
+        key = intercepted.key
+        assert key is not None
+        try:
+            await anyio.to_thread.run_sync(self.ledger.effects.cancel, key, intercepted.reason)
+        except InvalidState:
+            pass  # it had ended: nothing to withdraw
+        live = self._live.get(key)
+        if live is not None and live.upstream_id is not None:
+            await self._tell_cancelled(live.upstream_id, intercepted.reason)
 
     async def _tell_cancelled(self, upstream_id: int, reason: str) -> None:
         try:

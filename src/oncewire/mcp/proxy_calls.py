@@ -19,10 +19,13 @@ The conventions (the integrator's docs/mcp.md repeats them):
 * **forwarded** ``params._meta`` carries the client's ``_meta`` (a progress token, the protocol's
   own stamps) plus ``io.oncewire/idempotency-key`` (the key) and ``io.oncewire/redelivery``
   (true when an earlier attempt may have reached the server).
-* **result** the server's ``CallToolResult`` is the effect's result, as JSON; a repeat of a key
-  that is ``done`` is answered with it, without calling the server. A JSON-RPC error from the
-  server is ``rejected`` (the server refused the call): the live call is answered with that
-  error, a repeat with an ``isError`` result saying the tool refused it.
+* **result** the server's ``CallToolResult`` is the effect's result, as JSON (an ``isError``
+  result too: the tool ran and said so); a repeat of a key that is ``done`` is answered with it,
+  without calling the server. A JSON-RPC error from the server is ``rejected`` (the server
+  refused the call): the live call is answered with that error, a repeat with an ``isError``
+  result saying the tool refused it; but an internal error (-32603, which the SDK's HTTP
+  transport also gives for an HTTP 5xx) or a parse error (-32700) does not say the call did not
+  run: its outcome is unknown.
 * **outcome unknown** (the proxy died after forwarding, the server exited or timed out with the
   call in flight, the client cancelled it after it left): the effect ends ``dead`` (or
   ``cancelled``) with the store's ``maybe_sent``, and the call, and every repeat of its key, is
