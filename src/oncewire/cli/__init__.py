@@ -60,6 +60,7 @@ def _register() -> None:
         gateway,
         lab,
         langgraph,
+        mcp,
         receipts,
         replies,
         runs,
@@ -77,6 +78,7 @@ def _register() -> None:
     cli.add_command(gateway.group)
     cli.add_command(ui.command)
     cli.add_command(langgraph.group)
+    cli.add_command(mcp.group)
 
     def add_verbose(command: click.Command) -> None:
         # Every command and group takes -v, so `oncewire effects list -v` works as well as

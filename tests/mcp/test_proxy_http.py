@@ -1,0 +1,137 @@
+"""``oncewire mcp proxy --upstream URL``: the server on streamable HTTP (the SDK's
+``streamable_http_client``), the client on stdio; the same effects as with a child server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.mcp.conftest import ROOT, Raw, calls_logged, child_env, proxied, proxy_argv
+
+KEY = "io.oncewire/idempotency-key"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def http_upstream(upstream_log: Path) -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcp.upstream_server", "--http", str(port)],
+        env=child_env(upstream_log),
+        cwd=str(ROOT),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, "the HTTP server exited"
+                assert time.monotonic() < deadline, "the HTTP server did not listen"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def text(result: object) -> str:
+    return " ".join(getattr(c, "text", "") for c in getattr(result, "content", []))
+
+
+def test_a_streamable_http_server_behind_the_proxy(
+    db_url: str, raw: Raw, upstream_log: Path, http_upstream: str
+) -> None:
+    async def scenario() -> None:
+        async with proxied(db_url, upstream_log, "--upstream", http_upstream) as session:
+            assert session.initialize_result is not None
+            assert session.initialize_result.server_info.name == "pay"
+            tools = {t.name for t in (await session.list_tools()).tools}
+            assert {"charge", "lookup"} <= tools
+            first = await session.call_tool("charge", {"amount": 7}, meta={KEY: "h-1"})
+            again = await session.call_tool("charge", {"amount": 7}, meta={KEY: "h-1"})
+            assert text(first) == text(again) == "charged 7"
+            assert text(await session.call_tool("lookup", {"q": "y"})) == "found y"
+            resource = await session.read_resource("res://greeting")
+            assert "hello from the server" in str(resource)
+
+    anyio.run(scenario)
+    [effect] = raw.effects()
+    assert (effect["key"], effect["kind"], effect["state"]) == ("h-1", "mcp.pay.charge", "done")
+    logged = calls_logged(upstream_log)
+    assert [(c["tool"], c["key"], c["redelivery"]) for c in logged] == [
+        ("charge", "h-1", False),
+        ("lookup", None, None),
+    ]
+
+
+@pytest.fixture
+def listening(db_url: str, upstream_log: Path) -> Iterator[str]:
+    """``oncewire mcp proxy --listen`` in front of the stdio server, as a child process."""
+    port = _free_port()
+    argv = proxy_argv(db_url, "--listen", f"127.0.0.1:{port}")
+    process = subprocess.Popen(argv, env=child_env(upstream_log), cwd=str(ROOT))
+    try:
+        _wait_listening(process, port)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert process.poll() is None, "the process exited"
+            assert time.monotonic() < deadline, "nothing listened"
+            time.sleep(0.1)
+
+
+def test_clients_on_streamable_http_in_front_of_a_stdio_server(
+    db_url: str, raw: Raw, upstream_log: Path, listening: str
+) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mcp import ClientSession
+
+    async def one_session() -> list[str]:
+        async with (
+            streamable_http_client(listening) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            init = await session.initialize()
+            assert init.server_info.name == "pay"
+            tools = {t.name for t in (await session.list_tools()).tools}
+            assert {"charge", "lookup"} <= tools
+            answers = []
+            for _ in range(2):
+                result = await session.call_tool("charge", {"amount": 8}, meta={KEY: "l-1"})
+                answers.append(text(result))
+            answers.append(text(await session.call_tool("lookup", {"q": "w"})))
+            return answers
+
+    async def scenario() -> None:
+        assert await one_session() == ["charged 8", "charged 8", "found w"]
+        assert await one_session() == ["charged 8", "charged 8", "found w"]  # a new session
+
+    anyio.run(scenario)
+    [effect] = raw.effects()
+    assert (effect["key"], effect["kind"], effect["state"]) == ("l-1", "mcp.pay.charge", "done")
+    assert [c["tool"] for c in calls_logged(upstream_log)] == ["charge", "lookup", "lookup"]
