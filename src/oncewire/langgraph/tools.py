@@ -4,7 +4,7 @@ Every tool call of the AI message a node runs is an effect keyed by the graph's 
 checkpoint namespace and the call's id (:func:`turn_of`), all of the message's calls accepted
 in one transaction (:func:`oncewire.toolcalls.accept_in_tx`) before any runs. A dispatcher then
 performs each once: by default the node's own, started at its first step and kept
-(``dispatch="inline"``, :mod:`oncewire.langgraph.tools_inline`), or the separate ``oncewire
+(``dispatch="inline"``, :mod:`oncewire.dispatch.inline`), or the separate ``oncewire
 dispatch`` workers (``dispatch="workers"``, with :func:`tool_sinks`). The node waits for
 every effect to end, reading the store (:func:`oncewire.toolcalls.settled`), and returns one
 output per call: the tool's own answer when its effect is ``done``, else what
@@ -42,8 +42,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from oncewire import toolcalls
 from oncewire.core import crash
 from oncewire.core.errors import ConfigurationError, OncewireError, WrongType
+from oncewire.dispatch.inline import InlineDispatch
 from oncewire.dispatch.retry import RetryPolicy
-from oncewire.langgraph.tools_inline import InlineDispatch
 from oncewire.langgraph.tools_results import Output, error_message, render
 from oncewire.langgraph.tools_sinks import (
     CALLS,
@@ -308,7 +308,7 @@ class DurableToolNode(ToolNode):
 
     def close(self) -> None:
         """Stop the node's inline dispatcher: claims whose tools have not started go back, and
-        it waits for the tools running (see :mod:`oncewire.langgraph.tools_inline`). A later
+        it waits for the tools running (see :mod:`oncewire.dispatch.inline`). A later
         step starts it again; the process's exit stops it too."""
         if self._inline is not None:
             self._inline.close()

@@ -1,6 +1,7 @@
-"""The inline dispatcher of a :class:`~oncewire.langgraph.DurableToolNode`: one per node, kept.
+"""An inline dispatcher: the one a :class:`~oncewire.langgraph.DurableToolNode` (one per node)
+or a durable Agents SDK run (:func:`oncewire.agents.run`) keeps in its own process.
 
-A node with ``dispatch="inline"`` performs its tool calls with a :class:`~oncewire.Dispatcher`
+A node with ``dispatch="inline"`` (and every durable Agents SDK run) performs its tool calls with a :class:`~oncewire.Dispatcher`
 of its own: the same claim, fence, settle and recovery machinery as ``oncewire dispatch``
 workers, so every call is claimed under a lease with a fence, recorded as starting before its
 tool runs (a process that dies there leaves it to be retried as a flagged redelivery) and
@@ -41,7 +42,7 @@ from oncewire.ledger import Ledger
 
 __all__ = ["CLOSE_GRACE_SECONDS", "InlineDispatch"]
 
-log = logging.getLogger("oncewire.langgraph")
+log = logging.getLogger("oncewire.dispatch")
 
 # How long closing (and the process's exit) waits for the tools still running.
 CLOSE_GRACE_SECONDS = 30.0
