@@ -165,8 +165,9 @@ def register(flow: Workflow) -> Workflow:
 
 
 def workflow(name: str) -> Workflow:
-    if name not in _WORKFLOWS:
-        from oncewire.runs import review, turn  # noqa: F401  (register the built-in presets)
+    """The registered workflow ``name``. The built-in presets (review, turn) register
+    themselves on import, and ``oncewire.runs`` imports them: Python runs the package before any
+    of its modules, so they are here whenever this one is (the machinery needs no preset)."""
     try:
         return _WORKFLOWS[name]
     except KeyError:
