@@ -32,10 +32,20 @@ from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
 from oncewire.storage.postgres.guard import SettingsWatch, pipelined, settings_sql
+from oncewire.storage.postgres.inspect import inspect as inspect_store
 from oncewire.storage.postgres.listen import INBOUND, REPLIES, SETTLED, listener
+from oncewire.storage.postgres.schema import (
+    DIALECT,
+    current_version,
+    fresh_schema,
+    migrate,
+    migrations,
+)
 from oncewire.storage.sql import Query
 from oncewire.storage.sqlguard import caller_statement, check_statement
 
+# The schema's names are the schema module's (migrations, inspection), here for the callers
+# that reach them through the driver.
 __all__ = [
     "CHANNEL",
     "PostgresDriver",
@@ -52,9 +62,6 @@ CHANNEL = "oncewire_effects"
 _IDLE, _INTRANS, _INERROR, _UNKNOWN = 0, 2, 3, 4  # libpq's PQtransactionStatus
 
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
-
-_PACKAGE = "oncewire.storage.postgres"
-SCHEMA_LOCK = 0x6F6E6365  # advisory lock key held while migrating ("once")
 
 
 def connect_timeout_seconds(url: str) -> int:
@@ -79,53 +86,6 @@ def connect(url: str, *, timeout_seconds: int | None = None) -> Any:
     timeout = connect_timeout_seconds(url) if timeout_seconds is None else timeout_seconds
     with translate_errors("connecting to PostgreSQL"):
         return driver.connect(url, autocommit=True, connect_timeout=timeout)
-
-
-# -- the schema --------------------------------------------------------------------------------
-
-
-def current_version(conn: Any) -> int | None:
-    # An MVCC query of the catalog, not to_regclass(): after waiting on the advisory lock, the
-    # syscache behind to_regclass() may not yet show a table another process just committed.
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
-        "WHERE schemaname = current_schema() AND tablename = 'oncewire_schema')"
-    ).fetchone()
-    if not row[0]:
-        return None
-    row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-@contextmanager
-def _locked(conn: Any) -> Iterator[None]:
-    """A transaction holding the migration advisory lock (concurrent openers take turns)."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        yield
-
-
-def _run_script(conn: Any, script: str) -> None:
-    conn.execute(script)
-
-
-DIALECT = runner.Dialect(
-    package=_PACKAGE,
-    locked=_locked,
-    run_script=_run_script,
-    current_version=current_version,
-    translate_errors=translate_errors,
-    placeholder="%s",
-    schema_table=(
-        "CREATE TABLE IF NOT EXISTS oncewire_schema (version INTEGER PRIMARY KEY, "
-        "name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-    ),
-)
-
-# Under the dialect's lock: safe when several processes open the store at once.
-migrate = DIALECT.migrate
-migrations = DIALECT.migrations
-fresh_schema = DIALECT.fresh_schema
 
 
 # -- transactions ------------------------------------------------------------------------------
@@ -346,12 +306,8 @@ class PostgresDriver(Driver):
         }
 
     def inspect(self) -> Inspection:
-        # Imported here: only ``oncewire doctor`` inspects, and the inspection reads this
-        # module's schema helpers.
-        from oncewire.storage.postgres.inspect import inspect
-
         with translate_errors("inspecting the store"):
-            return inspect(self.conn())
+            return inspect_store(self.conn())
 
     # -- connections -------------------------------------------------------------------------
     def connect(self) -> Any:
