@@ -32,7 +32,7 @@ from oncewire.core.errors import (
     StoreUnusable,
 )
 from oncewire.storage import migrate as runner
-from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction
+from oncewire.storage.driver import Driver, ErrorTranslation
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
 from oncewire.storage.sqlguard import caller_statement
@@ -53,6 +53,7 @@ from oncewire.storage.sqlite.schema import (
     version_and_tables,
 )
 from oncewire.storage.sqlite.wake import watch as wake_watch
+from oncewire.storage.transaction import GuardedTransaction
 
 # The schema's names are the schema module's (migrations, inspection), here for the callers
 # that reach them through the driver.
