@@ -24,7 +24,14 @@ from typing import Any, TypeVar
 from oncewire.core.errors import InvalidPayload
 from oncewire.core.limits import MAX_DEPTH, MAX_INT_DIGITS
 
-__all__ = ["canonical_json", "digest", "digest_json", "loads"]
+__all__ = [
+    "canonical_json",
+    "canonical_json_unchecked",
+    "digest",
+    "digest_json",
+    "digest_unchecked",
+    "loads",
+]
 
 T = TypeVar("T")
 
@@ -169,9 +176,18 @@ def _with_headroom(fn: Callable[[Any], T], arg: Any) -> T:
             sys.setrecursionlimit(old)
 
 
+# The one definition of the canonical form: keys sorted, compact, UTF-8 (not escaped), no NaN.
 _encoder = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 ).encode
+
+# Canonical JSON of a value already known to be plain JSON within the limits: one that passed
+# canonical_json when it was accepted, or was parsed back by loads from text canonical_json
+# wrote. The C encoder alone, without the walk: the run ledger's hot path (every command
+# writes its run's state). On such values it writes exactly what canonical_json writes
+# (tests/unit/test_canonical_unchecked.py holds it to that, byte for byte); on any other value
+# it is no check (a NaN raises ValueError, a lone surrogate is written as it is).
+canonical_json_unchecked: Callable[[Any], str] = _encoder
 
 
 def canonical_json(value: Any, *, max_bytes: int | None = None) -> str:
@@ -216,6 +232,12 @@ def digest(value: Any) -> str:
 def digest_json(canonical_text: str) -> str:
     """The sha256 hex digest of text that is already canonical JSON."""
     return hashlib.sha256(canonical_text.encode("utf-8")).hexdigest()
+
+
+def digest_unchecked(value: Any) -> str:
+    """:func:`digest` of a value already known to be plain JSON (see
+    :data:`canonical_json_unchecked`)."""
+    return hashlib.sha256(_encoder(value).encode("utf-8")).hexdigest()
 
 
 def _refuse_constant(name: str) -> Any:

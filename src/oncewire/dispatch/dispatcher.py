@@ -35,19 +35,18 @@ from oncewire.core.clock import Clock
 from oncewire.core.errors import ConfigurationError, StorageError
 from oncewire.core.ids import this_process_owner
 from oncewire.core.limits import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes, check_seconds
-from oncewire.core.observe import ATTEMPT, CLAIMED, LISTENERS, RELEASED, emit
-from oncewire.dispatch import leases, marking, settling
+from oncewire.core.observe import CLAIMED, LISTENERS, RELEASED, emit
+from oncewire.dispatch import leases, marking, resolving, settling
 from oncewire.dispatch.outage import Outage, check_patience
 from oncewire.dispatch.reporting import (
     DispatchStats,
-    count_attempt,
     count_settled,
     shown,
     warn_waiting_kinds,
 )
 from oncewire.dispatch.retry import DEFAULT_IDLE_HORIZON_SECONDS, RetryPolicy, drained
 from oncewire.dispatch.runner import Call, SinkRunner, attempt_of, form_calls
-from oncewire.dispatch.settling import Label, Verdict
+from oncewire.dispatch.settling import Verdict
 from oncewire.dispatch.sinkspec import SinkSpec, check_ledger, inspect_sinks
 from oncewire.dispatch.stopping import (
     abandon_running,
@@ -498,17 +497,7 @@ class Dispatcher:
             return  # already resolved (timed out, or left behind)
         if call.started_at is not None and call.finished_at is not None:
             self._held.waves.call_took(call.finished_at - call.started_at)
-        if call.error is not None:
-            what = "batch sink" if call.batch else "sink"
-            verdicts = [settling.raised(call.error, what)] * len(call.claims)
-            log.warning(
-                "%s for %s raised on %s: %s", what, call.spec.kind, shown(call.keys), call.error
-            )
-        elif call.batch:
-            verdicts = settling.read_batch(call.value, len(call.claims), self.max_result_bytes)
-        else:
-            verdicts = [settling.read_value(call.value, self.max_result_bytes)]
-        self._resolve(call.claims, verdicts, call)
+        self._resolve(call.claims, resolving.verdicts(call, self.max_result_bytes), call)
 
     def _timed_out(self, call: Call) -> None:
         del self._calls[call.id]
@@ -520,14 +509,7 @@ class Dispatcher:
             shown(call.keys),
         )
         self._resolve(call.claims, [settling.timed_out(timeout)] * len(call.claims), call)
-        if call.spec.cancel is not None:
-            for attempt in call.attempts:
-                try:
-                    call.spec.cancel(attempt)
-                except Exception as exc:
-                    log.warning(
-                        "cancel(%r) of the sink for %s raised: %s", attempt.key, call.spec.kind, exc
-                    )
+        resolving.cancel(call)
 
     def _not_started(self, calls: Sequence[Call]) -> None:
         for call in calls:
@@ -542,29 +524,16 @@ class Dispatcher:
         self, claims: Sequence[Claim], verdicts: Sequence[Verdict], call: Call | None
     ) -> None:
         """Turn each attempt's verdict into a settlement to record, and say it in the log."""
-        now = self.clock.now()
-        started_at = call.started_at if call is not None else None
-        finished_at = now
-        if call is not None and call.finished_at is not None:
-            finished_at = call.finished_at
-        info = log.isEnabledFor(logging.INFO)
-        observed = bool(LISTENERS)
-        stats = self.stats
-        for claim, verdict in zip(claims, verdicts, strict=True):
-            item = settling.settlement(
-                claim,
-                verdict,
-                policy=self.retry,
-                now=now,
-                attempt_number=claim.fence,
-                started_at=started_at,
-                finished_at=finished_at,
-            )
-            self._finished.append(item)
-            if observed:
-                emit(ATTEMPT, settling.observed(claim, verdict, item, self.owner))
-            if info or verdict.label is not Label.DONE or verdict.result_error is not None:
-                count_attempt(stats, claim, verdict, item, started_at, finished_at)
+        resolving.settle(
+            claims,
+            verdicts,
+            call,
+            into=self._finished,
+            policy=self.retry,
+            now=self.clock.now(),
+            owner=self.owner,
+            stats=self.stats,
+        )
         if self._first_finished is None:
             self._first_finished = time.monotonic()
         self._forget(claims)

@@ -1,8 +1,8 @@
 """An inline dispatcher: the one a :class:`~oncewire.langgraph.DurableToolNode` (one per node)
 or a durable Agents SDK run (:func:`oncewire.agents.run`) keeps in its own process.
 
-A node with ``dispatch="inline"`` (and every durable Agents SDK run) performs its tool calls with a :class:`~oncewire.Dispatcher`
-of its own: the same claim, fence, settle and recovery machinery as ``oncewire dispatch``
+A node with ``dispatch="inline"`` (and every durable Agents SDK run) performs its tool calls
+with a :class:`~oncewire.Dispatcher` of its own: the same claim, fence, settle and recovery machinery as ``oncewire dispatch``
 workers, so every call is claimed under a lease with a fence, recorded as starting before its
 tool runs (a process that dies there leaves it to be retried as a flagged redelivery) and
 settled with the outcome the tool gave. Starting a dispatcher costs threads, a store

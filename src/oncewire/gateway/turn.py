@@ -9,11 +9,12 @@ A turn answers one inbound message on its session (``platform, bot, chat, thread
    ``turn:{inbound}`` starts (``runs.turn.start_in_tx``, refused with :class:`BranchBusy` while
    another turn holds the session) or, for a turn a dead process left, is taken over under the
    next fence (``runs.turn.resume_in_tx``).
-2. **The model stream**: the system prompt, the session's history (its earlier messages and
-   the answers committed for them, ``[turns] history_messages`` and ``history_chars``), the
-   message's text and the tools (:mod:`oncewire.gateway.tools`); a resumed turn's request ends
-   with ``[turns] resume_note``. Text deltas go to a
-   :class:`~oncewire.gateway.preview.Previewer` when the platform streams. A failure is retried
+2. **The model stream** (:mod:`oncewire.gateway.prompting`): the system prompt, the
+   session's history (its earlier messages and the answers committed for them, ``[turns]
+   history_messages`` and ``history_chars``), the message's text and the tools
+   (:mod:`oncewire.gateway.tools`); a resumed turn's request ends with ``[turns]
+   resume_note``. Text deltas go to a :class:`~oncewire.gateway.preview.Previewer` when the
+   platform streams. A failure is retried
    up to ``[model] max_retries`` times, waiting as a 429 asks (or an exponential backoff), and
    every wait ends at once when the turn is interrupted.
 3. **T3, the tool calls, T4** (:mod:`oncewire.gateway.tool_calls`), when the completed
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -69,19 +69,17 @@ from oncewire.core.errors import (
     TransitionRefused,
 )
 from oncewire.core.limits import MAX_RETRY_SECONDS
+from oncewire.gateway import prompting
 from oncewire.gateway.config import PlatformConfig
 from oncewire.gateway.model_results import (
-    Delta,
     Interrupt,
     ModelClient,
     ModelFailure,
     ModelInterrupted,
-    ModelRateLimited,
-    ModelRejected,
     ModelResponse,
 )
 from oncewire.gateway.preview import Previewer
-from oncewire.gateway.sessions import NOTHING_TO_STOP, STOPPED_NOTE, is_stop, model_text, stopped_by
+from oncewire.gateway.sessions import NOTHING_TO_STOP, STOPPED_NOTE, is_stop, stopped_by
 from oncewire.gateway.tool_calls import (
     Conversation,
     ToolCalls,
@@ -312,7 +310,13 @@ class TurnWorker:
                     edit_interval_seconds=platform.edit_interval_seconds,
                     name=f"preview-{inbound_id}",
                 ).start()
-            messages = self._messages(inbound)
+            messages = prompting.prompt(
+                self.ledger,
+                inbound,
+                system_prompt=self.settings.system_prompt,
+                history_messages=self.settings.history_messages,
+                history_chars=self.settings.history_chars,
+            )
             loop = Conversation(inbound_id, fence, steps, messages)
             try:
                 if steps:
@@ -395,44 +399,21 @@ class TurnWorker:
         log.info("stop confirmed inbound=%s delivery=%s", inbound_id, delivery.status)
         return TurnResult(inbound_id, "answered", delivery.status)
 
-    def _messages(self, inbound: Inbound) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = []
-        if self.settings.system_prompt:
-            messages.append({"role": "system", "content": self.settings.system_prompt})
-        messages.extend(self._history(inbound))
-        messages.append({"role": "user", "content": model_text(inbound.payload)})
-        return messages
-
-    def _history(self, inbound: Inbound) -> list[dict[str, Any]]:
-        """The session's earlier messages and the answers their user was given, read from the
-        ledger (what was committed is what the chat shows), newest kept first within
-        ``history_chars``; ``/stop`` and its confirmation are left out."""
-        limit = self.settings.history_messages
-        earlier = self.ledger.replies.history(inbound.id, limit=limit) if limit else []
-        kept: list[dict[str, Any]] = []
-        room = self.settings.history_chars
-        for exchange in reversed(earlier):
-            if is_stop(exchange.inbound):
-                continue
-            text = model_text(exchange.inbound.payload)
-            if not text and exchange.answer is None:
-                continue  # nothing the model could read
-            pair = [{"role": "user", "content": text}]
-            if exchange.answer is not None:
-                pair.append({"role": "assistant", "content": exchange.answer})
-            room -= sum(len(m["content"]) for m in pair)
-            if room < 0:
-                break
-            kept[:0] = pair
-        return kept
-
     def _converse(
         self, loop: Conversation, interrupt: Interrupt, previewer: Previewer | None
     ) -> ModelResponse | ModelFailure:
         """Ask the model until it answers without tool calls, fails, or uses up max_steps;
         each step with tool calls is T3, its calls run as effects, each result T4."""
         while True:
-            response = self._ask(loop.messages, interrupt, previewer)
+            response = prompting.ask(
+                self.model,
+                self.tools,
+                loop.messages,
+                interrupt,
+                previewer,
+                max_retries=self.settings.max_retries,
+                backoff=self._backoff,
+            )
             if isinstance(response, ModelFailure) or not response.tool_calls:
                 return response
             if loop.steps + 1 >= self.settings.max_steps:
@@ -448,49 +429,15 @@ class TurnWorker:
                     {"role": "tool", "tool_call_id": call["id"], "content": content}
                 )
 
-    def _ask(
-        self,
-        messages: list[dict[str, Any]],
-        interrupt: Interrupt,
-        previewer: Previewer | None,
-    ) -> ModelResponse | ModelFailure:
-        """The model's answer, or the failure that ended the retries (ModelInterrupted is
-        raised: the turn stops where it is)."""
-        attempt = 0
-        while True:
-            parts: list[str] = []
-
-            def on_delta(delta: Delta, parts: list[str] = parts) -> None:
-                if delta.text and previewer is not None:
-                    parts.append(delta.text)
-                    previewer.show("".join(parts))
-
-            try:
-                return self.model.complete(
-                    messages, tools=self.tools.specs(), on_delta=on_delta, interrupt=interrupt
-                )
-            except ModelInterrupted:
-                raise
-            except ModelRejected as exc:
-                log.warning("model refused the request: %s", exc)
-                return exc  # sending it again will not help
-            except ModelFailure as exc:
-                if attempt >= self.settings.max_retries:
-                    log.warning("model failed after %s retries: %s", attempt, exc)
-                    return exc
-                wait = self._backoff(attempt, exc)
-                log.info("model failed (%s); retry %s in %.2fs", exc.code, attempt + 1, wait)
-                if _sleep(interrupt, wait):
-                    raise ModelInterrupted("interrupted while waiting to retry") from exc
-                attempt += 1
-
     def _backoff(self, attempt: int, failure: ModelFailure) -> float:
-        """The wait before the next try: the model service's ``retry-after`` (at most a day,
-        as every retry's), else exponential with jitter up to ``retry_cap_seconds``."""
-        if isinstance(failure, ModelRateLimited) and failure.retry_after_seconds is not None:
-            return min(failure.retry_after_seconds, float(MAX_RETRY_SECONDS))
-        base = self.settings.retry_base_seconds * 2.0 ** min(attempt, 62)
-        return min(self.settings.retry_cap_seconds, base * random.uniform(0.5, 1.0))
+        """The wait before the next try (:func:`~oncewire.gateway.prompting.backoff_seconds`
+        with ``retry_base_seconds`` and ``retry_cap_seconds``)."""
+        return prompting.backoff_seconds(
+            attempt,
+            failure,
+            base_seconds=self.settings.retry_base_seconds,
+            cap_seconds=self.settings.retry_cap_seconds,
+        )
 
     def _commit(
         self,
@@ -564,13 +511,6 @@ def end_interrupted_in_tx(
     if isinstance(by, int):
         ledger.inbound.supersede_in_tx(tx, inbound_id, by=by)
     ledger.replies.withdraw_in_tx(tx, inbound_id, profile)
-
-
-def _sleep(interrupt: Interrupt, seconds: float) -> bool:
-    """Wait ``seconds``; True (at once) if the turn is interrupted meanwhile."""
-    woken = threading.Event()
-    interrupt.on_interrupt(woken.set)
-    return woken.wait(seconds)
 
 
 class _LeaseRenewal:

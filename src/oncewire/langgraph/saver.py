@@ -10,7 +10,8 @@ that a checkpoint, its writes and the caller's own rows can share one transactio
 - **verifiable**: each thread's history is a hash chain (HMAC under the ledger's runs key when
   it has one; :mod:`oncewire.langgraph.chain`), and ``get_tuple`` / ``list`` raise
   :class:`CheckpointTampered` (or :class:`CheckpointUnreadable`) on a broken chain or a blob
-  that does not deserialise, never a partial state;
+  that does not deserialise, never a partial state
+  (:mod:`oncewire.langgraph.saver_reading`);
 - **write ownership**: writing to a thread takes its lease (a fenced named lease, as the
   gateway's bot leases; a dead owner on this host is recognised at once by pid and start time);
   a process whose lease was taken over is refused (:class:`ThreadLeaseLost`) before anything is
@@ -48,13 +49,12 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("langgraph", "oncewire.langgraph.OncewireSaver", exc) from exc
 
 from oncewire.core.errors import (
-    CheckpointTampered,
-    CheckpointUnreadable,
     InvalidState,
     ThreadLeaseLost,
 )
 from oncewire.core.ids import this_process_owner
 from oncewire.langgraph import chain
+from oncewire.langgraph import saver_reading as reading
 from oncewire.langgraph.saver_barrier import WriteBarrier
 from oncewire.langgraph.saver_cache import EMPTY, ChainCache
 from oncewire.langgraph.saver_leases import DEFAULT_HOLD_SECONDS, ThreadLeases
@@ -330,99 +330,13 @@ class OncewireSaver(BaseCheckpointSaver[str]):
             self._append(thread_id, [Writes(ns, checkpoint_id, task_id, rows)])
 
     # -- reading -----------------------------------------------------------------------------
-    def _loads(self, thread_id: str, what: str, type_: str, blob: bytes) -> Any:
-        try:
-            return self.serde.loads_typed((type_, blob))
-        except Exception as exc:
-            raise CheckpointUnreadable(
-                f"thread {thread_id!r}: {what} does not deserialise ({type(exc).__name__}); "
-                "nothing of it was returned",
-                thread_id=thread_id,
-                reason=f"{what} does not deserialise",
-            ) from exc
-
     def _verify(self, thread_id: str, head: ThreadHead | None) -> bytes | None:
-        """Check the thread's chain up to ``head`` (incrementally after what this saver
-        verified or wrote before); the key its rows are checked with."""
-        if head is None:
-            raise CheckpointTampered(
-                f"thread {thread_id!r}: checkpoint rows without a chain head; nothing of it was "
-                "returned",
-                thread_id=thread_id,
-                reason="checkpoint rows without a chain head",
-            )
-        key = chain.chain_key(head, self.key)
-        done = self._chains.head(thread_id)
-        if done == (head.head_seq, head.head_hash):
-            return key
-        after_seq, after_hash = done if done and 0 < done[0] < head.head_seq else (0, None)
-        entries = [
-            e for e in self.store.lg_chain_after(thread_id, after_seq) if e.seq <= head.head_seq
-        ]
-        seq, last = chain.verify_entries(
-            thread_id, entries, key, after_seq=after_seq, after_hash=after_hash
-        )
-        if (seq, last) != (head.head_seq, head.head_hash):
-            raise CheckpointTampered(
-                f"thread {thread_id!r}: the chain does not end at its recorded head; nothing of "
-                "it was returned",
-                thread_id=thread_id,
-                reason="the chain does not end at its recorded head",
-            )
-        self._chains.verified(thread_id, (seq, last), entries)
-        return key
+        return reading.verify(self.store, self._chains, self.key, thread_id, head)
 
     def _tuple(
         self, row: CheckpointRow, writes: Sequence[WriteRow], key: bytes | None
     ) -> CheckpointTuple:
-        thread_id = row.thread_id
-        known = self._chains.entries(thread_id)
-        chain.check_checkpoint(row, key, known)
-        for write in writes:
-            chain.check_write(thread_id, write, key, known)
-        checked = [e for e in (row.entry, *(w.entry for w in writes)) if e and e.seq not in known]
-        if checked:  # hashed from scratch just now: compared, not hashed, from now on
-            self._chains.remember(thread_id, checked)
-        checkpoint = self._loads(
-            thread_id, f"checkpoint {row.checkpoint_id}", row.type, row.checkpoint
-        )
-        metadata = self._loads(
-            thread_id, f"checkpoint {row.checkpoint_id}'s metadata", row.metadata_type, row.metadata
-        )
-        ordered = sorted(writes, key=lambda w: (w.task_path, w.task_id, w.idx))
-        pending = [
-            (
-                w.task_id,
-                w.channel,
-                self._loads(
-                    thread_id, f"a write of checkpoint {row.checkpoint_id}", w.type, w.value
-                ),
-            )
-            for w in ordered
-        ]
-        return CheckpointTuple(
-            config={
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": row.checkpoint_ns,
-                    "checkpoint_id": row.checkpoint_id,
-                }
-            },
-            checkpoint=checkpoint,
-            metadata=metadata,
-            parent_config=(
-                {
-                    "configurable": {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": row.checkpoint_ns,
-                        "checkpoint_id": row.parent_checkpoint_id,
-                    }
-                }
-                if row.parent_checkpoint_id
-                else None
-            ),
-            pending_writes=pending,
-        )
+        return reading.checkpoint_tuple(self.serde, self._chains, row, writes, key)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = _configurable(config)
@@ -484,7 +398,9 @@ class OncewireSaver(BaseCheckpointSaver[str]):
             row, writes, _ = self.store.lg_read_checkpoint(*key)
         if row is None:
             return None, set()
-        checkpoint = self._loads(key[0], f"checkpoint {key[2]}", row.type, row.checkpoint)
+        checkpoint = reading.loads(
+            self.serde, key[0], f"checkpoint {key[2]}", row.type, row.checkpoint
+        )
         return checkpoint.get("versions_seen") or {}, {w.task_path for w in writes}
 
     # -- deleting and copying ----------------------------------------------------------------
@@ -622,6 +538,8 @@ class OncewireSaver(BaseCheckpointSaver[str]):
 
 
 def _run_id(saver: OncewireSaver, thread_id: str, row: CheckpointRow) -> str | None:
-    metadata = saver._loads(thread_id, "checkpoint metadata", row.metadata_type, row.metadata)
+    metadata = reading.loads(
+        saver.serde, thread_id, "checkpoint metadata", row.metadata_type, row.metadata
+    )
     run_id = metadata.get("run_id") if isinstance(metadata, dict) else None
     return None if run_id is None else str(run_id)

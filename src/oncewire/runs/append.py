@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewire.core import crash
-from oncewire.core.canonical import digest_json
+from oncewire.core.canonical import canonical_json_unchecked, digest_json, digest_unchecked
 from oncewire.core.clock import Clock
 from oncewire.core.errors import (
     HistoryHidden,
@@ -31,7 +31,7 @@ from oncewire.effects.outbox import ACCEPT_BEFORE_COMMIT, Effects
 from oncewire.runs.chain import event_hash
 from oncewire.runs.keys import chain_key as _chain_key
 from oncewire.runs.keys import pin_problem
-from oncewire.runs.machine import Refusal, Rows, Step, apply_command, fast_canonical, fast_digest
+from oncewire.runs.machine import Refusal, Rows, Step, apply_command
 from oncewire.runs.machine import workflow as _workflow
 from oncewire.runs.records import CommandResult, Verification
 from oncewire.runs.verify import Audit
@@ -305,8 +305,8 @@ def append_in_tx(
         ) from None
     refuse_used_ids(ctx, tx, row.run_id, seq, rows)
     # The request passed the canonical check (digest) on its way in: encode it fast.
-    state_json = fast_canonical(state)
-    payload_json = fast_canonical(
+    state_json = canonical_json_unchecked(state)
+    payload_json = canonical_json_unchecked(
         {
             "key": key,
             "digest": request_digest,
@@ -387,7 +387,7 @@ def abandon_in_tx(ctx: RunContext, tx: Transaction, row: RunRow, *, reason: str)
             "abandon",
             request,
             key=f"abandon:{row.fence}:{row.head_seq}",
-            request_digest=fast_digest({"command": "abandon", "request": request}),
+            request_digest=digest_unchecked({"command": "abandon", "request": request}),
             owner=row.owner,
             fence=row.fence,
             lease_expires_at=None,

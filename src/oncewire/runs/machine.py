@@ -14,8 +14,6 @@ Reducers mutate a plain JSON state (a dict) and return the projection rows the e
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,24 +29,10 @@ __all__ = [
     "Transition",
     "Workflow",
     "apply_command",
-    "fast_canonical",
-    "fast_digest",
     "workflow",
 ]
 
 NEW = ""  # the status of a run that does not exist yet
-
-# Canonical JSON (as oncewire.core.canonical writes it) for values already known to be JSON:
-# requests that passed the canonical check when they were accepted, or payloads parsed back
-# from storage (a NaN smuggled into one raises ValueError). The C encoder, without the walk.
-fast_canonical = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode
-
-
-def fast_digest(value: Any) -> str:
-    return hashlib.sha256(fast_canonical(value).encode("utf-8")).hexdigest()
-
 
 State = dict[str, Any]
 Request = Mapping[str, Any]
@@ -165,8 +149,9 @@ def register(flow: Workflow) -> Workflow:
 
 
 def workflow(name: str) -> Workflow:
-    if name not in _WORKFLOWS:
-        from oncewire.runs import review, turn  # noqa: F401  (register the built-in presets)
+    """The registered workflow ``name``. The built-in presets (review, turn) register
+    themselves on import, and ``oncewire.runs`` imports them: Python runs the package before any
+    of its modules, so they are here whenever this one is (the machinery needs no preset)."""
     try:
         return _WORKFLOWS[name]
     except KeyError:

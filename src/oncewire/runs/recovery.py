@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from oncewire.core import crash
-from oncewire.core.canonical import canonical_json
+from oncewire.core.canonical import canonical_json, digest_unchecked
 from oncewire.core.ids import new_id, owner_is_dead_locally
 from oncewire.runs import append
 from oncewire.runs.append import RunContext
-from oncewire.runs.machine import RecoveryPlan, State, fast_digest
+from oncewire.runs.machine import RecoveryPlan, State
 from oncewire.runs.records import ReconcileReport
 from oncewire.runs.review.recovery import recovery_plan as review_plan
 from oncewire.runs.turn.recovery import recovery_plan as turn_plan
@@ -167,7 +167,7 @@ def reconcile_run(
 
 
 def _digest(command: str, request: dict[str, object]) -> str:
-    return fast_digest({"command": command, "request": request})
+    return digest_unchecked({"command": command, "request": request})
 
 
 def reconcile_delivery(

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from oncewire.runs.machine import Request, Rows, State, Step, fast_canonical
+from oncewire.core.canonical import canonical_json_unchecked
+from oncewire.runs.machine import Request, Rows, State, Step
 from oncewire.runs.records import WORLD_CHANGING, ActionState, SideEffectClass
 from oncewire.storage.runs import ActionRow
 
@@ -59,7 +60,7 @@ def proposal_problem(state: State, request: Request) -> str | None:
 
 def proposed_row(step: Step, request: Request, phase_id: str | None) -> ActionRow:
     """The action ledger's row of a proposal: what runs, with which arguments, before it runs."""
-    arguments_json = fast_canonical(request.get("arguments"))
+    arguments_json = canonical_json_unchecked(request.get("arguments"))
     return ActionRow(
         run_id=step.run_id,
         action_id=request["action_id"],
@@ -68,7 +69,7 @@ def proposed_row(step: Step, request: Request, phase_id: str | None) -> ActionRo
         arguments_json=arguments_json,
         arguments_digest=hashlib.sha256(arguments_json.encode("utf-8")).hexdigest(),
         side_effect_class=request["side_effect_class"],
-        resource_keys_json=fast_canonical(list(request.get("resource_keys") or [])),
+        resource_keys_json=canonical_json_unchecked(list(request.get("resource_keys") or [])),
         effect_key=request.get("effect_key"),
         status=ActionState.PROPOSED.value,
         result_json=None,
@@ -106,7 +107,7 @@ def resolved_row(
         resource_keys_json="[]",
         effect_key=action["effect_key"],
         status=str(request["status"]),
-        result_json=fast_canonical(request.get("result")),
+        result_json=canonical_json_unchecked(request.get("result")),
         proposed_seq=0,
         resolved_seq=step.seq,
     )

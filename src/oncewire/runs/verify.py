@@ -18,17 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from oncewire.core.canonical import digest_json
+from oncewire.core.canonical import canonical_json_unchecked, digest_json, digest_unchecked
 from oncewire.runs.chain import chain_name, verify_chain
-from oncewire.runs.machine import (
-    NEW,
-    Refusal,
-    Step,
-    apply_command,
-    fast_canonical,
-    fast_digest,
-    workflow,
-)
+from oncewire.runs.machine import NEW, Refusal, Step, apply_command, workflow
 from oncewire.runs.records import Verification
 from oncewire.storage.runs import ActionRow, EventRow, FindingRow, PhaseRow, RunRow
 
@@ -96,7 +88,7 @@ def fold(
         ):
             raise _Fault(seq, "its key or request digest columns do not match its payload")
         try:
-            if fast_digest({"command": command, "request": request}) != event.request_digest:
+            if digest_unchecked({"command": command, "request": request}) != event.request_digest:
                 raise _Fault(seq, "its request digest does not match its request")
         except (TypeError, ValueError):
             raise _Fault(seq, "its request is not canonical JSON") from None
@@ -225,7 +217,7 @@ def audit(
     except _Fault as exc:
         return failed(exc.seq, exc.reason)
     head = events[-1]
-    state_json = fast_canonical(state)
+    state_json = canonical_json_unchecked(state)
     problems = []
     if json.loads(head.payload_json).get("state") != digest_json(state_json):
         problems.append("the head event's state digest does not match the folded state")

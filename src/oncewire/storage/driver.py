@@ -9,8 +9,8 @@ the store's driver, ``self.db``::
 
 :class:`Driver` holds what every backend does the same way: one connection per thread (opened
 on first use, a broken one forgotten and replaced, and new ones in a child process forked from
-this one), running a named query on a connection, the caller's transaction checked before a
-verb writes through it. A backend's driver
+this one), running a named query on a connection, the caller's transaction
+(:mod:`oncewire.storage.transaction`) checked before a verb writes through it. A backend's driver
 (:class:`oncewire.storage.sqlite.driver.SQLiteDriver`,
 :class:`oncewire.storage.postgres.driver.PostgresDriver`) adds what differs: connecting and its
 settings, the transaction discipline (``BEGIN IMMEDIATE`` on SQLite, an explicit ``BEGIN`` on
@@ -29,14 +29,16 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from oncewire.core.errors import InvalidState, StorageError
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.migrate import Dialect
 from oncewire.storage.sql import Queries, Query, queries
-from oncewire.storage.sqlguard import SavepointStack, caller_statement, check_statement
+from oncewire.storage.transaction import GuardedTransaction, Transaction, store_transaction
 
+# Transaction, GuardedTransaction and store_transaction are the transaction module's, here for
+# the verbs and backends that reach them through the driver.
 __all__ = [
     "Driver",
     "ErrorTranslation",
@@ -65,22 +67,6 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-class Transaction(Protocol):
-    """An open database transaction shared by the caller and oncewire."""
-
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        """Run the caller's own SQL: ``:name`` placeholders with a dict, on every backend."""
-        ...
-
-
-def store_transaction(tx: Transaction) -> Transaction:
-    """The store's own transaction behind ``tx``. A wrapper that shares one (the Ledger's
-    ``with ledger.transaction() as tx``) hands it over as ``tx.store_transaction``, so every
-    ``_in_tx`` verb takes either."""
-    inner: Transaction | None = getattr(tx, "store_transaction", None)
-    return tx if inner is None else inner
-
-
 class ErrorTranslation:
     """Turn driver errors raised inside the block into the error tree, once, at this boundary.
 
@@ -105,73 +91,6 @@ class ErrorTranslation:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, self.error):
             raise self.translated(self.what, exc) from exc
-
-
-class GuardedTransaction(abc.ABC):
-    """An open write transaction oncewire shares with its caller, on one connection.
-
-    ``execute`` (the caller's SQL, ``:name`` placeholders with a dict, rendered for the
-    ``dialect``) refuses positional values and each driver's own placeholders, and what would
-    end the transaction or change the connection (:mod:`oncewire.storage.sqlguard`); oncewire's
-    own savepoints go around that
-    check and are recorded as oncewire's, so the caller's SQL may not release them. Nothing runs
-    once the transaction is no longer open: a statement would autocommit outside of it.
-    """
-
-    __slots__ = ("conn", "is_open", "savepoints")
-
-    dialect: str  # the caller's SQL is rendered for it
-
-    def __init__(self, conn: Any, *, is_open: bool) -> None:
-        self.conn = conn
-        self.is_open = is_open
-        self.savepoints = SavepointStack()
-
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        self.check_open()
-        check_statement(sql, self.savepoints)
-        text, values = caller_statement(sql, params, self.dialect)
-        return self.conn.execute(text, () if values is None else values)
-
-    def check_open(self) -> None:
-        """Refuse to go on unless this transaction is still the connection's open one."""
-        if not self.is_open:
-            raise InvalidState("use the transaction inside its with block")
-        if not self.open_on_connection():
-            raise InvalidState(self.ended_by_database)
-
-    # What the refusal says when the database ended the transaction on its own.
-    ended_by_database = "the transaction is no longer open"
-
-    @abc.abstractmethod
-    def open_on_connection(self) -> bool:
-        """Whether the connection still has this transaction open."""
-
-    def savepoint(self, name: str) -> AbstractContextManager[None]:
-        return _Savepoint(self, name)
-
-
-class _Savepoint:
-    __slots__ = ("name", "tx")
-
-    def __init__(self, tx: GuardedTransaction, name: str) -> None:
-        if not name.isidentifier():
-            raise ValueError(f"savepoint name {name!r} is not an identifier")
-        self.tx, self.name = tx, name
-
-    def _run(self, sql: str) -> None:
-        self.tx.check_open()
-        self.tx.conn.execute(sql)
-
-    def __enter__(self) -> None:
-        self._run(f'SAVEPOINT "{self.name}"')
-        self.tx.savepoints.opened(self.name, by_caller=False)
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is not None:
-            self._run(f'ROLLBACK TO SAVEPOINT "{self.name}"')
-        self._run(f'RELEASE SAVEPOINT "{self.name}"')
-        self.tx.savepoints.released(self.name)
 
 
 class Pending:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from oncewire.storage.driver import Driver, GuardedTransaction, Transaction, store_transaction
+from oncewire.storage.driver import Driver
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.opening import (
     DEFAULT_OPEN_TIMEOUT_SECONDS,
@@ -32,6 +32,7 @@ from oncewire.storage.opening import (
     open_with_retries,
 )
 from oncewire.storage.records import Effect, EffectState
+from oncewire.storage.transaction import GuardedTransaction, Transaction, store_transaction
 from oncewire.storage.verbs.agents import AgentVerbs
 from oncewire.storage.verbs.agents_sessions import AgentSessionVerbs
 from oncewire.storage.verbs.effects import EffectVerbs

@@ -22,17 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncewire.runs.machine import (
-    NEW,
-    Request,
-    Rows,
-    State,
-    Step,
-    Transition,
-    Workflow,
-    fast_canonical,
-    register,
-)
+from oncewire.core.canonical import canonical_json_unchecked
+from oncewire.runs.machine import NEW, Request, Rows, State, Step, Transition, Workflow, register
 from oncewire.runs.records import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -85,8 +76,10 @@ def _phase_row(step: Step, phase: dict[str, Any], status: str, **closing: Any) -
         status=status,
         verdict=closing.get("verdict"),
         candidate_id=phase["candidate_id"],
-        body_json=fast_canonical(phase["body"]),
-        result_json=None if "result" not in closing else fast_canonical(closing["result"]),
+        body_json=canonical_json_unchecked(phase["body"]),
+        result_json=None
+        if "result" not in closing
+        else canonical_json_unchecked(closing["result"]),
         actions_bound=bool(phase["bound"]),
         opened_seq=phase["opened_seq"],
         closed_seq=step.seq if status != "open" else None,
@@ -225,7 +218,7 @@ def _complete_review(state: State, request: Request, step: Step, rows: Rows) -> 
                 phase_id=phase["id"],
                 candidate_id=phase["candidate_id"],
                 severity=str(finding.get("severity", "unspecified")),
-                body_json=fast_canonical(finding),
+                body_json=canonical_json_unchecked(finding),
             )
         )
 

@@ -26,16 +26,34 @@ from oncewire.core.errors import (
     SchemaError,
 )
 from oncewire.storage import migrate as runner
-from oncewire.storage.driver import Driver, GuardedTransaction, Pipeline, Row
+from oncewire.storage.driver import Driver, Pipeline, Row
 from oncewire.storage.grouping import AFTER_SHARED_COMMIT, BEFORE_SHARED_COMMIT
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.postgres.caller import AwaitedRows, TupleRows
 from oncewire.storage.postgres.errors import psycopg, require_driver, translate_errors, translated
-from oncewire.storage.postgres.guard import SettingsWatch, pipelined, settings_sql
+from oncewire.storage.postgres.guard import pipelined
+from oncewire.storage.postgres.inspect import inspect as inspect_store
 from oncewire.storage.postgres.listen import INBOUND, REPLIES, SETTLED, listener
+from oncewire.storage.postgres.schema import (
+    DIALECT,
+    current_version,
+    fresh_schema,
+    migrate,
+    migrations,
+)
+from oncewire.storage.postgres.transaction import (
+    IDLE,
+    INERROR,
+    INTRANS,
+    UNKNOWN,
+    Begun,
+    FirstStatementBegins,
+    PostgresTransaction,
+)
 from oncewire.storage.sql import Query
-from oncewire.storage.sqlguard import caller_statement, check_statement
 
+# The schema's names are the schema module's (migrations, inspection), here for the callers
+# that reach them through the driver.
 __all__ = [
     "CHANNEL",
     "PostgresDriver",
@@ -49,12 +67,7 @@ T = TypeVar("T")
 
 CHANNEL = "oncewire_effects"
 
-_IDLE, _INTRANS, _INERROR, _UNKNOWN = 0, 2, 3, 4  # libpq's PQtransactionStatus
-
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10
-
-_PACKAGE = "oncewire.storage.postgres"
-SCHEMA_LOCK = 0x6F6E6365  # advisory lock key held while migrating ("once")
 
 
 def connect_timeout_seconds(url: str) -> int:
@@ -79,204 +92,6 @@ def connect(url: str, *, timeout_seconds: int | None = None) -> Any:
     timeout = connect_timeout_seconds(url) if timeout_seconds is None else timeout_seconds
     with translate_errors("connecting to PostgreSQL"):
         return driver.connect(url, autocommit=True, connect_timeout=timeout)
-
-
-# -- the schema --------------------------------------------------------------------------------
-
-
-def current_version(conn: Any) -> int | None:
-    # An MVCC query of the catalog, not to_regclass(): after waiting on the advisory lock, the
-    # syscache behind to_regclass() may not yet show a table another process just committed.
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
-        "WHERE schemaname = current_schema() AND tablename = 'oncewire_schema')"
-    ).fetchone()
-    if not row[0]:
-        return None
-    row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-@contextmanager
-def _locked(conn: Any) -> Iterator[None]:
-    """A transaction holding the migration advisory lock (concurrent openers take turns)."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        yield
-
-
-def _run_script(conn: Any, script: str) -> None:
-    conn.execute(script)
-
-
-DIALECT = runner.Dialect(
-    package=_PACKAGE,
-    locked=_locked,
-    run_script=_run_script,
-    current_version=current_version,
-    translate_errors=translate_errors,
-    placeholder="%s",
-    schema_table=(
-        "CREATE TABLE IF NOT EXISTS oncewire_schema (version INTEGER PRIMARY KEY, "
-        "name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-    ),
-)
-
-# Under the dialect's lock: safe when several processes open the store at once.
-migrate = DIALECT.migrate
-migrations = DIALECT.migrations
-fresh_schema = DIALECT.fresh_schema
-
-
-# -- transactions ------------------------------------------------------------------------------
-class PostgresTransaction(GuardedTransaction):
-    """The caller's view of an open PostgreSQL transaction.
-
-    ``execute`` takes ``:name`` placeholders with a dict (the portable form, translated to
-    psycopg's ``%(name)s``), and refuses several statements in one string as well.
-
-    On oncewire's own connection, the settings oncewire relies on are read with each of the
-    caller's statements (:mod:`~oncewire.storage.postgres.guard`, kept in ``settings``): once
-    one changed, nothing more runs, and the commit is refused.
-    """
-
-    __slots__ = ("settings",)
-
-    dialect = "postgresql"
-
-    ended_by_database = (
-        "the transaction is no longer open; nothing more was written and nothing will be committed"
-    )
-
-    def __init__(self, conn: Any, *, is_open: bool) -> None:
-        super().__init__(conn, is_open=is_open)
-        self.settings = SettingsWatch()
-
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        self.check_open()
-        check_statement(sql, self.savepoints)
-        sql, values = caller_statement(sql, params, "postgresql")
-        conn = self.conn
-        if not isinstance(conn, _FirstStatementBegins):
-            return conn.execute(sql, values)  # the caller's own connection: theirs
-        return self.settings.run(conn, sql, values)
-
-    def check_open(self) -> None:
-        if self.settings.failure is not None:
-            raise self.settings.refusal()
-        super().check_open()
-
-    def open_on_connection(self) -> bool:
-        conn = self.conn
-        if isinstance(conn, _FirstStatementBegins):
-            if not conn.begun:
-                return True  # its BEGIN travels with the first statement
-            conn = conn.raw
-        return bool(conn.info.transaction_status in (_INTRANS, _INERROR))
-
-
-class _FirstStatementBegins:
-    """The connection of a transaction whose ``BEGIN`` has not been sent yet.
-
-    On an autocommit connection, psycopg's ``BEGIN`` is a round trip of its own, answered
-    before the first statement may be sent: for a transaction of one statement (an accept),
-    three round trips where the statement alone is one. Here the ``BEGIN`` waits for the
-    transaction's first statement and the two travel together, in one pipeline with one
-    ``Sync`` (one round trip): the statement runs inside the transaction, and its rows, row
-    count and error are read before :meth:`execute` returns, as without a pipeline.
-
-    Anything else asked of the connection (a cursor, a pipeline, its status) sends the
-    ``BEGIN`` on its own first, as before; so does :meth:`PostgresDriver.conn`, so that no
-    statement can run on this thread's connection outside the transaction while the
-    ``BEGIN`` waits. A block that runs no statement sends nothing at all.
-    """
-
-    __slots__ = ("block", "driver", "raw")
-
-    def __init__(self, driver: PostgresDriver, raw: Any) -> None:
-        self.driver, self.raw = driver, raw
-        self.block: Any = None  # psycopg's Transaction, once the BEGIN is sent
-
-    @property
-    def begun(self) -> bool:
-        return self.block is not None
-
-    def begin(self) -> None:
-        """Send the ``BEGIN`` now, on its own (nothing else asked for can travel with it)."""
-        if self.block is None:
-            self._begin_with(None)
-
-    def execute(self, sql: Any, params: Any = None) -> Any:
-        if self.block is not None:
-            return self.raw.execute(sql, params)
-        return self._begin_with(lambda raw: raw.execute(sql, params))
-
-    def watched(self, sql: Any, params: Any, *, baseline: bool) -> tuple[Any, Any, Any]:
-        """The caller's statement between two reads of the settings oncewire relies on (the
-        first only when ``baseline``), in one round trip: the three cursors, read."""
-
-        def statements(raw: Any) -> tuple[Any, Any, Any]:
-            before = raw.execute(settings_sql()) if baseline else None
-            cursor = raw.execute(sql, params)
-            return cursor, before, raw.execute(settings_sql())
-
-        if self.block is None:
-            watched: tuple[Any, Any, Any] = self._begin_with(statements)
-            return watched
-        if not psycopg.Pipeline.is_supported():
-            return statements(self.raw)
-        return pipelined(self.raw, statements)
-
-    def _begin_with(self, first: Callable[[Any], Any] | None) -> Any:
-        """``BEGIN`` (and ``first(conn)``'s statements, in the same round trip); what ``first``
-        returns (its cursors).
-
-        A connection the server dropped while it sat idle is only found out here: nothing
-        sent could have committed (the statement ran, if at all, inside a transaction that
-        never reached its ``COMMIT``), so a fresh connection takes its place once.
-        """
-        for retry in (False, True):
-            block = psycopg.Transaction(self.raw)
-            try:
-                if first is None or not psycopg.Pipeline.is_supported():
-                    block.__enter__()  # a round trip of its own
-                    self.block = block
-                    return None if first is None else first(self.raw)
-
-                def begun(raw: Any, block: Any = block) -> Any:
-                    block.__enter__()  # queued: sent with the statement
-                    self.block = block
-                    return first(raw)
-
-                return pipelined(self.raw, begun)  # the Sync read every result into them
-            except psycopg.Error as exc:
-                if not self.raw.broken or retry:
-                    raise  # an entered block is ended (rolled back) with the transaction
-                with contextlib.suppress(Exception):
-                    block.__exit__(type(exc), exc, None)
-                self.block = None
-                self.driver.forget(self.raw)
-                self.raw = self.driver.fresh_conn()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def __getattr__(self, name: str) -> Any:
-        self.begin()
-        return getattr(self.raw, name)
-
-
-class _Begun:
-    """Ends a psycopg transaction block that was already entered."""
-
-    __slots__ = ("block",)
-
-    def __init__(self, block: Any) -> None:
-        self.block = block
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        return bool(self.block.__exit__(exc_type, exc, tb))
 
 
 _ANNOUNCE_SETTLED = f"SELECT pg_notify('{SETTLED}', '')"
@@ -346,12 +161,8 @@ class PostgresDriver(Driver):
         }
 
     def inspect(self) -> Inspection:
-        # Imported here: only ``oncewire doctor`` inspects, and the inspection reads this
-        # module's schema helpers.
-        from oncewire.storage.postgres.inspect import inspect
-
         with translate_errors("inspecting the store"):
-            return inspect(self.conn())
+            return inspect_store(self.conn())
 
     # -- connections -------------------------------------------------------------------------
     def connect(self) -> Any:
@@ -415,7 +226,7 @@ class PostgresDriver(Driver):
         first statement is begun first, so that nothing runs on it outside the transaction (in
         a forked child, never the parent's: see :meth:`Driver.check_fork`)."""
         self.check_fork()
-        waiting: _FirstStatementBegins | None = getattr(self._local, "waiting", None)
+        waiting: FirstStatementBegins | None = getattr(self._local, "waiting", None)
         if waiting is not None and not waiting.begun:
             with translate_errors("running a transaction: beginning"):
                 waiting.begin()
@@ -430,9 +241,9 @@ class PostgresDriver(Driver):
         if getattr(self._local, "waiting", None) is not None:
             raise InvalidState("a transaction is already open on this thread")
         conn = self.fresh_conn()
-        if conn.info.transaction_status != _IDLE:
+        if conn.info.transaction_status != IDLE:
             raise InvalidState("a transaction is already open on this thread")
-        waiting = _FirstStatementBegins(self, conn)
+        waiting = FirstStatementBegins(self, conn)
         self._local.waiting = waiting
         tx = PostgresTransaction(waiting, is_open=True)
         try:
@@ -453,7 +264,7 @@ class PostgresDriver(Driver):
                 status = waiting.raw.info.transaction_status
                 failure: InvalidState | None = None
                 watch = tx.settings
-                if watch.failure is None and watch.baseline is not None and status == _INTRANS:
+                if watch.failure is None and watch.baseline is not None and status == INTRANS:
                     try:
                         watch.check_at_commit(waiting.raw)
                     except InvalidState:
@@ -463,12 +274,12 @@ class PostgresDriver(Driver):
                         raise
                 if watch.failure is not None:
                     failure = watch.refusal()
-                elif status == _INERROR:
+                elif status == INERROR:
                     failure = InvalidState(
                         "a statement in this transaction failed earlier, so the database "
                         "aborted it: nothing was committed"
                     )
-                elif status != _INTRANS:
+                elif status != INTRANS:
                     failure = InvalidState(
                         "the transaction ended before its with block did; nothing more was "
                         "committed"
@@ -500,7 +311,7 @@ class PostgresDriver(Driver):
         before_commit()
         for retry in (False, True):
             conn = self.fresh_conn()
-            if conn.info.transaction_status != _IDLE:
+            if conn.info.transaction_status != IDLE:
                 raise InvalidState("a transaction is already open on this thread")
             try:
                 return self.one(conn, q, **params)
@@ -518,7 +329,7 @@ class PostgresDriver(Driver):
             yield tx.conn
 
     def in_transaction(self, conn: Any) -> bool:
-        return bool(conn.info.transaction_status != _IDLE)
+        return bool(conn.info.transaction_status != IDLE)
 
     def caller_transaction(self, conn: Any) -> PostgresTransaction:
         if psycopg is None or not isinstance(conn, psycopg.Connection):
@@ -526,7 +337,7 @@ class PostgresDriver(Driver):
                 f"this ledger's store is PostgreSQL: accept_in takes a psycopg connection, not "
                 f"{type(conn).__name__}; nothing was written"
             )
-        if conn.closed or conn.info.transaction_status != _INTRANS:
+        if conn.closed or conn.info.transaction_status != INTRANS:
             raise InvalidState(
                 "accept_in needs a connection inside an open transaction (run a statement or "
                 "enter conn.transaction() first; a failed transaction cannot take the effect); "
@@ -547,7 +358,7 @@ class PostgresDriver(Driver):
                 f"this ledger's store is PostgreSQL: an awaited accept_in takes a "
                 f"psycopg.AsyncConnection, not {type(conn).__name__}; nothing was written"
             )
-        if conn.closed or conn.info.transaction_status != _INTRANS:
+        if conn.closed or conn.info.transaction_status != INTRANS:
             raise InvalidState(
                 "accept_in needs a connection inside an open transaction (run a statement or "
                 "enter conn.transaction() first; a failed transaction cannot take the effect); "
@@ -569,7 +380,7 @@ class PostgresDriver(Driver):
         """
         for retry in (False, True):
             conn = self.conn()
-            idle = conn.info.transaction_status == _IDLE
+            idle = conn.info.transaction_status == IDLE
             try:
                 return read(conn)
             except psycopg.Error as exc:
@@ -620,13 +431,13 @@ class PostgresDriver(Driver):
             return super().pipelined_write(what, fill)
         for retry in (False, True):
             conn = self.fresh_conn()
-            if conn.info.transaction_status in (_INERROR, _UNKNOWN):
+            if conn.info.transaction_status in (INERROR, UNKNOWN):
                 # This driver's own connection, left failed or bad by an error it raised (a
                 # server's FATAL before the socket closed is read before psycopg sees the
                 # close): nothing of it can commit, so a new connection takes its place.
                 self.forget(conn)
                 conn = self.fresh_conn()
-            if conn.info.transaction_status != _IDLE:
+            if conn.info.transaction_status != IDLE:
                 raise InvalidState("a transaction is already open on this thread")
             statements = Pipeline(conn, defer=True)
 
@@ -658,10 +469,10 @@ class PostgresDriver(Driver):
                     self.forget(conn)
                     if not retry:
                         continue
-                elif conn.info.transaction_status != _IDLE:
+                elif conn.info.transaction_status != IDLE:
                     with contextlib.suppress(psycopg.Error):
                         conn.rollback()  # the failed transaction the skipped COMMIT left open
-                    if conn.broken or conn.info.transaction_status != _IDLE:
+                    if conn.broken or conn.info.transaction_status != IDLE:
                         self.forget(conn)  # never handed out again in that state
                 raise translated(what, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -670,17 +481,17 @@ class PostgresDriver(Driver):
     def snapshot(self) -> Iterator[Any]:
         """A ``REPEATABLE READ, READ ONLY`` transaction.
 
-        It begins like a write (:class:`_FirstStatementBegins`, the ``BEGIN`` and the isolation
+        It begins like a write (:class:`FirstStatementBegins`, the ``BEGIN`` and the isolation
         level in one round trip): a connection the server dropped while idle is replaced once,
         since nothing was read yet, and a server that is gone is a :class:`StoreUnreachable`,
         never psycopg's own error. Once the snapshot's moment is taken, a dropped connection is
         an error (see :meth:`reading`).
         """
         conn = self.conn()
-        if conn.info.transaction_status != _IDLE:
+        if conn.info.transaction_status != IDLE:
             yield conn  # the caller's transaction reads
             return
-        opening = _FirstStatementBegins(self, conn)
+        opening = FirstStatementBegins(self, conn)
         try:
             with translate_errors("reading a snapshot"):
                 try:
@@ -689,7 +500,7 @@ class PostgresDriver(Driver):
                     if opening.block is not None:
                         opening.block.__exit__(type(exc), exc, exc.__traceback__)
                     raise
-                with _Begun(opening.block):
+                with Begun(opening.block):
                     yield opening.raw
         finally:
             if opening.raw.broken:

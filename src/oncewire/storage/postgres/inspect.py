@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from oncewire.storage.inspection import Inspection, SchemaDifference, WriteProbe, schema_names
-from oncewire.storage.postgres.driver import fresh_schema
 from oncewire.storage.postgres.errors import psycopg
+from oncewire.storage.postgres.schema import fresh_schema
 
 __all__ = ["inspect"]
 

@@ -2,8 +2,9 @@
 
 The SQLite backend (:mod:`oncewire.storage.driver`): connecting and the pragmas every connection
 runs with, opening a file (checked before anything changes it: its header, its tables, its
-integrity, :mod:`~oncewire.storage.sqlite.files`; then migrated in its own journal mode and only
-then switched to WAL; or opened read-only, never migrated), the transaction
+integrity, :mod:`~oncewire.storage.sqlite.files`; then migrated,
+:mod:`~oncewire.storage.sqlite.schema`, in its own journal mode and only then switched to WAL;
+or opened read-only, never migrated), the transaction
 the caller shares with oncewire (:class:`SQLiteTransaction`, guarded by
 :mod:`oncewire.storage.sqlguard`), errors translated by SQLite's result code
 (:mod:`~oncewire.storage.sqlite.errors`), reads that survive a stored text which is not UTF-8,
@@ -31,16 +32,31 @@ from oncewire.core.errors import (
     StoreUnusable,
 )
 from oncewire.storage import migrate as runner
-from oncewire.storage.driver import Driver, ErrorTranslation, GuardedTransaction
+from oncewire.storage.driver import Driver, ErrorTranslation
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
 from oncewire.storage.sqlguard import caller_statement
 from oncewire.storage.sqlite import files
 from oncewire.storage.sqlite.errors import translate_errors, translated
+from oncewire.storage.sqlite.files import path_from_url
 from oncewire.storage.sqlite.group import GroupCommit
 from oncewire.storage.sqlite.guard import CallerGuard
+from oncewire.storage.sqlite.inspect import inspect as inspect_store
+from oncewire.storage.sqlite.schema import (
+    DIALECT,
+    SCHEMA_TABLE,
+    current_version,
+    fresh_schema,
+    migrate,
+    migrations,
+    split_statements,
+    version_and_tables,
+)
 from oncewire.storage.sqlite.wake import watch as wake_watch
+from oncewire.storage.transaction import GuardedTransaction
 
+# The schema's names are the schema module's (migrations, inspection), here for the callers
+# that reach them through the driver.
 __all__ = [
     "SCHEMA_TABLE",
     "SQLiteDriver",
@@ -56,16 +72,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("oncewire.storage")
 
-_PACKAGE = "oncewire.storage.sqlite"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-
-def path_from_url(url: str) -> str:
-    for prefix in ("sqlite:///", "sqlite://", "sqlite:"):
-        if url.startswith(prefix):
-            rest = url[len(prefix) :]
-            return "/" + rest if prefix == "sqlite:///" and not rest.startswith("/") else rest
-    return url
 
 
 def lenient_text(data: bytes) -> str:
@@ -80,90 +87,6 @@ def lenient_text(data: bytes) -> str:
 def undecodable_text(exc: BaseException | None) -> bool:
     """The driver's own failure to decode a stored text as UTF-8 (it has no result code)."""
     return isinstance(exc, sqlite3.OperationalError) and not hasattr(exc, "sqlite_errorcode")
-
-
-# -- the schema --------------------------------------------------------------------------------
-SCHEMA_TABLE = """
-CREATE TABLE IF NOT EXISTS oncewire_schema (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at REAL NOT NULL
-)"""
-
-
-def split_statements(script: str) -> list[str]:
-    """Split a script into complete statements (so they can run inside our own transaction)."""
-    statements, buffer = [], ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            if buffer.strip():
-                statements.append(buffer.strip())
-            buffer = ""
-    if buffer.strip() and not all(
-        part.strip().startswith("--") or not part.strip() for part in buffer.splitlines()
-    ):
-        raise SchemaError("a schema file ends in an incomplete statement")
-    return statements
-
-
-def current_version(conn: sqlite3.Connection) -> int | None:
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'oncewire_schema'"
-    ).fetchone()
-    if not exists:
-        return None
-    row = conn.execute("SELECT MAX(version) FROM oncewire_schema").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-def _version_and_tables(conn: sqlite3.Connection) -> tuple[int | None, list[str]]:
-    """The schema version, or None and the tables the file holds when it is not a store."""
-    names = [
-        str(name)
-        for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' "
-            "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
-        )
-    ]
-    if "oncewire_schema" not in names:
-        return None, names
-    return current_version(conn), []
-
-
-@contextlib.contextmanager
-def _locked(conn: sqlite3.Connection) -> Iterator[None]:
-    """A transaction holding SQLite's write lock from its first statement."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    # executescript() would commit first: run statement by statement inside our transaction.
-    for statement in split_statements(script):
-        conn.execute(statement)
-
-
-DIALECT = runner.Dialect(
-    package=_PACKAGE,
-    locked=_locked,
-    run_script=_run_script,
-    current_version=current_version,
-    translate_errors=translate_errors,
-    placeholder="?",
-    schema_table=SCHEMA_TABLE,
-)
-
-# Under the dialect's lock: safe when several processes open the store at once.
-migrate = DIALECT.migrate
-migrations = DIALECT.migrations
-fresh_schema = DIALECT.fresh_schema
 
 
 # -- transactions ------------------------------------------------------------------------------
@@ -333,7 +256,7 @@ class SQLiteDriver(Driver):
         self.use(conn)  # closed with the driver if what follows fails
         # Check before changing anything: a file oncewire refuses keeps its journal and bytes.
         with translate_errors(f"reading the schema of {self.path}"):
-            version, tables = _version_and_tables(conn)
+            version, tables = version_and_tables(conn)
         if version is None and not create:
             raise SchemaError(f"{self.path} is not an oncewire store (no oncewire_schema table)")
         if version is None:
@@ -392,12 +315,8 @@ class SQLiteDriver(Driver):
         }
 
     def inspect(self) -> Inspection:
-        # Imported here: only ``oncewire doctor`` inspects, and the inspection reads this
-        # module's schema helpers.
-        from oncewire.storage.sqlite.inspect import inspect
-
         with translate_errors("inspecting the store"):
-            return inspect(self.conn(), self.integrity, self.path)
+            return inspect_store(self.conn(), self.integrity, self.path)
 
     # -- connections -------------------------------------------------------------------------
     def connect(self) -> sqlite3.Connection:

@@ -30,6 +30,7 @@ __all__ = [
     "in_wal_mode",
     "integrity_problems",
     "needs_snapshot",
+    "path_from_url",
     "read_only_cause",
     "refuse_unless_sqlite",
     "snapshot_warning",
@@ -44,6 +45,15 @@ LISTED = 3  # problems named in a refusal
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB: what quick_check's own failure means
 _verified: set[tuple[int, int]] = set()  # (device, inode) of the files checked in this process
 _verified_lock = threading.Lock()
+
+
+def path_from_url(url: str) -> str:
+    """The file a ``sqlite:`` URL names (a plain path names itself)."""
+    for prefix in ("sqlite:///", "sqlite://", "sqlite:"):
+        if url.startswith(prefix):
+            rest = url[len(prefix) :]
+            return "/" + rest if prefix == "sqlite:///" and not rest.startswith("/") else rest
+    return url
 
 
 def _head(path: str) -> bytes | None:

@@ -17,13 +17,9 @@ from urllib.parse import quote
 from oncewire.core.errors import StorageError
 from oncewire.storage.inspection import Inspection, SchemaDifference, WriteProbe
 from oncewire.storage.sqlite import files
-from oncewire.storage.sqlite.driver import (
-    SCHEMA_TABLE,
-    fresh_schema,
-    path_from_url,
-    split_statements,
-)
 from oncewire.storage.sqlite.errors import translated
+from oncewire.storage.sqlite.files import path_from_url
+from oncewire.storage.sqlite.schema import SCHEMA_TABLE, fresh_schema, split_statements
 
 __all__ = ["file_integrity", "inspect"]
 
