@@ -8,7 +8,8 @@ ended (a resumed run), its answer is given to the SDK and the tool does not run.
 context (the tool, the SDK's tool context, the run's event loop and context variables) is held
 in this process and the run's inline dispatcher
 (:class:`~oncewire.dispatch.inline.InlineDispatch`, the same claim, fence, settle and recovery
-machinery as ``oncewire dispatch`` workers) performs it: the sink runs the tool's own invoker on the run's loop, inside the
+machinery as ``oncewire dispatch`` workers) performs it: the sink runs the tool's own invoker
+on the run's loop, inside the
 attempt (:func:`oncewire.agents.current_attempt`) and inside a scope of its own, so a run
 inside the tool is durable too. What the tool does decides the outcome:
 
