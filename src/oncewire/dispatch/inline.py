@@ -3,12 +3,12 @@ or a durable Agents SDK run (:func:`oncewire.agents.run`) keeps in its own proce
 
 A node with ``dispatch="inline"`` (and every durable Agents SDK run) performs its tool calls
 with a :class:`~oncewire.Dispatcher` of its own: the same claim, fence, settle and recovery
-machinery as ``oncewire dispatch`` workers, so every call is claimed under a lease with a fence, recorded as starting before its
-tool runs (a process that dies there leaves it to be retried as a flagged redelivery) and
-settled with the outcome the tool gave. Starting a dispatcher costs threads, a store
-subscription and a few queries, which is most of what a step with a quick tool would spend; so
-the node starts its dispatcher at its first step that has a call to run, in a daemon thread,
-and keeps it:
+machinery as ``oncewire dispatch`` workers, so every call is claimed under a lease with a
+fence, recorded as starting before its tool runs (a process that dies there leaves it to be
+retried as a flagged redelivery) and settled with the outcome the tool gave. Starting a
+dispatcher costs threads, a store subscription and a few queries, which is most of what a step
+with a quick tool would spend; so the node starts its dispatcher at its first step that has a
+call to run, in a daemon thread, and keeps it:
 
 * a step that accepted calls wakes it at once (:meth:`InlineDispatch.enter`), instead of
   waiting for the store to announce the commit;
