@@ -2,7 +2,8 @@
 helpers for reading a database around oncewire and for starting real child processes.
 
 Soak runs: a test marked ``slow`` is left out of the default run (``make test``) and runs with
-``--soak`` or ``ONCEWIRE_SOAK=1`` (``make soak``), or when ``-m`` names the marker. A long check
+``--soak`` or ``ONCEWIRE_SOAK=1`` (``make soak``), or when ``-m`` names the marker. A module
+that keeps some of its parameters for the soak run defines ``soak_only(test, params)``. A long check
 marked ``slow`` keeps a bounded version in the default run that exercises the same code path
 and invariant; the marker's description in pyproject.toml says so."""
 
@@ -46,8 +47,18 @@ def soak_requested(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(trylast=True)  # after any conftest that marks items slow at collection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave the tests marked ``slow`` out unless a soak run was asked for; pytest reports
-    them as deselected, so a default run says how many it did not run."""
+    """Mark ``slow`` every test its module's ``soak_only(test, params)`` names (given the test's
+    function name and parameters, whether it runs only in a soak run), then leave the tests
+    marked ``slow`` out unless a soak run was asked for; pytest reports them as deselected, so
+    a default run says how many it did not run."""
+    for item in items:
+        soak_only: Callable[[str, dict[str, Any]], bool] | None = getattr(
+            getattr(item, "module", None), "soak_only", None
+        )
+        callspec = getattr(item, "callspec", None)
+        name = getattr(item, "originalname", item.name)
+        if soak_only is not None and callspec is not None and soak_only(name, callspec.params):
+            item.add_marker(pytest.mark.slow)
     if soak_requested(config):
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]

@@ -24,7 +24,7 @@ import pytest
 from oncewire.storage import Store
 from oncewire.storage.records import Claim, Effect, EffectState, Settlement
 from oncewire.storage.sqlite import SQLiteStore
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 T0 = 1_800_000_000.0  # every contract test's "now": verbs take time as an argument
 
@@ -106,7 +106,7 @@ class PostgresRaw(RawDatabase):
 def _postgres_store(tmp_path: Path) -> Store:
     from oncewire.storage.postgres import PostgresStore
 
-    schema = _PG_SCHEMAS.enter_context(fresh_schema(server_url(), "contract"))
+    schema = _PG_SCHEMAS.enter_context(migrated_schema(server_url(), "contract"))
     return PostgresStore(schema)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,7 +168,7 @@ class Databases:
         if not self.postgres:
             return name
         if name not in self._urls:
-            self._urls[name] = self._stack.enter_context(fresh_schema(server_url(), "docs"))
+            self._urls[name] = self._stack.enter_context(migrated_schema(server_url(), "docs"))
         return self._urls[name]
 
     def code(self, example: str) -> str:

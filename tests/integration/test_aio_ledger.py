@@ -20,7 +20,7 @@ import pytest
 from oncewire.aio import AsyncLedger, AsyncReceipts, ThreadTransaction
 from oncewire.core.errors import ConfigurationError, InvalidState, PayloadConflict
 from oncewire.storage.records import EffectState
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 ORDERS = "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)"
 INSERT = "INSERT INTO orders (id, total) VALUES (:id, :total)"
@@ -31,7 +31,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "app.db")
         return
-    with fresh_schema(server_url(), "aio") as schema_url:
+    with migrated_schema(server_url(), "aio") as schema_url:
         yield schema_url
 
 
@@ -267,7 +267,7 @@ def test_concurrent_transactions_on_sqlite_each_keep_their_own_thread(tmp_path: 
 def test_a_commit_cancelled_midway_is_over_when_the_cancellation_arrives() -> None:
     """PostgreSQL: a deferred trigger makes the COMMIT take a second. A cancellation during it
     is delivered once the commit has ended, so a read right after tells for good."""
-    with fresh_schema(server_url(), "aio") as url:
+    with migrated_schema(server_url(), "aio") as url:
 
         async def main() -> None:
             async with AsyncLedger(url) as ledger:
@@ -308,7 +308,7 @@ def test_a_commit_cancelled_midway_is_over_when_the_cancellation_arrives() -> No
 def test_accept_in_an_async_psycopg_connection_commits_and_rolls_back_with_the_caller() -> None:
     import psycopg
 
-    with fresh_schema(server_url(), "aio") as url:
+    with migrated_schema(server_url(), "aio") as url:
 
         async def main() -> None:
             async with AsyncLedger(url) as ledger:

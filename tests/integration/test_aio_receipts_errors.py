@@ -21,7 +21,7 @@ from oncewire.aio import AsyncReceipts, ThreadTransaction
 from oncewire.core.errors import StatementError, StorageError, StoreUnreachable
 from oncewire.receipts import Receipts
 from oncewire.storage import Transaction
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 CHARGES = "CREATE TABLE charges (id INTEGER PRIMARY KEY, cents INTEGER NOT NULL)"
 INSERT = "INSERT INTO charges (id, cents) VALUES (:id, :cents)"
@@ -32,7 +32,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "payments.db")
         return
-    with fresh_schema(server_url(), "aio_errors") as schema_url:
+    with migrated_schema(server_url(), "aio_errors") as schema_url:
         yield schema_url
 
 
@@ -150,7 +150,7 @@ def test_work_that_catches_its_own_failure_and_returns_is_still_refused(receiver
 def test_a_connection_dropped_under_the_work_is_store_unreachable() -> None:
     import psycopg
 
-    with fresh_schema(server_url(), "aio_errors") as url:
+    with migrated_schema(server_url(), "aio_errors") as url:
         with Receipts(url) as receipts, receipts.store.transaction() as tx:
             tx.execute(CHARGES)
 

@@ -19,7 +19,7 @@ from oncewire.lab.suites.replies_rig import LONG_BODY, Rig, deltas, footer, head
 from oncewire.platforms.fake import FakePlatform, Fault
 from oncewire.replies import PlatformProfile, ReplyState, SendRequest, WireOutcome
 from oncewire.testing import ManualClock
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 
 class AsyncFake:
@@ -63,7 +63,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "app.db")
         return
-    with fresh_schema(server_url(), "aioreplies") as url:
+    with migrated_schema(server_url(), "aioreplies") as url:
         yield url
 
 

@@ -28,7 +28,7 @@ from oncewire.core.errors import ConfigurationError
 from oncewire.receipts import Receipts
 from oncewire.storage import Transaction
 from tests.conftest import wait_for
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 httpx2 = pytest.importorskip("httpx2")
 pytest.importorskip("starlette")
@@ -80,7 +80,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     pytest.importorskip("psycopg")
     import psycopg
 
-    with fresh_schema(server_url(), "asgi") as url:
+    with migrated_schema(server_url(), "asgi") as url:
         Receipts(url).close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE TABLE charges (id SERIAL PRIMARY KEY, idem_key TEXT, cents INT)")
@@ -329,7 +329,7 @@ def recipe_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backen
         yield Backend(str(tmp_path / "payments.db"), postgres=False)
         return
     pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "asgi") as url:
+    with migrated_schema(server_url(), "asgi") as url:
         yield Backend(url, postgres=True)
 
 

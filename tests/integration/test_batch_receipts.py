@@ -25,7 +25,7 @@ from oncewire import (
 )
 from oncewire.sinks import ReceiptsSink
 from oncewire.storage import Transaction
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 
 def _tickets_table(receipts: Receipts, serial: str = "INTEGER") -> None:
@@ -152,7 +152,7 @@ def test_a_batch_sink_that_raises_or_miscounts_is_an_unknown_outcome(tmp_path: P
 
 
 def test_run_many_on_postgresql_survives_a_failing_item() -> None:
-    with fresh_schema(server_url(), "batch") as url, Receipts(url) as receipts:
+    with migrated_schema(server_url(), "batch") as url, Receipts(url) as receipts:
         _tickets_table(receipts, "BIGSERIAL")
         work = _insert()
 

@@ -23,7 +23,7 @@ import pytest
 
 from oncewire import Ledger, Receipts
 from oncewire.storage import Transaction
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 NOTES = "CREATE TABLE notes (who TEXT PRIMARY KEY, backend TEXT)"
 
@@ -33,7 +33,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "app.db")
         return
-    with fresh_schema(server_url(), "fork") as schema_url:
+    with migrated_schema(server_url(), "fork") as schema_url:
         yield schema_url
 
 

@@ -38,7 +38,7 @@ from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
 from oncewire.testing import ManualClock
 from tests.conftest import _child_env, _python_child, wait_for
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 from tests.support.runs_db import RunsDatabase
 
 pytest.importorskip("httpx2")
@@ -347,7 +347,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield str(tmp_path / "http.db")
         return
     pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "http") as url:
+    with migrated_schema(server_url(), "http") as url:
         yield url
 
 

@@ -34,7 +34,7 @@ from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.attempt import Attempt
 from oncewire.otel import Instrumentation, instrument
 from tests.conftest import wait_for
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 
 class Telemetry:
@@ -90,7 +90,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "app.db")
         return
-    with fresh_schema(server_url(), "otel") as schema_url:
+    with migrated_schema(server_url(), "otel") as schema_url:
         yield schema_url
 
 

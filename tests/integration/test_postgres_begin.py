@@ -16,12 +16,12 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.core.errors import InvalidState, PayloadConflict, StatementError
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    with fresh_schema(server_url(), "begin") as url:
+    with migrated_schema(server_url(), "begin") as url:
         yield url
 
 

@@ -14,12 +14,12 @@ from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import TELEGRAM_LIKE, ReplyEngine, ReplyState
 from oncewire.storage.postgres import PostgresStore
 from oncewire.testing import ManualClock
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 
 @pytest.fixture
 def ledger() -> Iterator[Ledger]:
-    with fresh_schema(server_url(), "replies") as url:
+    with migrated_schema(server_url(), "replies") as url:
         opened = Ledger(PostgresStore(url), clock=ManualClock())
         try:
             with opened.transaction() as tx:

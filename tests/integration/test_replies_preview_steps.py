@@ -22,7 +22,7 @@ from oncewire.lab.suites.replies_rig import Rig, footer, header, reply_text
 from oncewire.platforms.fake import Fault
 from oncewire.replies import OpKind, OpState, PreviewPass, ReplyState
 from oncewire.testing import ManualClock
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -31,7 +31,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
         yield None  # the rig's own SQLite file
         return
     pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "preview") as url:
+    with migrated_schema(server_url(), "preview") as url:
         yield url
 
 

@@ -18,7 +18,7 @@ from oncewire.core.errors import RevertBarrierHeld
 from oncewire.runs.chain import event_hash
 from oncewire.storage.postgres.driver import migrate, migrations
 from oncewire.testing import ManualClock
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import fresh_schema, migrated_schema, server_url
 
 SCOPE = "scope-pg"
 LEASE = 30.0
@@ -26,7 +26,13 @@ LEASE = 30.0
 
 @pytest.fixture
 def url() -> Iterator[str]:
-    with fresh_schema(server_url(), "runs_pg") as schema_url:
+    with migrated_schema(server_url(), "runs_pg") as schema_url:
+        yield schema_url
+
+
+@pytest.fixture
+def empty_url() -> Iterator[str]:
+    with fresh_schema(server_url(), "runs_pg_empty") as schema_url:
         yield schema_url
 
 
@@ -219,9 +225,10 @@ def test_a_delivery_keeps_its_bytes(ledger: Ledger, url: str) -> None:
 
 
 # -- migrations ----------------------------------------------------------------------------------
-def test_a_database_migrated_before_the_run_ledger_existed_gains_it(url: str) -> None:
+def test_a_database_migrated_before_the_run_ledger_existed_gains_it(empty_url: str) -> None:
     """Migration 0003 (replies) was released before 0002 (runs): a database at version 3
     still gets 0002."""
+    url = empty_url
     without_runs = [m for m in migrations() if m[0] in (1, 3)]
     with raw(url) as conn:
         conn.execute(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from oncewire import Attempt, Dispatcher, Ledger, Rejected, toolcalls
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -23,7 +23,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "app.db")
         return
-    with fresh_schema(server_url(), "tools") as schema_url:
+    with migrated_schema(server_url(), "tools") as schema_url:
         yield schema_url
 
 

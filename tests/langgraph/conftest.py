@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 pytest.importorskip("langgraph.prebuilt", reason="needs the langgraph extra")
 pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs langgraph-checkpoint-sqlite")
@@ -78,7 +78,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "lg.db")
         return
-    with fresh_schema(server_url(), "lg") as url:
+    with migrated_schema(server_url(), "lg") as url:
         yield url
 
 

@@ -17,7 +17,7 @@ import pytest
 from oncewire import Ledger
 from oncewire.testing import ManualClock
 from tests.contract.conftest import PostgresRaw, RawDatabase, SQLiteRaw
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -33,7 +33,7 @@ def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
         yield str(tmp_path / "app.db")
         return
     with ExitStack() as stack:
-        yield stack.enter_context(fresh_schema(server_url(), "misuse"))
+        yield stack.enter_context(migrated_schema(server_url(), "misuse"))
 
 
 @pytest.fixture

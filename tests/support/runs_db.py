@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 __all__ = ["BACKENDS", "Row", "RunsDatabase", "runs_database"]
 
@@ -111,5 +111,5 @@ def runs_database(dialect: str, tmp_path: Path) -> Iterator[RunsDatabase]:
     if dialect == "sqlite":
         yield RunsDatabase("sqlite", str(tmp_path / "runs.db"))
         return
-    with fresh_schema(server_url(), "runs") as url:
+    with migrated_schema(server_url(), "runs") as url:
         yield RunsDatabase("postgresql", url)

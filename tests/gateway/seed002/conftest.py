@@ -6,8 +6,8 @@ makes a rig of its own for a cell that kills and restarts the gateway (the seed'
 ``fresh_gw``), with the gateway's default 10 s read timeout, stopped when the test ends.
 
 A module may define ``soak_only(test, params)``: given a test's function name and parameters
-(the rig's backend under ``rig``), whether that test runs only in a soak run. Those tests are
-marked ``slow`` here at collection, and tests/conftest.py leaves them out of the default run.
+(the rig's backend under ``rig``), whether that test runs only in a soak run; tests/conftest.py
+marks those ``slow`` at collection and leaves them out of the default run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,19 +22,6 @@ from tests.gateway.seed002.harness import SHARED_READ_TIMEOUT_SECONDS, Seed002
 from tests.support.pg import fresh_schema, server_url
 
 BACKENDS = ("sqlite", "postgresql")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``slow`` every test its module's ``soak_only(test, params)`` names."""
-    for item in items:
-        soak_only: Callable[[str, dict[str, Any]], bool] | None = getattr(
-            getattr(item, "module", None), "soak_only", None
-        )
-        callspec = getattr(item, "callspec", None)
-        if soak_only is None or callspec is None:
-            continue
-        if soak_only(getattr(item, "originalname", item.name), callspec.params):
-            item.add_marker(pytest.mark.slow)
 
 
 def _store(stack: ExitStack, backend: str, folder: Path) -> str:
