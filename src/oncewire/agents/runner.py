@@ -22,7 +22,9 @@ through the same two places, so they are durable as well; guardrails run as the 
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 from oncewire.core.errors import ConfigurationError, WrongType
@@ -38,7 +40,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("agents", "oncewire.agents", exc) from exc
 
+from oncewire.agents import memory
 from oncewire.agents import scope as scopes
+from oncewire.agents.session import OncewireSession
 from oncewire.agents.tools import call_tool
 
 __all__ = ["run", "run_streamed", "run_sync"]
@@ -144,11 +148,21 @@ async def run(
         concurrency=concurrency,
         lease_seconds=lease_seconds,
     )
+    session = _remember(scope, runner_kwargs)
     token = scopes.enter(scope)
     try:
-        return await Runner.run(agent, input, **runner_kwargs)
+        result = await Runner.run(agent, input, **runner_kwargs)
+    except scopes.RunDiverged:
+        raise
+    except BaseException:
+        if session is not None:
+            await asyncio.to_thread(session.flush)
+        raise
     finally:
         scopes.leave(token)
+    if session is not None:
+        await asyncio.to_thread(session.flush)
+    return result
 
 
 def run_sync(
@@ -174,11 +188,21 @@ def run_sync(
         concurrency=concurrency,
         lease_seconds=lease_seconds,
     )
+    session = _remember(scope, runner_kwargs)
     token = scopes.enter(scope)
     try:
-        return Runner.run_sync(agent, input, **runner_kwargs)
+        result = Runner.run_sync(agent, input, **runner_kwargs)
+    except scopes.RunDiverged:
+        raise
+    except BaseException:
+        if session is not None:
+            session.flush()
+        raise
     finally:
         scopes.leave(token)
+    if session is not None:
+        session.flush()
+    return result
 
 
 def run_streamed(
@@ -208,9 +232,46 @@ def run_streamed(
         concurrency=concurrency,
         lease_seconds=lease_seconds,
     )
+    session = _remember(scope, runner_kwargs)
     token = scopes.enter(scope)
     try:
         # The SDK starts the run's task here: it keeps a copy of the context, scope included.
-        return Runner.run_streamed(agent, input, **runner_kwargs)
+        result = Runner.run_streamed(agent, input, **runner_kwargs)
     finally:
         scopes.leave(token)
+    if session is not None:
+        _flush_after_stream(result, session)
+    return result
+
+
+def _remember(scope: scopes.Scope, runner_kwargs: dict[str, Any]) -> memory.RunSession | None:
+    """Give the SDK the run's view of an OncewireSession (:mod:`oncewire.agents.memory`)."""
+    given = runner_kwargs.get("session")
+    if given is None:
+        return None
+    bound = memory.bind(given, scope.ledger)
+    if not isinstance(bound, OncewireSession):
+        return None  # another Session: the SDK keeps it, outside the run's transactions
+    view = memory.RunSession(bound, scope)
+    scope.session = view
+    runner_kwargs["session"] = view
+    return view
+
+
+def _flush_after_stream(result: RunResultStreaming, session: memory.RunSession) -> None:
+    """Write the last turn's items once the streamed run's events are all consumed."""
+    events = result.stream_events
+
+    async def stream_events() -> AsyncIterator[Any]:
+        diverged = False
+        try:
+            async for event in events():
+                yield event
+        except scopes.RunDiverged:
+            diverged = True
+            raise
+        finally:
+            if not diverged:
+                await asyncio.to_thread(session.flush)
+
+    object.__setattr__(result, "stream_events", stream_events)

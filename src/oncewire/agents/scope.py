@@ -47,7 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("agents", "oncewire.agents", exc) from exc
 
-from oncewire.agents import responses
+from oncewire.agents import memory, responses
 
 __all__ = [
     "KIND",
@@ -108,6 +108,7 @@ class Scope:
     lease_seconds: float = 30.0
     steps: int = 0  # the responses this scope has had
     recorded: dict[int, AgentStep] | None = None
+    session: Any = None  # the run's RunSession (oncewire.agents.memory), top-level runs only
     _models: dict[int, DurableModel] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -146,15 +147,26 @@ class Scope:
         in one transaction; the step as stored (another process's, if it was first)."""
         names = {tool.name for tool in tools if isinstance(tool, FunctionTool)}
         store = self.ledger.store
+        session = self.session
+        response_json = responses.encode_response(response)
+        if session is not None and step == 0:
+            response_json = memory.with_base(response_json, session)
+        written = 0
         with self.ledger.transaction() as tx:
-            stored, _ = store.agent_record_step_in_tx(
+            stored, inserted = store.agent_record_step_in_tx(
                 tx.store_transaction,
                 run_key=self.key,
                 step=step,
                 request_digest=digest,
-                response_json=responses.encode_response(response),
+                response_json=response_json,
                 now=self.ledger.clock.now(),
             )
+            if session is not None:
+                # The items the run added since its last step (its input, the turn before)
+                # are committed with this step, or were by the process that recorded it.
+                written = len(session.pending)
+                if inserted:
+                    written = session.write_in_tx(tx.store_transaction)
             for item in response.output:
                 if not isinstance(item, ResponseFunctionToolCall) or item.name not in names:
                     continue  # hosted tools, handoffs, and calls the SDK will refuse
@@ -168,6 +180,8 @@ class Scope:
                         {"tool": item.name, "arguments": arguments},
                         max_attempts=self.max_attempts,
                     )
+        if session is not None:
+            session.written(written)
         if self.recorded is not None:
             self.recorded[step] = stored
         return stored
