@@ -139,9 +139,7 @@ async def plain(folder: Path) -> tuple[list[Any], list[Any]]:
     agent = build(folder, receipts=False)
     session = SQLiteSession(SESSION_ID, str(folder / "plain.sqlite"))
     try:
-        outputs = [
-            (await Runner.run(agent, text, session=session)).final_output for text in TURNS
-        ]
+        outputs = [(await Runner.run(agent, text, session=session)).final_output for text in TURNS]
         return outputs, await session.get_items()
     finally:
         session.close()

@@ -207,7 +207,6 @@ class RunSession:
         self.written(count)
 
 
-
 def with_base(response_json: str, session: RunSession) -> str:
     """Step 0's stored response with the session's base beside it (decoding ignores it)."""
     data = json.loads(response_json)
