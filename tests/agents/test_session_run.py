@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -178,3 +181,22 @@ def _killed_and_resumed(
         ("agents/chat-1/go-3", 1),
         ("agents/chat-2/again-1", 1),
     ]
+
+
+def test_the_documented_session_example_runs_as_shown_and_again(tmp_path: Path) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "agents.md").read_text(encoding="utf-8")
+    (example,) = [
+        code for code in re.findall(r"```python\n(.*?)```", page, re.S) if "OncewireSession" in code
+    ]
+    for _ in range(2):  # the second time, both turns replay from the record: nothing added
+        done = subprocess.run(
+            [sys.executable, "-c", example],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n")[:3] == ["Hello!", "Still here.", "4"]
+    with sqlite3.connect(tmp_path / "chat.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM oncewire_agent_steps").fetchone() == (2,)
