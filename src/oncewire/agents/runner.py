@@ -18,6 +18,10 @@ was recorded and continues where the run was: no recorded model step is requeste
 tool whose effect is done runs again, and a tool that may have run is retried as a flagged
 redelivery. Agents reached by handoff and agents used as tools resolve their models and tools
 through the same two places, so they are durable as well; guardrails run as the SDK runs them.
+
+A ``session=`` that is an :class:`~oncewire.agents.OncewireSession` is given to the SDK as the
+run's view of it (:mod:`oncewire.agents.memory`): the session as the run found it, and the
+items the run adds written with its step records, each once however often the run is resumed.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ number). When step ``n`` is recorded, its response is returned and the model is 
 else the model is called and its response recorded, with one effect accepted per call of a
 function tool it asks for, in one transaction, before the SDK sees it (:data:`STEP_RECORDED`).
 A recorded step answered a request with the same instructions and input items, or the run is
-refused (:class:`RunDiverged`) instead of replaying an answer to another question.
+refused (:class:`RunDiverged`) instead of replaying an answer to another question. A run with a
+session (:mod:`oncewire.agents.memory`) appends the session items added since its last step in
+the same transaction, and step 0's record keeps the session's length as the run found it.
 """
 
 from __future__ import annotations
