@@ -117,6 +117,26 @@ def test_a_session_on_another_ledger_of_the_same_database_joins_the_run(tmp_path
         other.close()
 
 
+def test_a_changed_question_under_the_same_run_key_is_refused_and_adds_nothing(
+    tmp_path: Path, db: str
+) -> None:
+    folder = tmp_path / "durable"
+    folder.mkdir()
+    assert scenario.converse(folder, db, "async") == FINAL
+    before = _stored_items(db)
+    ledger = oncewire.Ledger(db)
+    try:
+        session = durable.OncewireSession(scenario.SESSION_ID, ledger)
+        agent = scenario.build(folder)
+        with pytest.raises(durable.RunDiverged):
+            asyncio.run(
+                durable.run(agent, "other", ledger=ledger, run_key="chat-2", session=session)
+            )
+    finally:
+        ledger.close()
+    assert _stored_items(db) == before
+
+
 def _run_child(
     python_child: Any, child_env: Any, folder: Path, db: str, mode: str, **env: str
 ) -> tuple[int, str, str]:
@@ -136,6 +156,8 @@ def _run_child(
         ("agents.tool_settled@4", "async", "postgresql"),
         # The first turn's second tool call ended, streamed.
         ("agents.tool_settled@2", "streamed", "sqlite"),
+        # The first turn's final answer recorded; its items not yet in the session.
+        ("agents.step_recorded@3", "streamed", "postgresql"),
     ],
 )
 def test_a_session_run_killed_and_resumed_leaves_each_item_once(
@@ -166,11 +188,15 @@ def _killed_and_resumed(
         ONCEWIRE_CRASH_TOKEN=str(tmp_path / "token"),
     )
     assert code == -signal.SIGKILL, err
+    expected = _plain_history(tmp_path / "plain")
+    # Killed: the session holds a beginning of the uninterrupted history, nothing else.
+    killed = _stored_items(db)
+    assert killed == expected[: len(killed)]
     code, out, err = _run_child(python_child, child_env, folder, db, mode)
     assert code == 0, err  # a RunDiverged would end the child with an error
     assert json.loads(out.strip().splitlines()[-1])["final_outputs"] == FINAL
 
-    assert _stored_items(db) == _plain_history(tmp_path / "plain")
+    assert _stored_items(db) == expected
     assert _asked(folder) == ASKED_ONCE
     with sqlite3.connect(folder / "receiver.sqlite") as conn:
         tickets = conn.execute(
