@@ -78,6 +78,10 @@ RUN_ELSEWHERE = {
         "tests/langgraph/test_docs.py",
         "def test_the_documented_example_runs_as_shown(",
     ),
+    ("docs/mcp.md", "import anyio\nfrom mcp import Client\n"): (
+        "tests/mcp_once/test_docs.py",
+        "def test_the_documented_example_runs_as_shown(",
+    ),
     ("docs/langgraph.md", 'saver.claim("order-42")'): (
         "tests/langgraph/test_docs.py",
         "def test_the_documented_joined_write_commits_with_the_callers_rows(",
