@@ -26,6 +26,7 @@ ORDER = (
     "runs",
     "gateway",
     "langgraph",
+    "mcp",
 )
 
 
