@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from oncewire.core import crash, extras
@@ -53,7 +53,16 @@ from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import StorePair, rows
 from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
 
-__all__ = ["CLIENT", "SUITE", "proxy_points", "run_mcp"]
+__all__ = [
+    "CLIENT",
+    "MODES",
+    "SUITE",
+    "default_cells",
+    "missing_mcp_extra",
+    "proxy_points",
+    "run_cells",
+    "run_mcp",
+]
 
 CLIENT = "oncewire.lab.children.mcp_client"
 SERVER_NAMES = {"tickets": "oncewire-lab-tickets", "log": "oncewire-lab-log"}
@@ -63,6 +72,7 @@ RANDOM_KILLS = 3
 POINT_CALLS = 2  # the first call meets the crash point; the second goes through the new proxy
 CLIENT_DEADLINE_SECONDS = 600.0
 VICTIMS = ("proxy", "server", "both")
+MODES = ("tickets", "log", "log+redeliver")
 
 
 def proxy_points() -> list[str]:
@@ -319,8 +329,31 @@ def _random(ctx: LabContext, mode: str) -> ScenarioResult:
 
 
 def missing_mcp_extra(feature: str) -> MissingExtra | None:
+    """What ``feature`` would raise for the ``mcp`` extra's missing modules; None if none."""
     missing = extras.missing("mcp")
     return MissingExtra(feature, "mcp", missing) if missing else None
+
+
+def default_cells() -> list[tuple[str, str, str]]:
+    """The armed scenarios of a default run: (side, point, server)."""
+    cells: list[tuple[str, str, str]] = []
+    for mode in ("tickets", "log"):
+        cells += [("proxy", point, mode) for point in proxy_points()]
+    cells += [("server", point, "tickets") for point in SERVER_POINTS]
+    cells += [("proxy", point, "log+redeliver") for point in REDELIVER_POINTS]
+    return cells
+
+
+def run_cells(
+    ctx: LabContext, cells: Sequence[tuple[str, str, str]], random_modes: Sequence[str]
+) -> Iterator[ScenarioResult]:
+    """The armed scenarios ``cells``, then a random scenario per server in ``random_modes``."""
+    for side, point, mode in cells:
+        ctx.progress.update(f"mcp: {side} {point} {mode}")
+        yield _armed(ctx, side, point, mode)
+    for mode in random_modes:
+        ctx.progress.update(f"mcp: random kills {mode}")
+        yield _random(ctx, mode)
 
 
 def run_mcp(ctx: LabContext) -> Iterator[ScenarioResult]:
@@ -330,17 +363,7 @@ def run_mcp(ctx: LabContext) -> Iterator[ScenarioResult]:
         result.skipped = str(missing)
         yield result
         return
-    cells: list[tuple[str, str, str]] = []
-    for mode in ("tickets", "log"):
-        cells += [("proxy", point, mode) for point in proxy_points()]
-    cells += [("server", point, "tickets") for point in SERVER_POINTS]
-    cells += [("proxy", point, "log+redeliver") for point in REDELIVER_POINTS]
-    for side, point, mode in cells:
-        ctx.progress.update(f"mcp: {side} {point} {mode}")
-        yield _armed(ctx, side, point, mode)
-    for mode in ("tickets", "log", "log+redeliver"):
-        ctx.progress.update(f"mcp: random kills {mode}")
-        yield _random(ctx, mode)
+    yield from run_cells(ctx, default_cells(), MODES)
 
 
 SUITE = Suite(
