@@ -22,8 +22,9 @@ from tests.support.pg import fresh_schema, server_url
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
 
-from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from mcp import ClientSession
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgresql"]
@@ -60,7 +61,16 @@ class Raw:
             "SELECT key, kind, state, payload, result, maybe_sent, last_error, attempts "
             "FROM oncewire_effects ORDER BY id"
         )
-        names = ("key", "kind", "state", "payload", "result", "maybe_sent", "last_error", "attempts")
+        names = (
+            "key",
+            "kind",
+            "state",
+            "payload",
+            "result",
+            "maybe_sent",
+            "last_error",
+            "attempts",
+        )
         found = []
         for row in rows:
             item = dict(zip(names, row, strict=True))
@@ -99,9 +109,12 @@ def calls_logged(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def proxy_argv(db: str, *proxy_args: str, upstream: Sequence[str] | None = None) -> list[str]:
-    server = list(upstream or [sys.executable, "-m", "tests.mcp.upstream_server"])
-    return [sys.executable, "-m", "oncewire", "mcp", "proxy", "--db", db, *proxy_args, "--", *server]
+def proxy_argv(db: str, *proxy_args: str) -> list[str]:
+    """The proxy's command line: the upstream server a child, unless ``--upstream`` is given."""
+    argv = [sys.executable, "-m", "oncewire", "mcp", "proxy", "--db", db, *proxy_args]
+    if "--upstream" in proxy_args:
+        return argv
+    return [*argv, "--", sys.executable, "-m", "tests.mcp.upstream_server"]
 
 
 def child_env(log: Path, **extra: str) -> dict[str, str]:
@@ -114,7 +127,7 @@ def child_env(log: Path, **extra: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def proxied(
-    db: str, log: Path, *proxy_args: str, **env: str
+    db: str, log: Path, *proxy_args: str, logging_callback: Any = None, **env: str
 ) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session through a proxy child (``env``: its environment's
     additions, e.g. ``ONCEWIRE_CRASH`` or ``UPSTREAM_DEDUP``)."""
@@ -122,7 +135,10 @@ async def proxied(
     params = StdioServerParameters(
         command=argv[0], args=argv[1:], env=child_env(log, **env), cwd=str(ROOT)
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, logging_callback=logging_callback) as session,
+    ):
         await session.initialize()
         yield session
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import MCPError
 
+from mcp import MCPError
 from tests.mcp.conftest import Raw, calls_logged, direct, proxied
 
 KEY = "io.oncewire/idempotency-key"
@@ -194,3 +194,77 @@ def test_a_call_the_client_cancels_is_recorded_cancelled(
     assert effect["state"] == "cancelled" and effect["maybe_sent"]
     assert "cancelled" in effect["last_error"]
     assert len(calls_logged(upstream_log)) == 1
+
+
+def test_progress_and_log_messages_pass_through_a_recorded_call(
+    db_url: str, raw: Raw, upstream_log: Path
+) -> None:
+    progress: list[tuple[float, float | None, str | None]] = []
+    logged: list[object] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async def on_log(params: object) -> None:
+        logged.append(getattr(params, "data", None))
+
+    async def scenario() -> None:
+        async with proxied(db_url, upstream_log, logging_callback=on_log) as session:
+            result = await session.call_tool(
+                "steps", {"count": 3}, progress_callback=on_progress, meta={KEY: "p-1"}
+            )
+            assert text(result) == "3 steps"
+
+    anyio.run(scenario)
+    assert progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+    assert logged == ["step 1 of 3", "step 2 of 3", "step 3 of 3"]
+    assert [e["key"] for e in raw.effects()] == ["p-1"]
+
+
+def test_concurrent_calls_through_one_proxy_are_one_effect_each(
+    db_url: str, raw: Raw, upstream_log: Path
+) -> None:
+    answers: dict[str, str] = {}
+
+    async def scenario() -> None:
+        async with proxied(db_url, upstream_log) as session:
+
+            async def one(n: int) -> None:
+                result = await session.call_tool("charge", {"amount": n}, meta={KEY: f"c-{n}"})
+                answers[f"c-{n}"] = text(result)
+
+            async with anyio.create_task_group() as tg:
+                for n in range(12):
+                    tg.start_soon(one, n)
+                    tg.start_soon(one, n)  # the same call twice at once: still one effect
+
+    anyio.run(scenario)
+    assert answers == {f"c-{n}": f"charged {n}" for n in range(12)}
+    effects = raw.effects()
+    assert sorted(e["key"] for e in effects) == sorted(answers)
+    assert {e["state"] for e in effects} == {"done"}
+    assert sorted(c["key"] for c in calls_logged(upstream_log)) == sorted(answers)
+
+
+def test_effects_list_shows_the_calls(db_url: str, raw: Raw, upstream_log: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    async def scenario() -> None:
+        async with proxied(db_url, upstream_log) as session:
+            await session.call_tool("charge", {"amount": 3}, meta={KEY: "listed-1"})
+
+    anyio.run(scenario)
+    shown = subprocess.run(
+        [sys.executable, "-m", "oncewire", "effects", "list", "--db", db_url, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    [listed] = json.loads(shown.stdout)
+    assert (listed["key"], listed["kind"], listed["state"]) == (
+        "listed-1",
+        "mcp.pay.charge",
+        "done",
+    )

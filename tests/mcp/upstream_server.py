@@ -3,7 +3,8 @@ its child in the tests. Every call of a tool appends one JSON line to ``$UPSTREA
 tool, its arguments, the key and the redelivery flag the proxy sent), so a test counts the
 calls the server really got. ``UPSTREAM_DEDUP=1`` makes it declare that it deduplicates
 (``capabilities.experimental["io.oncewire/deduplicates"]``), as ``oncewire.mcp.once`` does;
-``UPSTREAM_NAME`` is its serverInfo.name (default ``pay``).
+``UPSTREAM_NAME`` is its serverInfo.name (default ``pay``). ``--http PORT`` serves streamable
+HTTP on 127.0.0.1:PORT/mcp instead of stdio.
 """
 
 from __future__ import annotations
@@ -61,6 +62,16 @@ def slow(seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def steps(count: int, ctx: Context) -> str:
+    """Report progress and log a message at each of ``count`` steps."""
+    _log("steps", {"count": count}, ctx)
+    for step in range(1, count + 1):
+        await ctx.report_progress(step, count, f"step {step}")
+        await ctx.info(f"step {step} of {count}")
+    return f"{count} steps"
+
+
+@server.tool()
 def exit_now(ctx: Context) -> str:
     """Log, then exit without answering (the server dies with the call in flight)."""
     _log("exit_now", {}, ctx)
@@ -96,4 +107,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     print("upstream server starting", file=sys.stderr)
-    anyio.run(main)
+    if sys.argv[1:2] == ["--http"]:  # a streamable HTTP server on 127.0.0.1:PORT/mcp
+        anyio.run(lambda: server.run_streamable_http_async(port=int(sys.argv[2])))
+    else:
+        anyio.run(main)

@@ -9,6 +9,7 @@ import pytest
 
 import oncewire.dispatch
 import oncewire.effects
+import oncewire.mcp.proxy_calls
 import oncewire.receipts
 import oncewire.storage.verbs.langgraph  # noqa: F401  (imported for the points they register)
 from oncewire.core import crash
@@ -54,6 +55,10 @@ def test_production_code_registers_its_windows() -> None:
         "langgraph.put_after_commit",
         "langgraph.writes_before_commit",
         "langgraph.writes_after_commit",
+        "mcp.proxy.after_accept",
+        "mcp.proxy.before_forward",
+        "mcp.proxy.after_forward",
+        "mcp.proxy.after_settled",
     } <= names
     for name, point in crash.registry().items():
         assert "." in name and point.description, name

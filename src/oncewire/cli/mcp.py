@@ -31,10 +31,11 @@ with
     "command": "oncewire", "args": ["mcp", "proxy", "--db", "URL", "--", "CMD", ARGS...]
 
 The client speaks to this process on stdin/stdout; the server is CMD, started as a child on
-stdio. Everything passes through unchanged (the handshake, capabilities, tools/list,
-resources, prompts, notifications, progress), except a tools/call of a tool not annotated
-readOnlyHint: it becomes an effect in the store (kind mcp.<server>.<tool>, payload {tool,
-arguments}) before anything is forwarded, and the client is answered from the store.
+stdio, or the streamable HTTP endpoint --upstream URL. Everything passes through unchanged
+(the handshake, capabilities, tools/list, resources, prompts, notifications, progress),
+except a tools/call of a tool not annotated readOnlyHint: it becomes an effect in the store
+(kind mcp.<server>.<tool>, payload {tool, arguments}) before anything is forwarded, and the
+client is answered from the store.
 
 \b
 Its key: params._meta["io.oncewire/idempotency-key"], else params.idempotencyKey, else
@@ -75,6 +76,12 @@ stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` s
     "'outcome unknown' (for a tool that deduplicates by the key). Repeatable.",
 )
 @click.option(
+    "--upstream",
+    metavar="URL",
+    help="The server is the streamable HTTP endpoint at URL (http://host:port/mcp) instead of "
+    "a child process (then give no CMD).",
+)
+@click.option(
     "--timeout",
     "call_timeout",
     type=float,
@@ -90,16 +97,21 @@ stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` s
     show_default=True,
     help="Logging on stderr.",
 )
-@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
+@click.argument("command", nargs=-1, metavar="-- CMD [ARGS]...")
 def proxy(
     db: str,
     name: str | None,
     redeliver: tuple[str, ...],
+    upstream: str | None,
     call_timeout: float | None,
     log_level: str,
     command: tuple[str, ...],
 ) -> None:
     require("mcp", "oncewire mcp proxy")
+    if bool(upstream) == bool(command):
+        raise click.UsageError("give the server as -- CMD [ARGS]... or as --upstream URL (one)")
+    if upstream is not None and not upstream.startswith(("http://", "https://")):
+        raise ConfigurationError(f"--upstream takes an http:// or https:// URL, not {upstream!r}")
     if call_timeout is not None and not call_timeout > 0:
         raise ConfigurationError("--timeout must be a positive number of seconds")
     if name is not None and (not name or "." in name):
@@ -111,8 +123,9 @@ def proxy(
     with Ledger(db) as ledger:
         run_stdio(
             ledger,
-            command[0],
+            command[0] if command else None,
             command[1:],
+            upstream=upstream,
             name=name,
             redeliver=redeliver,
             call_timeout=call_timeout,

@@ -20,24 +20,32 @@ from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY
 if TYPE_CHECKING:
     from oncewire.mcp.call import ToolCall, current_call
     from oncewire.mcp.once_tools import declare_deduplicates, once, runs_once
+    from oncewire.mcp.proxy import Proxy
+    from oncewire.mcp.proxy_run import run_stdio, serve_stdio
 
 __all__ = [
     "DEDUPLICATES",
     "IDEMPOTENCY_KEY",
     "REDELIVERY",
+    "Proxy",
     "ToolCall",
     "current_call",
     "declare_deduplicates",
     "once",
+    "run_stdio",
     "runs_once",
+    "serve_stdio",
 ]
 
 _HOME: dict[str, str] = {
+    "Proxy": "oncewire.mcp.proxy",
     "ToolCall": "oncewire.mcp.call",
     "current_call": "oncewire.mcp.call",
     "declare_deduplicates": "oncewire.mcp.once_tools",
     "once": "oncewire.mcp.once_tools",
+    "run_stdio": "oncewire.mcp.proxy_run",
     "runs_once": "oncewire.mcp.once_tools",
+    "serve_stdio": "oncewire.mcp.proxy_run",
 }
 
 if not TYPE_CHECKING:  # a type checker keeps reporting unknown names as errors

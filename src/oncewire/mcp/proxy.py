@@ -15,9 +15,9 @@ other sent them, whatever the protocol revision. Only two things are the proxy's
   client is answered from the store. :mod:`oncewire.mcp.proxy_calls` has the conventions (kind,
   payload, key, ``_meta``, what a repeat and an unknown outcome are answered with).
 
-The proxy learns the server's name and whether it deduplicates from the handshake's result, and
-which tools are read-only from ``tools/list`` (its own request after the handshake, again after
-``notifications/tools/list_changed``, and every list the client asks for).
+It learns the server's name and whether it deduplicates from the handshake's result, which tools
+are read-only from ``tools/list`` (its own after the handshake and after a list_changed, and the
+client's).
 """
 
 from __future__ import annotations
@@ -28,28 +28,31 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
+from oncewire.core.extras import refusal
+
+try:
+    import anyio
+except ImportError as exc:  # anyio comes with the mcp extra
+    raise refusal("mcp", "oncewire mcp proxy", exc) from exc
 
 from oncewire.core.errors import InvalidState, OncewireError, PayloadConflict, StorageError
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.ledger import Ledger
 from oncewire.mcp import proxy_calls as calls
-from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY
+from oncewire.mcp.protocol import IDEMPOTENCY_KEY, REDELIVERY
 from oncewire.mcp.proxy_dispatch import Dispatching, ForwardSink
+from oncewire.mcp.proxy_state import Intercepted, Live, Relayed
 from oncewire.mcp.proxy_wire import INTERNAL_ERROR, INVALID_REQUEST, Incoming, parse_line, rpc_error
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
-from oncewire.toolcalls import UNKNOWN_OUTCOME
 
 __all__ = ["Proxy", "UpstreamGone"]
 
 log = logging.getLogger("oncewire.mcp.proxy")
 
 STAMP_PREFIX = "io.modelcontextprotocol/"  # the protocol's own per-request _meta stamps
-SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 POLL_SECONDS = 0.5  # the longest a waiting call sleeps without being woken
 TOOLS_LIST_SECONDS = 30.0  # how long a call waits for the proxy's own tools/list
 
@@ -59,40 +62,6 @@ class UpstreamGone(Exception):
 
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-@dataclass
-class Relayed:
-    """A client request relayed to the server under the proxy's id."""
-
-    client_id: Any
-    method: str
-
-
-@dataclass
-class Live:
-    """What only this process knows of a call a client waits for here."""
-
-    meta: dict[str, Any]
-    waiting: int = 0
-    result: dict[str, Any] | None = None  # the server's answer, as it came
-    error: dict[str, Any] | None = None  # the server's JSON-RPC error, as it came
-    upstream_id: int | None = None  # the forwarded request's id while it is in flight
-
-
-@dataclass
-class Intercepted:
-    key: str | None = None
-    task: asyncio.Task[None] | None = None
-    cancelled: bool = False
-
-
-@dataclass
-class ServerFacts:
-    name: str | None = None
-    deduplicates: bool = False
-    read_only: dict[str, bool] = field(default_factory=dict)
-    fresh: bool = False
 
 
 class Proxy:
@@ -113,7 +82,7 @@ class Proxy:
         self.fallback_name = fallback_name
         self.redeliver = frozenset(redeliver)
         self.session_id = uuid.uuid4().hex
-        self.server = ServerFacts()
+        self.server = calls.ServerFacts()
         self.loop = asyncio.get_running_loop()  # built on the loop it serves
         self.grace_seconds = grace_seconds
         self._ids = itertools.count(1)
@@ -138,7 +107,6 @@ class Proxy:
             grace_seconds=grace_seconds,
         )
 
-    # -- facts ---------------------------------------------------------------------------------
     @property
     def server_name(self) -> str:
         return self.name or self.server.name or self.fallback_name
@@ -171,6 +139,7 @@ class Proxy:
 
                 async def from_server() -> None:
                     await self._from_server(server_read)
+                    await self._drain()  # the calls under way are answered (unknown, mostly)
                     tg.cancel_scope.cancel()
 
                 async def from_client() -> None:
@@ -325,28 +294,10 @@ class Proxy:
         await self._send_client({**message, "id": relayed.client_id})
 
     def _learn(self, method: str, result: dict[str, Any]) -> None:
-        if method in ("initialize", "server/discover"):
-            info = result.get("serverInfo")
-            if info is None:
-                info = (result.get("_meta") or {}).get(SERVER_INFO)
-            if isinstance(info, dict) and isinstance(info.get("name"), str) and info["name"]:
-                self.server.name = info["name"]
-            experimental = (result.get("capabilities") or {}).get("experimental") or {}
-            self.server.deduplicates = isinstance(experimental, dict) and isinstance(
-                experimental.get(DEDUPLICATES), dict
-            )
-            if method == "server/discover":
-                self._ready.set()
-                self._start_refresh()
-        elif method == "tools/list":
-            self._learn_tools(result)
-
-    def _learn_tools(self, result: dict[str, Any]) -> None:
-        for tool in result.get("tools") or []:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                annotations = tool.get("annotations") or {}
-                read_only = isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
-                self.server.read_only[tool["name"]] = read_only
+        self.server.learn(method, result)
+        if method == "server/discover":  # a 2026 session: no notifications/initialized
+            self._ready.set()
+            self._start_refresh()
 
     async def _upstream_ended(self) -> None:
         self._gone = True
@@ -393,7 +344,7 @@ class Proxy:
                 if not isinstance(result, dict):
                     log.warning("the server's tools/list failed: %s", reply.get("error"))
                     return
-                self._learn_tools(result)
+                self.server.learn_tools(result)
                 cursor = result.get("nextCursor")
                 if not isinstance(cursor, str) or not cursor:
                     break
@@ -420,12 +371,17 @@ class Proxy:
 
     async def _call(self, message: dict[str, Any], intercepted: Intercepted) -> None:
         request_id = message["id"]
+        reply: dict[str, Any] | None
         try:
             reply = await self._answer_call(message, intercepted)
         except calls.BadCall as exc:
             reply = {"jsonrpc": "2.0", "id": request_id, "error": exc.error()}
         except _Unfinished as exc:
-            reply = {"jsonrpc": "2.0", "id": request_id, "result": unfinished_result(exc.effect)}
+            reply = {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": calls.unfinished_result(exc.effect),
+            }
         except asyncio.CancelledError:
             if not intercepted.cancelled:
                 raise
@@ -435,31 +391,29 @@ class Proxy:
             reply = rpc_error(request_id, INTERNAL_ERROR, f"the proxy failed: {exc}")
         finally:
             self._intercepted.pop(_id_key(request_id), None)
-        await self._send_client(reply)
+        if reply is not None:
+            await self._send_client(reply)
 
-    async def _answer_call(self, message: dict[str, Any], intercepted: Intercepted) -> dict[str, Any]:
+    async def _answer_call(
+        self, message: dict[str, Any], intercepted: Intercepted
+    ) -> dict[str, Any] | None:
         request_id = message["id"]
         call = calls.read_call(message.get("params"))
         await self._tools_known()
         if self.server.read_only.get(call.tool) is True:  # no effect: relayed as it is
             self._intercepted.pop(_id_key(request_id), None)
-            future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-            upstream_id = next(self._ids)
-            self._own[upstream_id] = future
-            try:
-                await self._send_server({**message, "id": upstream_id})
-                reply = await future
-            except UpstreamGone:
-                return rpc_error(request_id, INTERNAL_ERROR, "the server exited before answering")
-            finally:
-                self._own.pop(upstream_id, None)
-            return {**reply, "id": request_id}
+            await self._relay_request(message)  # its answer (and a cancel) goes as any other
+            return None
         key = call.key or f"{self.session_id}:{json.dumps(request_id)}"
         intercepted.key = key
         kind = calls.call_kind(self.server_name, call.tool)
         attempts = calls.REDELIVER_ATTEMPTS if self.redelivers(call.tool) else 1
         effect = await self._accept(key, kind, call.payload, attempts)
         calls.AFTER_ACCEPT.hit()
+        intercepted.accepted = True
+        if intercepted.cancelled:  # while its accept committed: withdrawn now, not answered
+            await self._withdraw(intercepted)
+            return None
         live = self._live.setdefault(key, Live(meta=call.meta))
         live.waiting += 1
         try:
@@ -492,7 +446,9 @@ class Proxy:
                 INTERNAL_ERROR,
             ) from exc
         except OncewireError as exc:  # a key, kind or payload the store refuses
-            raise calls.BadCall(f"the call cannot be recorded, so it was not forwarded: {exc}") from exc
+            raise calls.BadCall(
+                f"the call cannot be recorded, so it was not forwarded: {exc}"
+            ) from exc
 
     def _result(self, effect: Effect, live: Live) -> dict[str, Any]:
         if effect.state is EffectState.DONE and live.result is not None:
@@ -519,20 +475,28 @@ class Proxy:
 
     async def _cancel_call(self, intercepted: Intercepted, reason: Any) -> None:
         intercepted.cancelled = True
-        key = intercepted.key
-        if key is not None:
-            why = "the client cancelled the call (notifications/cancelled)"
-            if isinstance(reason, str) and reason:
-                why += f": {reason[:200]}"
-            try:
-                await anyio.to_thread.run_sync(self.ledger.effects.cancel, key, why)
-            except InvalidState:
-                pass  # it had ended: nothing to withdraw
-            live = self._live.get(key)
-            if live is not None and live.upstream_id is not None:
-                await self._tell_cancelled(live.upstream_id, why)
+        intercepted.reason = "the client cancelled the call (notifications/cancelled)"
+        if isinstance(reason, str) and reason:
+            intercepted.reason += f": {reason[:200]}"
+        if intercepted.key is not None and not intercepted.accepted:
+            return  # its accept may be committing: _answer_call withdraws it when it returns
+        if intercepted.accepted:
+            await self._withdraw(intercepted)
         if intercepted.task is not None:
             intercepted.task.cancel()
+
+    async def _withdraw(self, intercepted: Intercepted) -> None:
+        """Cancel the call's effect (a claim in flight may land: the store says so) and tell
+        the server when its request is out."""
+        key = intercepted.key
+        assert key is not None
+        try:
+            await anyio.to_thread.run_sync(self.ledger.effects.cancel, key, intercepted.reason)
+        except InvalidState:
+            pass  # it had ended: nothing to withdraw
+        live = self._live.get(key)
+        if live is not None and live.upstream_id is not None:
+            await self._tell_cancelled(live.upstream_id, intercepted.reason)
 
     async def _tell_cancelled(self, upstream_id: int, reason: str) -> None:
         try:
@@ -586,11 +550,10 @@ class Proxy:
                 live.upstream_id = None
         error = reply.get("error")
         if error is not None:
-            if live is not None:
+            outcome = calls.error_outcome(error)
+            if live is not None and isinstance(outcome, Rejected):
                 live.error = error
-            code = error.get("code") if isinstance(error, dict) else None
-            text = error.get("message") if isinstance(error, dict) else error
-            return Rejected(f"the server refused the call: JSON-RPC error {code}: {text}")
+            return outcome
         result = reply.get("result")
         if live is not None and isinstance(result, dict):
             live.result = result
@@ -607,10 +570,3 @@ class _Unfinished(Exception):
 
 def _id_key(request_id: Any) -> str:
     return json.dumps(request_id)
-
-
-def unfinished_result(effect: Effect) -> dict[str, Any]:
-    return calls.error_result(
-        f"{UNKNOWN_OUTCOME} (the server exited before the call ended; it stays recorded under "
-        f"its key {effect.key!r} and a retry with that key is answered with its outcome)"
-    )

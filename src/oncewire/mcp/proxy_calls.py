@@ -19,10 +19,13 @@ The conventions (the integrator's docs/mcp.md repeats them):
 * **forwarded** ``params._meta`` carries the client's ``_meta`` (a progress token, the protocol's
   own stamps) plus ``io.oncewire/idempotency-key`` (the key) and ``io.oncewire/redelivery``
   (true when an earlier attempt may have reached the server).
-* **result** the server's ``CallToolResult`` is the effect's result, as JSON; a repeat of a key
-  that is ``done`` is answered with it, without calling the server. A JSON-RPC error from the
-  server is ``rejected`` (the server refused the call): the live call is answered with that
-  error, a repeat with an ``isError`` result saying the tool refused it.
+* **result** the server's ``CallToolResult`` is the effect's result, as JSON (an ``isError``
+  result too: the tool ran and said so); a repeat of a key that is ``done`` is answered with it,
+  without calling the server. A JSON-RPC error from the server is ``rejected`` (the server
+  refused the call): the live call is answered with that error, a repeat with an ``isError``
+  result saying the tool refused it; but an internal error (-32603, which the SDK's HTTP
+  transport also gives for an HTTP 5xx) or a parse error (-32700) does not say the call did not
+  run: its outcome is unknown.
 * **outcome unknown** (the proxy died after forwarding, the server exited or timed out with the
   call in flight, the client cancelled it after it left): the effect ends ``dead`` (or
   ``cancelled``) with the store's ``maybe_sent``, and the call, and every repeat of its key, is
@@ -36,13 +39,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from oncewire.core import crash
-from oncewire.mcp.protocol import IDEMPOTENCY_KEY, SEP_IDEMPOTENCY_KEY
+from oncewire.effects.outcomes import MaybeSent, Rejected
+from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, SEP_IDEMPOTENCY_KEY
 from oncewire.storage.records import Effect, EffectState
-from oncewire.toolcalls import effect_content
+from oncewire.toolcalls import UNKNOWN_OUTCOME, effect_content
 
 __all__ = [
     "AFTER_ACCEPT",
@@ -54,11 +58,16 @@ __all__ = [
     "REDELIVER_ATTEMPTS",
     "BadCall",
     "CallRequest",
+    "ServerFacts",
     "answer",
     "call_kind",
+    "error_outcome",
     "error_result",
     "read_call",
+    "unfinished_result",
 ]
+
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"  # a 2026 discover result's _meta stamp
 
 AFTER_ACCEPT = crash.register(
     "mcp.proxy.after_accept",
@@ -149,6 +158,23 @@ def read_call(params: Any) -> CallRequest:
     return CallRequest(tool, dict(arguments), dict(meta), key)
 
 
+# JSON-RPC errors that do not say the call did not run: the server failed while handling it
+# (internal error; the SDK's transports also answer it for an HTTP 5xx), or its answer could not
+# be read (parse error). Every other code is the server refusing the call.
+MAYBE_RAN_CODES = frozenset({-32603, -32700})
+
+
+def error_outcome(error: Any) -> MaybeSent | Rejected:
+    """What a JSON-RPC error answering a forwarded call says happened, by its code."""
+    code = error.get("code") if isinstance(error, Mapping) else None
+    text = error.get("message") if isinstance(error, Mapping) else error
+    if code in MAYBE_RAN_CODES:
+        return MaybeSent(
+            f"the server failed while handling the call: JSON-RPC error {code}: {text}"
+        )
+    return Rejected(f"the server refused the call: JSON-RPC error {code}: {text}")
+
+
 def call_kind(server: str, tool: str) -> str:
     """The effect kind of a call of ``tool`` on ``server``."""
     return f"mcp.{server}.{tool}"
@@ -171,3 +197,54 @@ def answer(effect: Effect) -> dict[str, Any]:
         why = effect.last_error or "the server's answer was not stored"
         return error_result(f"the tool ran, but its result cannot be replayed: {why}")
     return error_result(effect_content(effect))
+
+
+def unfinished_result(effect: Effect) -> dict[str, Any]:
+    """The answer to a call whose server went away before its effect ended."""
+    return error_result(
+        f"{UNKNOWN_OUTCOME} (the server exited before the call ended; it stays recorded under "
+        f"its key {effect.key!r} and a retry with that key is answered with its outcome)"
+    )
+
+
+@dataclass
+class ServerFacts:
+    """What the proxy learns of its server from the answers it relays."""
+
+    name: str | None = None  # serverInfo.name
+    protocol_version: str | None = None  # the version initialize negotiated
+    deduplicates: bool = False  # capabilities.experimental["io.oncewire/deduplicates"]
+    read_only: dict[str, bool] = field(default_factory=dict)  # tool -> readOnlyHint is true
+    fresh: bool = False  # read_only holds the whole of the latest tools/list
+
+    def learn(self, method: str, result: Mapping[str, Any]) -> None:
+        """From a result of ``method`` the server gave."""
+        if method in ("initialize", "server/discover"):
+            info = result.get("serverInfo")
+            if info is None:
+                meta = result.get("_meta")
+                info = meta.get(SERVER_INFO) if isinstance(meta, Mapping) else None
+            if isinstance(info, Mapping) and isinstance(info.get("name"), str) and info["name"]:
+                self.name = info["name"]
+            version = result.get("protocolVersion")
+            if isinstance(version, str) and version:
+                self.protocol_version = version
+            capabilities = result.get("capabilities")
+            experimental = (
+                capabilities.get("experimental") if isinstance(capabilities, Mapping) else None
+            )
+            self.deduplicates = isinstance(experimental, Mapping) and isinstance(
+                experimental.get(DEDUPLICATES), Mapping
+            )
+        elif method == "tools/list":
+            self.learn_tools(result)
+
+    def learn_tools(self, result: Mapping[str, Any]) -> None:
+        """From one page of tools/list."""
+        tools = result.get("tools")
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                annotations = tool.get("annotations")
+                self.read_only[tool["name"]] = (
+                    isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
+                )

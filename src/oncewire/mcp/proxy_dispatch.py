@@ -73,9 +73,7 @@ class ForwardSink:
             return MaybeSent(NOT_REDELIVERED)
         BEFORE_FORWARD.hit()
         try:
-            future = asyncio.run_coroutine_threadsafe(
-                self.proxy.forward(attempt), self.proxy.loop
-            )
+            future = asyncio.run_coroutine_threadsafe(self.proxy.forward(attempt), self.proxy.loop)
         except RuntimeError:  # the loop has stopped: nothing was written
             return NotSent("the proxy is stopping")
         with self._lock:

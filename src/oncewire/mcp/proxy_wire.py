@@ -21,7 +21,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
-import anyio
+from oncewire.core.extras import refusal
+
+try:
+    import anyio
+except ImportError as exc:  # anyio comes with the mcp extra
+    raise refusal("mcp", "oncewire mcp proxy", exc) from exc
 
 __all__ = ["Incoming", "StdioChannel", "parse_line", "rpc_error"]
 
@@ -58,7 +63,9 @@ def parse_line(line: bytes | str) -> Incoming | None:
         try:
             line = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return Incoming("invalid", rpc_error(None, PARSE_ERROR, f"parse error: not UTF-8 ({exc})"))
+            return Incoming(
+                "invalid", rpc_error(None, PARSE_ERROR, f"parse error: not UTF-8 ({exc})")
+            )
     if not line.strip():
         return None
     try:

@@ -1,0 +1,207 @@
+"""The proxy's stdin fuzzed with raw lines (the one place a test writes JSON-RPC by hand: the
+point is what no SDK client would send): each line it cannot use is answered with a clear
+JSON-RPC error, with the request's id when the line has a usable one; nothing is recorded or
+forwarded for it, and the proxy goes on serving a real call afterwards."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.mcp.conftest import ROOT, Raw, calls_logged, child_env, proxy_argv
+
+HUGE = 10**40
+
+
+class RawPeer:
+    """The proxy as a child process, spoken to one line at a time."""
+
+    def __init__(self, db: str, log: Path) -> None:
+        self.process = subprocess.Popen(
+            proxy_argv(db),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=child_env(log),
+            cwd=str(ROOT),
+        )
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def send(self, line: bytes | str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line.encode() if isinstance(line, str) else line)
+        self.process.stdin.write(b"\n")
+        self.process.stdin.flush()
+
+    def send_json(self, message: dict[str, Any]) -> None:
+        self.send(json.dumps(message))
+
+    def receive(self, timeout: float = 20.0) -> dict[str, Any]:
+        value = json.loads(self.lines.get(timeout=timeout))
+        assert isinstance(value, dict)
+        return value
+
+    def answer_to(self, request_id: Any) -> dict[str, Any]:
+        """The next response, which must answer ``request_id`` (server notifications skipped)."""
+        while True:
+            message = self.receive()
+            if "method" in message:
+                continue
+            assert message.get("id") == request_id and type(message["id"]) is type(request_id)
+            return message
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        finally:
+            assert self.process.stdout is not None
+            self.process.stdout.close()
+
+
+def _call(request_id: Any, params: Any = None, **extra: Any) -> str:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call"}
+    if params is not None:
+        message["params"] = params
+    message.update(extra)
+    return json.dumps(message)
+
+
+# (line, the id the error must carry, the error code)
+REFUSED: list[tuple[bytes | str, Any, int]] = [
+    ("this is not json", None, -32700),
+    (b"\xff\xfe{not utf-8}", None, -32700),
+    ("[" * 100_000 + "]" * 100_000, None, -32700),
+    ('{"jsonrpc": "2.0", "id": ' + "9" * 5000 + ', "method": "ping"}', None, -32700),
+    ("[]", None, -32600),
+    ('[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', None, -32600),
+    ("42", None, -32600),
+    ('"tools/call"', None, -32600),
+    ('{"jsonrpc": "1.0", "id": 7, "method": "ping"}', 7, -32600),
+    ('{"jsonrpc": "2.0", "id": 1.5, "method": "tools/call"}', None, -32600),
+    ('{"jsonrpc": "2.0", "id": true, "method": "tools/call"}', None, -32600),
+    ('{"jsonrpc": "2.0", "id": null, "method": "tools/call", "params": {}}', None, -32600),
+    ('{"jsonrpc": "2.0", "id": 8, "method": 5}', 8, -32600),
+    ('{"jsonrpc": "2.0", "id": 9}', 9, -32600),
+    (_call(10, [1, 2]), 10, -32600),
+    (_call(HUGE), HUGE, -32602),  # tools/call without params
+    (_call(-HUGE, {}), -HUGE, -32602),  # no name
+    (_call("s-1", {"name": ""}), "s-1", -32602),
+    (_call("s-2", {"name": "charge", "arguments": "amount=5"}), "s-2", -32602),
+    (_call("s-3", {"name": "charge", "arguments": [5]}), "s-3", -32602),
+    (_call("s-4", {"name": "charge", "arguments": {}, "_meta": []}), "s-4", -32602),
+    (
+        _call(
+            "s-5", {"name": "charge", "arguments": {}, "_meta": {"io.oncewire/idempotency-key": 5}}
+        ),
+        "s-5",
+        -32602,
+    ),
+    (_call("s-6", {"name": "charge", "arguments": {}, "idempotencyKey": ""}), "s-6", -32602),
+    (
+        _call(
+            "s-7",
+            {
+                "name": "charge",
+                "arguments": {},
+                "_meta": {"io.oncewire/idempotency-key": "k" * 100_000},
+            },
+        ),
+        "s-7",
+        -32602,
+    ),
+    (
+        _call(
+            "s-8", {"name": "charge", "arguments": {"amount": 5}, "idempotencyKey": "bad\u0000key"}
+        ),
+        "s-8",
+        -32602,
+    ),
+]
+
+
+@pytest.fixture
+def peer(db_url: str, upstream_log: Path) -> Any:
+    handle = RawPeer(db_url, upstream_log)
+    try:
+        handle.send_json(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "fuzz", "version": "0"},
+                },
+            }
+        )
+        assert "result" in handle.answer_to(0)
+        handle.send_json({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        yield handle
+    finally:
+        handle.close()
+
+
+def test_every_unusable_line_gets_a_clear_error_and_the_proxy_goes_on_serving(
+    peer: RawPeer, raw: Raw, upstream_log: Path
+) -> None:
+    for line, request_id, code in REFUSED:
+        peer.send(line)
+        answer = peer.answer_to(request_id)
+        assert answer["error"]["code"] == code, (line[:80], answer)
+        assert answer["error"]["message"], answer
+
+    # Relayed as they are: the server answers (an unknown method) or ignores them.
+    peer.send_json({"jsonrpc": "2.0", "id": "u-1", "method": "no/such/method"})
+    assert peer.answer_to("u-1")["error"]["code"] == -32601
+    peer.send_json({"jsonrpc": "2.0", "method": "notifications/no-such-thing"})
+    peer.send_json({"jsonrpc": "2.0", "id": 4242, "result": {}})  # answers nothing asked
+    peer.send_json({"jsonrpc": "2.0", "id": HUGE, "method": "ping"})
+    assert peer.answer_to(HUGE)["result"] == {}
+
+    assert raw.effects() == []
+    assert calls_logged(upstream_log) == []
+
+    peer.send(
+        _call(
+            "real",
+            {
+                "name": "charge",
+                "arguments": {"amount": 5},
+                "_meta": {"io.oncewire/idempotency-key": "ok-1"},
+            },
+        )
+    )
+    answer = peer.answer_to("real")
+    assert answer["result"]["content"][0]["text"] == "charged 5"
+    assert [e["key"] for e in raw.effects()] == ["ok-1"]
+    assert len(calls_logged(upstream_log)) == 1
+    assert peer.process.poll() is None
+
+
+def test_the_sep_3182_idempotency_key_is_read_as_the_key(
+    peer: RawPeer, raw: Raw, upstream_log: Path
+) -> None:
+    for request_id in ("sep-a", "sep-b"):  # a retry under another JSON-RPC id: the same call
+        params = {"name": "charge", "arguments": {"amount": 2}, "idempotencyKey": "sep-1"}
+        peer.send(_call(request_id, params))
+        answer = peer.answer_to(request_id)
+        assert answer["result"]["content"][0]["text"] == "charged 2"
+    assert [e["key"] for e in raw.effects()] == ["sep-1"]
+    assert [(c["key"], c["redelivery"]) for c in calls_logged(upstream_log)] == [("sep-1", False)]
