@@ -376,6 +376,17 @@ class Proxy:
             reply = await self._answer_call(message, intercepted)
         except calls.BadCall as exc:
             reply = {"jsonrpc": "2.0", "id": request_id, "error": exc.error()}
+        except _NotSent as exc:
+            # No answer of the tool's: the call is still to be performed (by the next proxy on
+            # this store), so the client is told, as for any request the server left, that
+            # it went unanswered, and asks again with its key.
+            reply = rpc_error(
+                request_id,
+                INTERNAL_ERROR,
+                "the server exited before this call was sent: it has not run; it stays "
+                f"recorded under its key {exc.effect.key!r}, and a retry with that key is "
+                "answered with its outcome",
+            )
         except _Unfinished as exc:
             reply = {
                 "jsonrpc": "2.0",
@@ -466,6 +477,8 @@ class Proxy:
                 effect = await anyio.to_thread.run_sync(self.ledger.effects.get, key)
                 if effect.state in TERMINAL_STATES:
                     return effect
+                if self._gone and effect.state is EffectState.PENDING:
+                    raise _NotSent(effect)  # never written to a server: it did not run
                 if self._gone and effect.state is not EffectState.CLAIMED:
                     raise _Unfinished(effect)
                 with anyio.move_on_after(POLL_SECONDS):
@@ -558,6 +571,14 @@ class Proxy:
         if live is not None and isinstance(result, dict):
             live.result = result
         return Done(result)
+
+
+class _NotSent(Exception):
+    """The server's connection ended before the call was sent (its effect ``pending``)."""
+
+    def __init__(self, effect: Effect) -> None:
+        super().__init__(effect.key)
+        self.effect = effect
 
 
 class _Unfinished(Exception):
