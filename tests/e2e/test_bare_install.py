@@ -309,6 +309,12 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
     assert evidence["passed"] is True
     [only] = evidence["suites"]["langgraph"]["scenarios"].values()
     assert "needs the 'langgraph' extra" in (only["skipped"] or ""), only
+    mcp = bare.run("lab", "--suite", "mcp", "--json", "--quiet")
+    assert mcp.returncode == 0, mcp.stdout + mcp.stderr
+    evidence = json.loads(mcp.stdout)
+    assert evidence["passed"] is True
+    [only] = evidence["suites"]["mcp"]["scenarios"].values()
+    assert "needs the 'mcp' extra" in (only["skipped"] or ""), only
 
     # What needs an extra says which one, in one line, and exits non-zero.
     config = tmp_path / "gateway.toml"
