@@ -268,3 +268,32 @@ def test_effects_list_shows_the_calls(db_url: str, raw: Raw, upstream_log: Path)
         "mcp.pay.charge",
         "done",
     )
+
+
+@pytest.mark.parametrize("mode", ["auto", "2026-07-28"])
+def test_a_client_of_the_2026_protocol_through_the_proxy(
+    db_url: str, raw: Raw, upstream_log: Path, mode: str
+) -> None:
+    """``mcp.Client`` negotiating with ``server/discover`` (auto), or pinned to 2026-07-28 with
+    no handshake at all (the proxy then asks ``server/discover`` itself for the name)."""
+    from mcp.client.stdio import StdioServerParameters
+
+    from mcp import Client
+    from tests.mcp.conftest import ROOT, child_env, proxy_argv
+
+    argv = proxy_argv(db_url)
+    params = StdioServerParameters(
+        command=argv[0], args=argv[1:], env=child_env(upstream_log), cwd=str(ROOT)
+    )
+
+    async def scenario() -> None:
+        async with Client(params, mode=mode) as client:
+            for _ in range(2):
+                result = await client.call_tool("charge", {"amount": 4}, meta={KEY: "m-1"})
+                assert text(result) == "charged 4"
+            assert text(await client.call_tool("lookup", {"q": "z"})) == "found z"
+
+    anyio.run(scenario)
+    [effect] = raw.effects()
+    assert (effect["key"], effect["kind"], effect["state"]) == ("m-1", "mcp.pay.charge", "done")
+    assert [c["tool"] for c in calls_logged(upstream_log)] == ["charge", "lookup"]

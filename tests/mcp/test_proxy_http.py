@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.mcp.conftest import ROOT, Raw, calls_logged, child_env, proxied
+from tests.mcp.conftest import ROOT, Raw, calls_logged, child_env, proxied, proxy_argv
 
 KEY = "io.oncewire/idempotency-key"
 
@@ -76,3 +76,62 @@ def test_a_streamable_http_server_behind_the_proxy(
         ("charge", "h-1", False),
         ("lookup", None, None),
     ]
+
+
+@pytest.fixture
+def listening(db_url: str, upstream_log: Path) -> Iterator[str]:
+    """``oncewire mcp proxy --listen`` in front of the stdio server, as a child process."""
+    port = _free_port()
+    argv = proxy_argv(db_url, "--listen", f"127.0.0.1:{port}")
+    process = subprocess.Popen(argv, env=child_env(upstream_log), cwd=str(ROOT))
+    try:
+        _wait_listening(process, port)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert process.poll() is None, "the process exited"
+            assert time.monotonic() < deadline, "nothing listened"
+            time.sleep(0.1)
+
+
+def test_clients_on_streamable_http_in_front_of_a_stdio_server(
+    db_url: str, raw: Raw, upstream_log: Path, listening: str
+) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mcp import ClientSession
+
+    async def one_session() -> list[str]:
+        async with (
+            streamable_http_client(listening) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            init = await session.initialize()
+            assert init.server_info.name == "pay"
+            tools = {t.name for t in (await session.list_tools()).tools}
+            assert {"charge", "lookup"} <= tools
+            answers = []
+            for _ in range(2):
+                result = await session.call_tool("charge", {"amount": 8}, meta={KEY: "l-1"})
+                answers.append(text(result))
+            answers.append(text(await session.call_tool("lookup", {"q": "w"})))
+            return answers
+
+    async def scenario() -> None:
+        assert await one_session() == ["charged 8", "charged 8", "found w"]
+        assert await one_session() == ["charged 8", "charged 8", "found w"]  # a new session
+
+    anyio.run(scenario)
+    [effect] = raw.effects()
+    assert (effect["key"], effect["kind"], effect["state"]) == ("l-1", "mcp.pay.charge", "done")
+    assert [c["tool"] for c in calls_logged(upstream_log)] == ["charge", "lookup", "lookup"]

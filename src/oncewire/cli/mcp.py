@@ -30,7 +30,8 @@ A client's config replaces
 with
     "command": "oncewire", "args": ["mcp", "proxy", "--db", "URL", "--", "CMD", ARGS...]
 
-The client speaks to this process on stdin/stdout; the server is CMD, started as a child on
+The client speaks to this process on stdin/stdout (or on streamable HTTP with --listen
+HOST:PORT); the server is CMD, started as a child on
 stdio, or the streamable HTTP endpoint --upstream URL. Everything passes through unchanged
 (the handshake, capabilities, tools/list, resources, prompts, notifications, progress),
 except a tools/call of a tool not annotated readOnlyHint: it becomes an effect in the store
@@ -53,6 +54,13 @@ that call is redelivered with the flag set.
 
 stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` shows the calls.
 """
+
+
+def _address(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigurationError(f"--listen takes HOST:PORT (127.0.0.1:8808), not {listen!r}")
+    return host.strip("[]"), int(port)
 
 
 @group.command(
@@ -82,6 +90,12 @@ stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` s
     "a child process (then give no CMD).",
 )
 @click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    help="Serve clients on streamable HTTP at http://HOST:PORT/mcp instead of stdio (each "
+    "session gets a server of its own). Binds where told; 127.0.0.1 is loopback only.",
+)
+@click.option(
     "--timeout",
     "call_timeout",
     type=float,
@@ -103,6 +117,7 @@ def proxy(
     name: str | None,
     redeliver: tuple[str, ...],
     upstream: str | None,
+    listen: str | None,
     call_timeout: float | None,
     log_level: str,
     command: tuple[str, ...],
@@ -120,7 +135,22 @@ def proxy(
     from oncewire.ledger import Ledger
     from oncewire.mcp.proxy_run import run_stdio
 
+    address = None if listen is None else _address(listen)
     with Ledger(db) as ledger:
+        if address is not None:
+            from oncewire.mcp.proxy_run import run_listen
+
+            run_listen(
+                ledger,
+                *address,
+                command=command[0] if command else None,
+                args=command[1:],
+                upstream=upstream,
+                name=name,
+                redeliver=redeliver,
+                call_timeout=call_timeout,
+            )
+            return
         run_stdio(
             ledger,
             command[0] if command else None,

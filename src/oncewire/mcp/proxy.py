@@ -94,6 +94,7 @@ class Proxy:
         self._waiters: set[asyncio.Event] = set()
         self._ready = asyncio.Event()
         self._gone = False
+        self._handshake_seen = False  # an initialize or server/discover result went by
         self._stopping = False  # the client's input ended: the server is closed on purpose
         self._refreshing: asyncio.Task[None] | None = None
         self._to_client: Send | None = None
@@ -295,6 +296,8 @@ class Proxy:
 
     def _learn(self, method: str, result: dict[str, Any]) -> None:
         self.server.learn(method, result)
+        if method in ("initialize", "server/discover"):
+            self._handshake_seen = True
         if method == "server/discover":  # a 2026 session: no notifications/initialized
             self._ready.set()
             self._start_refresh()
@@ -332,9 +335,16 @@ class Proxy:
             self._refreshing = self.loop.create_task(self._refresh_tools())
 
     async def _refresh_tools(self) -> None:
-        """Every page of the server's tools/list: which tools are read-only."""
+        """Every page of the server's tools/list: which tools are read-only. A 2026 client
+        pinned to its version sends no handshake: the proxy asks ``server/discover`` itself
+        first (with the client's stamps), for the server's name and capabilities."""
         cursor: str | None = None
         try:
+            if not self._handshake_seen and self._stamps:
+                reply = await self._request("server/discover", {"_meta": dict(self._stamps)})
+                if isinstance(reply.get("result"), dict):
+                    self._handshake_seen = True
+                    self.server.learn("server/discover", reply["result"])
             for _ in range(1000):
                 params: dict[str, Any] = {"_meta": dict(self._stamps)} if self._stamps else {}
                 if cursor is not None:

@@ -31,10 +31,18 @@ except ImportError as exc:  # anyio comes with the mcp extra
 from oncewire.core import crash
 from oncewire.ledger import Ledger
 
-__all__ = ["http_headers", "run_stdio", "serve_stdio", "serve_stdio_to_http"]
+__all__ = [
+    "http_headers",
+    "run_listen",
+    "run_stdio",
+    "serve_stdio",
+    "serve_stdio_to_http",
+    "server_env",
+]
 
 
-def _server_env() -> dict[str, str]:
+def server_env() -> dict[str, str]:
+    """This process's environment without the proxy's armed crash points."""
     env = dict(os.environ)
     env.pop(crash.ENV_POINTS, None)
     env.pop(crash.ENV_TOKEN, None)
@@ -69,7 +77,7 @@ async def serve_stdio(
         redeliver=redeliver,
         call_timeout=call_timeout,
     )
-    params = StdioServerParameters(command=command, args=list(args), env=_server_env())
+    params = StdioServerParameters(command=command, args=list(args), env=server_env())
     try:
         async with stdio_client(params, errlog=sys.stderr) as (read, write):
 
@@ -167,3 +175,10 @@ def run_stdio(
         return
     assert command is not None
     anyio.run(lambda: serve_stdio(ledger, command, args, **options), backend="asyncio")
+
+
+def run_listen(ledger: Ledger, host: str, port: int, **options: Any) -> None:
+    """:func:`oncewire.mcp.proxy_listen.serve_http` on a new event loop (asyncio)."""
+    from oncewire.mcp.proxy_listen import serve_http
+
+    anyio.run(lambda: serve_http(ledger, host, port, **options), backend="asyncio")

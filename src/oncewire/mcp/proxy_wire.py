@@ -57,8 +57,10 @@ def _usable_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def parse_line(line: bytes | str) -> Incoming | None:
-    """Read one line; None for a blank one."""
+def parse_line(line: bytes | str | dict[str, Any]) -> Incoming | None:
+    """Read one line (or one message a transport already decoded); None for a blank line."""
+    if isinstance(line, dict):
+        return _classify(line)
     if isinstance(line, bytes):
         try:
             line = line.decode("utf-8")
@@ -86,6 +88,10 @@ def parse_line(line: bytes | str) -> Incoming | None:
                 f"invalid request: a message is a JSON object, not {type(value).__name__}",
             ),
         )
+    return _classify(value)
+
+
+def _classify(value: dict[str, Any]) -> Incoming:
     has_id = "id" in value
     request_id = value.get("id")
     answer_id = request_id if has_id and _usable_id(request_id) else None
