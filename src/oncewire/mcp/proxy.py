@@ -386,17 +386,8 @@ class Proxy:
             reply = await self._answer_call(message, intercepted)
         except calls.BadCall as exc:
             reply = {"jsonrpc": "2.0", "id": request_id, "error": exc.error()}
-        except _NotSent as exc:
-            # No answer of the tool's: the call is still to be performed (by the next proxy on
-            # this store), so the client is told, as for any request the server left, that
-            # it went unanswered, and asks again with its key.
-            reply = rpc_error(
-                request_id,
-                INTERNAL_ERROR,
-                "the server exited before this call was sent: it has not run; it stays "
-                f"recorded under its key {exc.effect.key!r}, and a retry with that key is "
-                "answered with its outcome",
-            )
+        except _NotSent as exc:  # not run, still to be: unanswered, as any request it left
+            reply = rpc_error(request_id, INTERNAL_ERROR, calls.not_sent_message(exc.effect))
         except _Unfinished as exc:
             reply = {
                 "jsonrpc": "2.0",
@@ -583,20 +574,16 @@ class Proxy:
         return Done(result)
 
 
-class _NotSent(Exception):
-    """The server's connection ended before the call was sent (its effect ``pending``)."""
-
-    def __init__(self, effect: Effect) -> None:
-        super().__init__(effect.key)
-        self.effect = effect
-
-
 class _Unfinished(Exception):
     """The server's connection ended with the call not ended: said so to the client."""
 
     def __init__(self, effect: Effect) -> None:
         super().__init__(effect.key)
         self.effect = effect
+
+
+class _NotSent(_Unfinished):
+    """The server's connection ended before the call was sent (its effect ``pending``)."""
 
 
 def _id_key(request_id: Any) -> str:
