@@ -12,13 +12,13 @@ import pytest
 
 pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra")
 
-from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolRequest, CallToolRequestParams, CallToolResult, ToolAnnotations
 from pydantic import BaseModel
 
 import oncewire
 import oncewire.mcp
+from mcp import Client
 from oncewire.core.errors import ConfigurationError, InvalidState
 from oncewire.lab.children.mcp_servers import tickets_server
 from oncewire.mcp import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY

@@ -17,10 +17,10 @@ import pytest
 
 pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra")
 
-from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 
+from mcp import Client, StdioServerParameters
 from oncewire.core.crash import ENV_POINTS, ENV_TOKEN
 from oncewire.mcp import DEDUPLICATES, IDEMPOTENCY_KEY, REDELIVERY
 from tests.conftest import _child_env
