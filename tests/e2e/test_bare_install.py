@@ -312,6 +312,12 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
     assert evidence["passed"] is True
     [only] = evidence["suites"]["langgraph"]["scenarios"].values()
     assert "needs the 'langgraph' extra" in (only["skipped"] or ""), only
+    mcp = bare.run("lab", "--suite", "mcp", "--json", "--quiet")
+    assert mcp.returncode == 0, mcp.stdout + mcp.stderr
+    evidence = json.loads(mcp.stdout)
+    assert evidence["passed"] is True
+    [only] = evidence["suites"]["mcp"]["scenarios"].values()
+    assert "needs the 'mcp' extra" in (only["skipped"] or ""), only
     agents = bare.run("lab", "--suite", "agents", "--json", "--quiet")
     assert agents.returncode == 0, agents.stdout + agents.stderr
     [only] = json.loads(agents.stdout)["suites"]["agents"]["scenarios"].values()

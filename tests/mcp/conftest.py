@@ -22,9 +22,8 @@ from tests.support.pg import fresh_schema, server_url
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
 
-from mcp.client.stdio import StdioServerParameters, stdio_client
-
 from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgresql"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from mcp import MCPError
+
 from tests.mcp.conftest import Raw, calls_logged, direct, proxied
 
 KEY = "io.oncewire/idempotency-key"
@@ -276,9 +276,9 @@ def test_a_client_of_the_2026_protocol_through_the_proxy(
 ) -> None:
     """``mcp.Client`` negotiating with ``server/discover`` (auto), or pinned to 2026-07-28 with
     no handshake at all (the proxy then asks ``server/discover`` itself for the name)."""
+    from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from mcp import Client
     from tests.mcp.conftest import ROOT, child_env, proxy_argv
 
     argv = proxy_argv(db_url)

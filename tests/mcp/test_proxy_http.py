@@ -107,9 +107,8 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
 def test_clients_on_streamable_http_in_front_of_a_stdio_server(
     db_url: str, raw: Raw, upstream_log: Path, listening: str
 ) -> None:
-    from mcp.client.streamable_http import streamable_http_client
-
     from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
 
     async def one_session() -> list[str]:
         async with (

@@ -26,6 +26,7 @@ ORDER = (
     "runs",
     "gateway",
     "langgraph",
+    "mcp",
     "agents",
 )
 
@@ -55,6 +56,7 @@ def test_the_framework_and_the_children_import_no_suite() -> None:
         "oncewire.lab.fixtures",
         "oncewire.lab.children.effects",
         "oncewire.lab.children.runs",
+        "oncewire.lab.children.mcp_client",
     ):
         code = (
             f"import sys, {module}; "

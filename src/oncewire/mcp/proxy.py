@@ -386,6 +386,8 @@ class Proxy:
             reply = await self._answer_call(message, intercepted)
         except calls.BadCall as exc:
             reply = {"jsonrpc": "2.0", "id": request_id, "error": exc.error()}
+        except _NotSent as exc:  # not run, still to be: unanswered, as any request it left
+            reply = rpc_error(request_id, INTERNAL_ERROR, calls.not_sent_message(exc.effect))
         except _Unfinished as exc:
             reply = {
                 "jsonrpc": "2.0",
@@ -476,6 +478,8 @@ class Proxy:
                 effect = await anyio.to_thread.run_sync(self.ledger.effects.get, key)
                 if effect.state in TERMINAL_STATES:
                     return effect
+                if self._gone and effect.state is EffectState.PENDING:
+                    raise _NotSent(effect)  # never written to a server: it did not run
                 if self._gone and effect.state is not EffectState.CLAIMED:
                     raise _Unfinished(effect)
                 with anyio.move_on_after(POLL_SECONDS):
@@ -576,6 +580,10 @@ class _Unfinished(Exception):
     def __init__(self, effect: Effect) -> None:
         super().__init__(effect.key)
         self.effect = effect
+
+
+class _NotSent(_Unfinished):
+    """The server's connection ended before the call was sent (its effect ``pending``)."""
 
 
 def _id_key(request_id: Any) -> str:

@@ -63,6 +63,7 @@ __all__ = [
     "call_kind",
     "error_outcome",
     "error_result",
+    "not_sent_message",
     "read_call",
     "unfinished_result",
 ]
@@ -197,6 +198,15 @@ def answer(effect: Effect) -> dict[str, Any]:
         why = effect.last_error or "the server's answer was not stored"
         return error_result(f"the tool ran, but its result cannot be replayed: {why}")
     return error_result(effect_content(effect))
+
+
+def not_sent_message(effect: Effect) -> str:
+    """The JSON-RPC error message for a call the server's exit left unsent (``pending``): it
+    has not run, and the next proxy on the store performs it."""
+    return (
+        "the server exited before this call was sent: it has not run; it stays recorded under "
+        f"its key {effect.key!r}, and a retry with that key is answered with its outcome"
+    )
 
 
 def unfinished_result(effect: Effect) -> dict[str, Any]:

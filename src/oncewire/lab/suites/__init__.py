@@ -1,9 +1,10 @@
 """The lab's suites, in the order ``oncewire lab`` runs them: the one list.
 
 The seed's outbox scenarios come first, then the crash point matrix, the torture runs, the
-workers under fire, the threads sharing commits, the reply engine, the run ledger, the gateway,
-the LangGraph tool node and the OpenAI Agents SDK run. A new suite is a module here that
-defines ``SUITE`` and a line in this tuple; the framework imports none of them.
+workers under fire, the threads sharing commits, the reply engine, the run ledger, the
+gateway, the LangGraph tool node, the MCP proxy and the OpenAI Agents SDK run. A new suite is
+a module here that defines ``SUITE`` and a line in this tuple; the framework imports none of
+them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from oncewire.lab.suites import (
     gateway,
     group,
     langgraph,
+    mcp,
     outbox,
     replies,
     runs,
@@ -34,6 +36,7 @@ SUITES: tuple[Suite, ...] = (
     runs.SUITE,
     gateway.SUITE,
     langgraph.SUITE,
+    mcp.SUITE,
     agents.SUITE,
 )
 
