@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 pytest.importorskip("agents", reason="needs the agents extra")
 
@@ -22,7 +22,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "caller.sqlite")
         return
-    with fresh_schema(server_url(), "agents") as url:
+    with migrated_schema(server_url(), "agents") as url:
         yield url
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pg import fresh_schema, server_url
+from tests.support.pg import migrated_schema, server_url
 
 pytest.importorskip("agents", reason="needs the agents extra (openai-agents)")
 
@@ -23,5 +23,5 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "sessions.db")
         return
-    with fresh_schema(server_url(), "agents_session") as url:
+    with migrated_schema(server_url(), "agents_session") as url:
         yield url

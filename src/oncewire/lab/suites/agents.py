@@ -219,6 +219,8 @@ class Forker:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 def _stores(ctx: LabContext, scenario: Scenario) -> Any:
