@@ -8,7 +8,8 @@ transaction, and the crash token file the dying process wrote, never from the se
 
 The default run covers each case on both backends with the sync tool and on SQLite with the
 ``async def`` tool (its receipts are the sync store's, run on threads); the async tool on
-PostgreSQL, and the capability read on PostgreSQL (it does not depend on the store), run under ``--soak``.
+PostgreSQL, and the capability read on PostgreSQL (it does not depend on the store), run
+under ``--soak``.
 """
 
 from __future__ import annotations
