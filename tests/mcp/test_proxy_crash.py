@@ -49,9 +49,7 @@ SOAK = pytest.mark.slow
 
 CASES = [
     # point, proxy args, server env, answered "charged"?, calls the server got, last redelivery
-    pytest.param(
-        "mcp.proxy.after_accept", (), {}, True, 1, False, id="after_accept", marks=SOAK
-    ),
+    pytest.param("mcp.proxy.after_accept", (), {}, True, 1, False, id="after_accept", marks=SOAK),
     pytest.param(
         "mcp.proxy.before_forward", (), {}, False, 0, None, id="before_forward-plain", marks=SOAK
     ),
