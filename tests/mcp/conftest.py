@@ -3,6 +3,12 @@
 (``ClientSession`` over ``stdio_client``) talking to ``oncewire mcp proxy`` started as a real
 child process, which starts the SDK server in ``upstream_server.py`` as its own child.
 
+``shared``: one such proxy and server pair per module and backend (per test worker), kept
+running across the tests that need nothing but a plain proxy; each test gets fresh keys and sees
+only the effects and server calls made since it started (tests in a worker run one at a time).
+``SQLITE_BY_DEFAULT`` runs a test whose behaviour does not depend on the backend on SQLite in
+the default run and on both backends under ``--soak``.
+
 Every module here needs the ``mcp`` extra: without it they are skipped, with the reason."""
 
 from __future__ import annotations
@@ -11,10 +17,11 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -25,8 +32,16 @@ pytest.importorskip("mcp", reason="needs the mcp extra")
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+T = TypeVar("T")
+
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgresql"]
+
+SQLITE_BY_DEFAULT = pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)], indirect=True
+)
+"""For a behaviour of the proxy that does not depend on the store's backend: SQLite in the
+default run, both backends under ``--soak``."""
 
 
 @pytest.fixture(params=BACKENDS)
@@ -54,11 +69,13 @@ class Raw:
         sql = sql.replace("?", "%s") if self.pg else sql
         return [tuple(r) for r in self.conn.execute(sql, tuple(params)).fetchall()]
 
-    def effects(self) -> list[dict[str, Any]]:
-        """Every effect, oldest first, with its payload and result decoded."""
+    def effects(self, after_id: int = 0) -> list[dict[str, Any]]:
+        """Every effect (after the one with ``after_id``), oldest first, with its payload and
+        result decoded."""
         rows = self.query(
             "SELECT key, kind, state, payload, result, maybe_sent, last_error, attempts "
-            "FROM oncewire_effects ORDER BY id"
+            "FROM oncewire_effects WHERE id > ? ORDER BY id",
+            (after_id,),
         )
         names = (
             "key",
@@ -79,6 +96,9 @@ class Raw:
             item["maybe_sent"] = bool(item["maybe_sent"])
             found.append(item)
         return found
+
+    def last_id(self) -> int:
+        return int(self.query("SELECT COALESCE(MAX(id), 0) FROM oncewire_effects")[0][0])
 
     def close(self) -> None:
         self.conn.close()
@@ -154,3 +174,92 @@ async def direct(log: Path, **env: str) -> AsyncIterator[ClientSession]:
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
+
+
+class SharedProxy:
+    """One proxy child (and its server child) on one store, its client session held by an
+    event loop in a thread of its own (``portal``), for every test of a module."""
+
+    def __init__(self, url: str, log: Path, portal: Any, session: ClientSession) -> None:
+        self.url, self.log, self.portal, self.session = url, log, portal, session
+        self.raw = Raw(url)
+        self.on_log: Callable[[Any], Awaitable[None]] | None = None
+
+    async def logging_callback(self, params: Any) -> None:
+        if self.on_log is not None:
+            await self.on_log(params)
+
+
+class Shared:
+    """A test's view of the :class:`SharedProxy`: keys of its own, and only the effects and
+    server calls made since the test started."""
+
+    def __init__(self, proxy: SharedProxy) -> None:
+        self.proxy = proxy
+        self.url, self.log, self.session = proxy.url, proxy.log, proxy.session
+        self.prefix = f"{uuid.uuid4().hex[:8]}-"
+        self._first_id = proxy.raw.last_id()
+        self._first_call = len(calls_logged(proxy.log))
+
+    def key(self, name: str) -> str:
+        """A key no other test uses: ``name`` with this test's prefix."""
+        return self.prefix + name
+
+    def effects(self) -> list[dict[str, Any]]:
+        """The effects recorded since the test started, oldest first (as :meth:`Raw.effects`)."""
+        return self.proxy.raw.effects(self._first_id)
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The calls the server got since the test started, in order."""
+        return calls_logged(self.log)[self._first_call :]
+
+    def run(self, scenario: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """``scenario(session)`` on the shared session's event loop."""
+        result: T = self.proxy.portal.call(scenario, self.session)
+        return result
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared_proxy(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedProxy]:
+    from anyio.from_thread import start_blocking_portal
+
+    from oncewire import Ledger
+
+    folder = tmp_path_factory.mktemp("shared-proxy")
+    log = folder / "upstream.log"
+    with (
+        fresh_schema(server_url(), "mcp")
+        if request.param == "postgresql"
+        else _sqlite_url(folder) as url,
+        start_blocking_portal() as portal,
+    ):
+        Ledger(url).close()
+        holder: list[SharedProxy] = []
+
+        async def on_log(params: Any) -> None:
+            await holder[0].logging_callback(params)
+
+        with portal.wrap_async_context_manager(
+            proxied(url, log, logging_callback=on_log)
+        ) as session:
+            holder.append(SharedProxy(url, log, portal, session))
+            try:
+                yield holder[0]
+            finally:
+                holder[0].raw.close()
+
+
+@contextmanager
+def _sqlite_url(folder: Path) -> Iterator[str]:
+    yield str(folder / "proxy.db")
+
+
+@pytest.fixture
+def shared(shared_proxy: SharedProxy) -> Iterator[Shared]:
+    view = Shared(shared_proxy)
+    try:
+        yield view
+    finally:
+        shared_proxy.on_log = None

@@ -1,7 +1,8 @@
 """``oncewire mcp proxy`` against the official SDK on both sides: a ``ClientSession`` over
 ``stdio_client`` launches the proxy as a real child process, which launches a real SDK server
 (``upstream_server.py``) as its own; the store is read directly, and the server's log says
-which calls it really got."""
+which calls it really got. The tests that need only a plain proxy share one pair of children
+per backend (``shared``), each with keys of its own."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import MCPError
+from mcp import ClientSession, MCPError
 
-from tests.mcp.conftest import Raw, calls_logged, direct, proxied
+from tests.mcp.conftest import SQLITE_BY_DEFAULT, Raw, Shared, calls_logged, direct, proxied
 
 KEY = "io.oncewire/idempotency-key"
 
@@ -20,11 +21,12 @@ def text(result: object) -> str:
     return " ".join(getattr(c, "text", "") for c in getattr(result, "content", []))
 
 
-def test_lists_resources_and_prompts_pass_through_unchanged(
-    db_url: str, raw: Raw, upstream_log: Path
-) -> None:
-    async def scenario() -> None:
-        async with direct(upstream_log) as plain:
+@pytest.mark.parametrize(
+    "shared_proxy", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)], indirect=True
+)
+def test_lists_resources_and_prompts_pass_through_unchanged(shared: Shared) -> None:
+    async def scenario(session: ClientSession) -> None:
+        async with direct(shared.log) as plain:
             expected = (
                 (await plain.list_tools()).model_dump(),
                 (await plain.list_resources()).model_dump(),
@@ -32,44 +34,42 @@ def test_lists_resources_and_prompts_pass_through_unchanged(
                 (await plain.list_prompts()).model_dump(),
                 (await plain.get_prompt("greet", {"name": "Ada"})).model_dump(),
             )
-        async with proxied(db_url, upstream_log) as session:
-            got = (
-                (await session.list_tools()).model_dump(),
-                (await session.list_resources()).model_dump(),
-                (await session.read_resource("res://greeting")).model_dump(),
-                (await session.list_prompts()).model_dump(),
-                (await session.get_prompt("greet", {"name": "Ada"})).model_dump(),
-            )
-            assert session.initialize_result is not None
-            assert session.initialize_result.server_info.name == "pay"
+        got = (
+            (await session.list_tools()).model_dump(),
+            (await session.list_resources()).model_dump(),
+            (await session.read_resource("res://greeting")).model_dump(),
+            (await session.list_prompts()).model_dump(),
+            (await session.get_prompt("greet", {"name": "Ada"})).model_dump(),
+        )
+        assert session.initialize_result is not None
+        assert session.initialize_result.server_info.name == "pay"
         assert got == expected
 
-    anyio.run(scenario)
-    assert raw.effects() == []
+    shared.run(scenario)
+    assert shared.effects() == []
 
 
-def test_a_call_is_one_effect_and_a_repeat_is_answered_from_the_store(
-    db_url: str, raw: Raw, upstream_log: Path
-) -> None:
-    async def scenario() -> None:
-        async with proxied(db_url, upstream_log) as session:
-            first = await session.call_tool("charge", {"amount": 5}, meta={KEY: "order-1"})
-            again = await session.call_tool("charge", {"amount": 5}, meta={KEY: "order-1"})
-            assert text(first) == text(again) == "charged 5"
-            assert not first.is_error and not again.is_error
-        async with proxied(db_url, upstream_log) as session:  # another proxy, the same store
-            later = await session.call_tool("charge", {"amount": 5}, meta={KEY: "order-1"})
+def test_a_call_is_one_effect_and_a_repeat_is_answered_from_the_store(shared: Shared) -> None:
+    order = shared.key("order-1")
+
+    async def scenario(session: ClientSession) -> None:
+        first = await session.call_tool("charge", {"amount": 5}, meta={KEY: order})
+        again = await session.call_tool("charge", {"amount": 5}, meta={KEY: order})
+        assert text(first) == text(again) == "charged 5"
+        assert not first.is_error and not again.is_error
+        async with proxied(shared.url, shared.log) as other:  # another proxy, the same store
+            later = await other.call_tool("charge", {"amount": 5}, meta={KEY: order})
             assert later.model_dump() == first.model_dump()
 
-    anyio.run(scenario)
-    [effect] = raw.effects()
-    assert effect["key"] == "order-1"
+    shared.run(scenario)
+    [effect] = shared.effects()
+    assert effect["key"] == order
     assert effect["kind"] == "mcp.pay.charge"
     assert effect["payload"] == {"tool": "charge", "arguments": {"amount": 5}}
     assert effect["state"] == "done"
     assert effect["result"]["content"][0]["text"] == "charged 5"
-    [call] = calls_logged(upstream_log)
-    assert (call["key"], call["redelivery"]) == ("order-1", False)
+    [call] = shared.calls()
+    assert (call["key"], call["redelivery"]) == (order, False)
 
 
 def test_a_call_without_a_key_is_keyed_by_the_session_and_the_request_id(
@@ -89,56 +89,51 @@ def test_a_call_without_a_key_is_keyed_by_the_session_and_the_request_id(
 
 
 def test_the_same_key_with_other_arguments_is_refused_and_nothing_is_forwarded(
-    db_url: str, raw: Raw, upstream_log: Path
+    shared: Shared,
 ) -> None:
-    async def scenario() -> None:
-        async with proxied(db_url, upstream_log) as session:
-            await session.call_tool("charge", {"amount": 5}, meta={KEY: "order-1"})
-            with pytest.raises(MCPError) as refused:
-                await session.call_tool("charge", {"amount": 6}, meta={KEY: "order-1"})
-            assert refused.value.error.code == -32602
-            assert "conflict" in refused.value.error.message
-            assert "order-1" in refused.value.error.message
-            with pytest.raises(MCPError, match="conflict"):
-                await session.call_tool("refuse", {}, meta={KEY: "order-1"})
-            assert text(await session.call_tool("lookup", {"q": "still serving"})) == (
-                "found still serving"
-            )
+    order = shared.key("order-1")
 
-    anyio.run(scenario)
-    [effect] = raw.effects()
+    async def scenario(session: ClientSession) -> None:
+        await session.call_tool("charge", {"amount": 5}, meta={KEY: order})
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("charge", {"amount": 6}, meta={KEY: order})
+        assert refused.value.error.code == -32602
+        assert "conflict" in refused.value.error.message
+        assert order in refused.value.error.message
+        with pytest.raises(MCPError, match="conflict"):
+            await session.call_tool("refuse", {}, meta={KEY: order})
+        assert text(await session.call_tool("lookup", {"q": "still serving"})) == (
+            "found still serving"
+        )
+
+    shared.run(scenario)
+    [effect] = shared.effects()
     assert effect["payload"] == {"tool": "charge", "arguments": {"amount": 5}}
-    assert [c["tool"] for c in calls_logged(upstream_log)] == ["charge", "lookup"]
+    assert [c["tool"] for c in shared.calls()] == ["charge", "lookup"]
 
 
-def test_a_read_only_tool_is_forwarded_without_an_effect(
-    db_url: str, raw: Raw, upstream_log: Path
-) -> None:
-    async def scenario() -> None:
-        async with proxied(db_url, upstream_log) as session:
-            for _ in range(2):
-                result = await session.call_tool("lookup", {"q": "x"}, meta={KEY: "look-1"})
-                assert text(result) == "found x"
+def test_a_read_only_tool_is_forwarded_without_an_effect(shared: Shared) -> None:
+    async def scenario(session: ClientSession) -> None:
+        for _ in range(2):
+            result = await session.call_tool("lookup", {"q": "x"}, meta={KEY: shared.key("look-1")})
+            assert text(result) == "found x"
 
-    anyio.run(scenario)
-    assert raw.effects() == []
-    assert [c["tool"] for c in calls_logged(upstream_log)] == ["lookup", "lookup"]
+    shared.run(scenario)
+    assert shared.effects() == []
+    assert [c["tool"] for c in shared.calls()] == ["lookup", "lookup"]
 
 
-def test_a_tool_error_result_is_stored_and_replayed_as_it_came(
-    db_url: str, raw: Raw, upstream_log: Path
-) -> None:
-    async def scenario() -> None:
-        async with proxied(db_url, upstream_log) as session:
-            first = await session.call_tool("refuse", {}, meta={KEY: "r-1"})
-            again = await session.call_tool("refuse", {}, meta={KEY: "r-1"})
-            assert first.is_error and "refused on purpose" in text(first)
-            assert again.model_dump() == first.model_dump()
+def test_a_tool_error_result_is_stored_and_replayed_as_it_came(shared: Shared) -> None:
+    async def scenario(session: ClientSession) -> None:
+        first = await session.call_tool("refuse", {}, meta={KEY: shared.key("r-1")})
+        again = await session.call_tool("refuse", {}, meta={KEY: shared.key("r-1")})
+        assert first.is_error and "refused on purpose" in text(first)
+        assert again.model_dump() == first.model_dump()
 
-    anyio.run(scenario)
-    [effect] = raw.effects()
+    shared.run(scenario)
+    [effect] = shared.effects()
     assert effect["state"] == "done" and effect["result"]["isError"] is True
-    assert len(calls_logged(upstream_log)) == 1
+    assert len(shared.calls()) == 1
 
 
 def test_a_server_that_exits_with_the_call_in_flight_is_an_unknown_outcome(
@@ -196,9 +191,10 @@ def test_a_call_the_client_cancels_is_recorded_cancelled(
     assert len(calls_logged(upstream_log)) == 1
 
 
-def test_progress_and_log_messages_pass_through_a_recorded_call(
-    db_url: str, raw: Raw, upstream_log: Path
-) -> None:
+@pytest.mark.parametrize(
+    "shared_proxy", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)], indirect=True
+)
+def test_progress_and_log_messages_pass_through_a_recorded_call(shared: Shared) -> None:
     progress: list[tuple[float, float | None, str | None]] = []
     logged: list[object] = []
 
@@ -208,68 +204,66 @@ def test_progress_and_log_messages_pass_through_a_recorded_call(
     async def on_log(params: object) -> None:
         logged.append(getattr(params, "data", None))
 
-    async def scenario() -> None:
-        async with proxied(db_url, upstream_log, logging_callback=on_log) as session:
-            result = await session.call_tool(
-                "steps", {"count": 3}, progress_callback=on_progress, meta={KEY: "p-1"}
-            )
-            assert text(result) == "3 steps"
+    async def scenario(session: ClientSession) -> None:
+        result = await session.call_tool(
+            "steps", {"count": 3}, progress_callback=on_progress, meta={KEY: shared.key("p-1")}
+        )
+        assert text(result) == "3 steps"
 
-    anyio.run(scenario)
+    shared.proxy.on_log = on_log
+    shared.run(scenario)
     assert progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
     assert logged == ["step 1 of 3", "step 2 of 3", "step 3 of 3"]
-    assert [e["key"] for e in raw.effects()] == ["p-1"]
+    assert [e["key"] for e in shared.effects()] == [shared.key("p-1")]
 
 
-def test_concurrent_calls_through_one_proxy_are_one_effect_each(
-    db_url: str, raw: Raw, upstream_log: Path
-) -> None:
+def test_concurrent_calls_through_one_proxy_are_one_effect_each(shared: Shared) -> None:
     answers: dict[str, str] = {}
 
-    async def scenario() -> None:
-        async with proxied(db_url, upstream_log) as session:
+    async def scenario(session: ClientSession) -> None:
+        async def one(n: int) -> None:
+            key = shared.key(f"c-{n}")
+            result = await session.call_tool("charge", {"amount": n}, meta={KEY: key})
+            answers[key] = text(result)
 
-            async def one(n: int) -> None:
-                result = await session.call_tool("charge", {"amount": n}, meta={KEY: f"c-{n}"})
-                answers[f"c-{n}"] = text(result)
+        async with anyio.create_task_group() as tg:
+            for n in range(12):
+                tg.start_soon(one, n)
+                tg.start_soon(one, n)  # the same call twice at once: still one effect
 
-            async with anyio.create_task_group() as tg:
-                for n in range(12):
-                    tg.start_soon(one, n)
-                    tg.start_soon(one, n)  # the same call twice at once: still one effect
-
-    anyio.run(scenario)
-    assert answers == {f"c-{n}": f"charged {n}" for n in range(12)}
-    effects = raw.effects()
+    shared.run(scenario)
+    assert answers == {shared.key(f"c-{n}"): f"charged {n}" for n in range(12)}
+    effects = shared.effects()
     assert sorted(e["key"] for e in effects) == sorted(answers)
     assert {e["state"] for e in effects} == {"done"}
-    assert sorted(c["key"] for c in calls_logged(upstream_log)) == sorted(answers)
+    assert sorted(c["key"] for c in shared.calls()) == sorted(answers)
 
 
-def test_effects_list_shows_the_calls(db_url: str, raw: Raw, upstream_log: Path) -> None:
+def test_effects_list_shows_the_calls(shared: Shared) -> None:
     import json
     import subprocess
     import sys
 
-    async def scenario() -> None:
-        async with proxied(db_url, upstream_log) as session:
-            await session.call_tool("charge", {"amount": 3}, meta={KEY: "listed-1"})
+    async def scenario(session: ClientSession) -> None:
+        await session.call_tool("charge", {"amount": 3}, meta={KEY: shared.key("listed-1")})
 
-    anyio.run(scenario)
+    shared.run(scenario)
     shown = subprocess.run(
-        [sys.executable, "-m", "oncewire", "effects", "list", "--db", db_url, "--json"],
+        [sys.executable, "-m", "oncewire", "effects", "list", "--db", shared.url, "--json"],
         capture_output=True,
         text=True,
         check=True,
     )
-    [listed] = json.loads(shown.stdout)
+    # the shared store holds other tests' effects too: this test's are those with its keys
+    [listed] = [e for e in json.loads(shown.stdout) if e["key"].startswith(shared.prefix)]
     assert (listed["key"], listed["kind"], listed["state"]) == (
-        "listed-1",
+        shared.key("listed-1"),
         "mcp.pay.charge",
         "done",
     )
 
 
+@SQLITE_BY_DEFAULT
 @pytest.mark.parametrize("mode", ["auto", "2026-07-28"])
 def test_a_client_of_the_2026_protocol_through_the_proxy(
     db_url: str, raw: Raw, upstream_log: Path, mode: str

@@ -1,7 +1,11 @@
 """The proxy's stdin fuzzed with raw lines (the one place a test writes JSON-RPC by hand: the
 point is what no SDK client would send): each line it cannot use is answered with a clear
 JSON-RPC error, with the request's id when the line has a usable one; nothing is recorded or
-forwarded for it, and the proxy goes on serving a real call afterwards."""
+forwarded for it, and the proxy goes on serving a real call afterwards.
+
+The tests share one proxy (per backend and test worker): each case checks its answer and that
+the store and the server's log did not change, and each test reads only what it added. What the
+proxy does with a line does not depend on the store: SQLite by default, both under ``--soak``."""
 
 from __future__ import annotations
 
@@ -9,12 +13,16 @@ import json
 import queue
 import subprocess
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from oncewire import Ledger
 from tests.mcp.conftest import ROOT, Raw, calls_logged, child_env, proxy_argv
+from tests.support.pg import fresh_schema, server_url
 
 HUGE = 10**40
 
@@ -135,9 +143,44 @@ REFUSED: list[tuple[bytes | str, Any, int]] = [
 ]
 
 
-@pytest.fixture
-def peer(db_url: str, upstream_log: Path) -> Any:
-    handle = RawPeer(db_url, upstream_log)
+@dataclass
+class Fuzzed:
+    """The shared proxy, its store, its server's log, and where the store and log stood when
+    the test started."""
+
+    peer: RawPeer
+    raw: Raw
+    log: Path
+    first_id: int = 0
+    first_call: int = 0
+
+    def effects(self) -> list[dict[str, Any]]:
+        return self.raw.effects(self.first_id)
+
+    def calls(self) -> list[dict[str, Any]]:
+        return calls_logged(self.log)[self.first_call :]
+
+
+@pytest.fixture(
+    scope="module",
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)],
+)
+def fuzz_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path_factory.mktemp("fuzz") / "proxy.db")
+        return
+    with fresh_schema(server_url(), "mcp") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def shared_peer(fuzz_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
+    Ledger(fuzz_url).close()  # the schema exists before the tests read it
+    log = tmp_path_factory.mktemp("fuzz-log") / "upstream.log"
+    handle = RawPeer(fuzz_url, log)
+    raw = Raw(fuzz_url)
     try:
         handle.send_json(
             {
@@ -153,19 +196,30 @@ def peer(db_url: str, upstream_log: Path) -> Any:
         )
         assert "result" in handle.answer_to(0)
         handle.send_json({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        yield handle
+        yield Fuzzed(handle, raw, log)
     finally:
+        raw.close()
         handle.close()
 
 
+@pytest.fixture
+def fuzzed(shared_peer: Fuzzed) -> Fuzzed:
+    shared_peer.first_id = shared_peer.raw.last_id()
+    shared_peer.first_call = len(calls_logged(shared_peer.log))
+    return shared_peer
+
+
 def test_every_unusable_line_gets_a_clear_error_and_the_proxy_goes_on_serving(
-    peer: RawPeer, raw: Raw, upstream_log: Path
+    fuzzed: Fuzzed,
 ) -> None:
+    peer = fuzzed.peer
     for line, request_id, code in REFUSED:
         peer.send(line)
         answer = peer.answer_to(request_id)
         assert answer["error"]["code"] == code, (line[:80], answer)
         assert answer["error"]["message"], answer
+        assert fuzzed.effects() == [], line[:80]
+        assert fuzzed.calls() == [], line[:80]
 
     # Relayed as they are: the server answers (an unknown method) or ignores them.
     peer.send_json({"jsonrpc": "2.0", "id": "u-1", "method": "no/such/method"})
@@ -175,8 +229,8 @@ def test_every_unusable_line_gets_a_clear_error_and_the_proxy_goes_on_serving(
     peer.send_json({"jsonrpc": "2.0", "id": HUGE, "method": "ping"})
     assert peer.answer_to(HUGE)["result"] == {}
 
-    assert raw.effects() == []
-    assert calls_logged(upstream_log) == []
+    assert fuzzed.effects() == []
+    assert fuzzed.calls() == []
 
     peer.send(
         _call(
@@ -190,18 +244,17 @@ def test_every_unusable_line_gets_a_clear_error_and_the_proxy_goes_on_serving(
     )
     answer = peer.answer_to("real")
     assert answer["result"]["content"][0]["text"] == "charged 5"
-    assert [e["key"] for e in raw.effects()] == ["ok-1"]
-    assert len(calls_logged(upstream_log)) == 1
+    assert [e["key"] for e in fuzzed.effects()] == ["ok-1"]
+    assert len(fuzzed.calls()) == 1
     assert peer.process.poll() is None
 
 
-def test_the_sep_3182_idempotency_key_is_read_as_the_key(
-    peer: RawPeer, raw: Raw, upstream_log: Path
-) -> None:
+def test_the_sep_3182_idempotency_key_is_read_as_the_key(fuzzed: Fuzzed) -> None:
+    peer = fuzzed.peer
     for request_id in ("sep-a", "sep-b"):  # a retry under another JSON-RPC id: the same call
         params = {"name": "charge", "arguments": {"amount": 2}, "idempotencyKey": "sep-1"}
         peer.send(_call(request_id, params))
         answer = peer.answer_to(request_id)
         assert answer["result"]["content"][0]["text"] == "charged 2"
-    assert [e["key"] for e in raw.effects()] == ["sep-1"]
-    assert [(c["key"], c["redelivery"]) for c in calls_logged(upstream_log)] == [("sep-1", False)]
+    assert [e["key"] for e in fuzzed.effects()] == ["sep-1"]
+    assert [(c["key"], c["redelivery"]) for c in fuzzed.calls()] == [("sep-1", False)]

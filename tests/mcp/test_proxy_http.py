@@ -1,5 +1,6 @@
 """``oncewire mcp proxy --upstream URL``: the server on streamable HTTP (the SDK's
-``streamable_http_client``), the client on stdio; the same effects as with a child server."""
+``streamable_http_client``), the client on stdio; the same effects as with a child server.
+The transport does not depend on the store: SQLite by default, both backends under ``--soak``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.mcp.conftest import ROOT, Raw, calls_logged, child_env, proxied, proxy_argv
+from tests.mcp.conftest import (
+    ROOT,
+    SQLITE_BY_DEFAULT,
+    Raw,
+    calls_logged,
+    child_env,
+    proxied,
+    proxy_argv,
+)
 
 KEY = "io.oncewire/idempotency-key"
 
@@ -52,6 +61,7 @@ def text(result: object) -> str:
     return " ".join(getattr(c, "text", "") for c in getattr(result, "content", []))
 
 
+@SQLITE_BY_DEFAULT
 def test_a_streamable_http_server_behind_the_proxy(
     db_url: str, raw: Raw, upstream_log: Path, http_upstream: str
 ) -> None:
@@ -104,6 +114,7 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
             time.sleep(0.1)
 
 
+@SQLITE_BY_DEFAULT
 def test_clients_on_streamable_http_in_front_of_a_stdio_server(
     db_url: str, raw: Raw, upstream_log: Path, listening: str
 ) -> None:

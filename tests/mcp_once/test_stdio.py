@@ -5,6 +5,11 @@ its receipt's commit, or between the commit and the answer, then the call retrie
 
 What happened is read from the store's tables, a side file the body appends to *outside* its
 transaction, and the crash token file the dying process wrote, never from the server's answers.
+
+The default run covers each case on both backends with the sync tool and on SQLite with the
+``async def`` tool (its receipts are the sync store's, run on threads); the async tool on
+PostgreSQL, and the capability read on PostgreSQL (it does not depend on the store), run
+under ``--soak``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,19 @@ from tests.conftest import _child_env
 from tests.mcp_once.conftest import PYTHON, lines, receipts_of, run, server_argv, tickets
 
 pytestmark = pytest.mark.crash
+
+SOAK = pytest.mark.slow
+
+BACKEND_AND_TOOL = pytest.mark.parametrize(
+    ("store_url", "use_async"),
+    [
+        pytest.param("sqlite", False, id="sync-sqlite"),
+        pytest.param("postgresql", False, id="sync-postgresql"),
+        pytest.param("sqlite", True, id="async-sqlite"),
+        pytest.param("postgresql", True, id="async-postgresql", marks=SOAK),
+    ],
+    indirect=["store_url"],
+)
 
 
 def tickets_params(store: str, side: Path, *extra: str, **env: str) -> StdioServerParameters:
@@ -62,7 +80,7 @@ def _mcp_errors(exc: BaseException) -> list[MCPError]:
     return [found for inner in nested for found in _mcp_errors(inner)]
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@BACKEND_AND_TOOL
 def test_a_call_is_answered_once_across_server_processes(
     store_url: str, tmp_path: Path, use_async: bool
 ) -> None:
@@ -77,6 +95,9 @@ def test_a_call_is_answered_once_across_server_processes(
     assert len({line["pid"] for line in lines(side)}) == 1
 
 
+@pytest.mark.parametrize(
+    "store_url", ["sqlite", pytest.param("postgresql", marks=SOAK)], indirect=True
+)
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_the_capability_is_read_by_a_client_over_stdio(
     store_url: str, tmp_path: Path, mode: str
@@ -95,7 +116,7 @@ def test_the_capability_is_read_by_a_client_over_stdio(
     assert not (plain or {}).get(DEDUPLICATES)
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@BACKEND_AND_TOOL
 def test_a_server_killed_before_the_receipt_commits_leaves_nothing_and_the_retry_writes_once(
     store_url: str, tmp_path: Path, use_async: bool
 ) -> None:
@@ -128,7 +149,7 @@ def test_a_server_killed_before_the_receipt_commits_leaves_nothing_and_the_retry
     assert retried.structured_content == {"ticket_id": _ticket_ids(store_url)[0]}
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@BACKEND_AND_TOOL
 def test_a_server_killed_after_the_commit_answers_the_retry_from_the_receipt(
     store_url: str, tmp_path: Path, use_async: bool
 ) -> None:

@@ -3,12 +3,17 @@
 Noun groups, then verbs. Every command that opens a store takes ``--db`` (or ``ONCEWIRE_DB``),
 readers take ``--json``, destructive commands ask or take ``--yes``. Errors print one line and
 exit non-zero; ``-v`` (anywhere on the line) shows the traceback.
+
+A noun's module is imported when its command is first looked up, so ``oncewire mcp proxy`` (a
+child process that tools start often) does not import the gateway's or the lab's.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
+from collections.abc import Iterator, MutableMapping
 
 import click
 
@@ -46,52 +51,77 @@ def _verbose_option() -> click.Option:
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# A top-level command's name: the module under oncewire.cli that defines it, and its name there.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "effects": ("effects", "group"),
+    "receipts": ("receipts", "group"),
+    "dispatch": ("dispatch", "command"),
+    "doctor": ("doctor", "command"),
+    "lab": ("lab", "command"),
+    "runs": ("runs", "group"),
+    "inbound": ("replies", "inbound_group"),
+    "replies": ("replies", "replies_group"),
+    "gateway": ("gateway", "group"),
+    "ui": ("ui", "command"),
+    "langgraph": ("langgraph", "group"),
+    "mcp": ("mcp", "group"),
+}
+
+
+def _add_verbose(command: click.Command) -> None:
+    # Every command and group takes -v, so `oncewire effects list -v` works as well as
+    # `oncewire -v effects list`.
+    command.params.append(_verbose_option())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_verbose(sub)
+
+
+class _Nouns(MutableMapping[str, click.Command]):
+    """The top-level commands: one is imported when it is looked up by name, all of them when
+    the set is read (``--help``, ``cli.commands`` listed)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, click.Command] = {}
+
+    def _load(self, name: str) -> None:
+        if name in _COMMANDS and name not in self._loaded:
+            module, attr = _COMMANDS[name]
+            command: click.Command = getattr(
+                importlib.import_module(f"oncewire.cli.{module}"), attr
+            )
+            _add_verbose(command)
+            self._loaded[name] = command
+
+    def __getitem__(self, name: str) -> click.Command:
+        self._load(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        for name in _COMMANDS:
+            self._load(name)
+        return iter(dict(self._loaded))
+
+    def __len__(self) -> int:
+        return len(set(self._loaded) | set(_COMMANDS))
+
+
+@click.group(
+    commands=_Nouns(),
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, "--version", prog_name="oncewire")
 def cli() -> None:
     """oncewire: every accepted action happens once; every unknown is said out loud."""
 
 
-def _register() -> None:
-    from oncewire.cli import (
-        dispatch,
-        doctor,
-        effects,
-        gateway,
-        lab,
-        langgraph,
-        mcp,
-        receipts,
-        replies,
-        runs,
-        ui,
-    )
-
-    cli.add_command(effects.group)
-    cli.add_command(receipts.group)
-    cli.add_command(dispatch.command)
-    cli.add_command(doctor.command)
-    cli.add_command(lab.command)
-    cli.add_command(runs.group)
-    cli.add_command(replies.inbound_group)
-    cli.add_command(replies.replies_group)
-    cli.add_command(gateway.group)
-    cli.add_command(ui.command)
-    cli.add_command(langgraph.group)
-    cli.add_command(mcp.group)
-
-    def add_verbose(command: click.Command) -> None:
-        # Every command and group takes -v, so `oncewire effects list -v` works as well as
-        # `oncewire -v effects list`.
-        command.params.append(_verbose_option())
-        if isinstance(command, click.Group):
-            for sub in command.commands.values():
-                add_verbose(sub)
-
-    add_verbose(cli)
-
-
-_register()
+cli.params.append(_verbose_option())
 
 
 def main(argv: list[str] | None = None) -> int:
