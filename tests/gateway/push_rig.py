@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,16 @@ class GatewayProcess:
 
     def terminate(self, timeout: float = 60.0) -> int:
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=timeout)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # Where it is stuck: every thread's stack (SIGUSR1, faulthandler) into the log.
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            self.kill()
+            raise AssertionError(
+                f"the gateway did not stop {timeout:.0f}s after SIGTERM\n{self.log_text()}"
+            ) from None
         self._close()
         return code
 

@@ -17,7 +17,7 @@ import pytest
 from oncewire import Ledger
 from oncewire.testing import ManualClock
 from tests.contract.conftest import PostgresRaw, RawDatabase, SQLiteRaw
-from tests.support.pg import migrated_schema, server_url
+from tests.support.pg import fresh_schema, migrated_schema, server_url
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -28,12 +28,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
+def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A SQLite file not yet created, or a PostgreSQL schema: one already migrated (from the
+    pool), or, for a test marked ``empty_store``, one holding nothing at all."""
     if backend == "sqlite":
         yield str(tmp_path / "app.db")
         return
+    schema = fresh_schema if request.node.get_closest_marker("empty_store") else migrated_schema
     with ExitStack() as stack:
-        yield stack.enter_context(migrated_schema(server_url(), "misuse"))
+        yield stack.enter_context(schema(server_url(), "misuse"))
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ def _tables(store_url: str, backend: str) -> list[str]:
     return sorted(name for (name,) in rows)
 
 
+@pytest.mark.empty_store
 def test_a_path_or_url_instead_of_a_ledger_is_refused_saying_what_to_pass(
     store_url: str, backend: str
 ) -> None:

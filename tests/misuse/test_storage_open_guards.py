@@ -92,6 +92,7 @@ def test_the_documented_shared_database_is_adopted_by_default(app_db: Path) -> N
     assert {"orders", "oncewire_effects"} <= set(tables(app_db))
 
 
+@pytest.mark.empty_store
 def test_adopt_false_refuses_a_database_holding_other_tables(store_url: str, backend: str) -> None:
     if backend == "sqlite":
         with closing(sqlite3.connect(store_url)) as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import sys
@@ -78,6 +79,10 @@ def run(config_path: str, grace_seconds: float) -> None:
 
     signal.signal(signal.SIGTERM, drain)
     signal.signal(signal.SIGINT, drain)
+    if logformat.current() != "json":  # the dump is plain text: not inside a JSON-lines stderr
+        # SIGUSR1 writes every thread's stack to stderr: where a gateway that does not stop is
+        # stuck.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         code = runner.run()
     except ConfigurationError as exc:
