@@ -258,3 +258,19 @@ def test_the_sep_3182_idempotency_key_is_read_as_the_key(fuzzed: Fuzzed) -> None
         assert answer["result"]["content"][0]["text"] == "charged 2"
     assert [e["key"] for e in fuzzed.effects()] == ["sep-1"]
     assert [(c["key"], c["redelivery"]) for c in fuzzed.calls()] == [("sep-1", False)]
+
+
+def test_a_cancellation_for_no_request_in_flight_is_dropped_not_relayed(fuzzed: Fuzzed) -> None:
+    """The proxy numbers the requests it relays in its own sequence. A cancellation naming a
+    request not in flight here (answered already, or never sent) is dropped: relayed as it came,
+    its id would name whichever relayed request has that number, and cancel it."""
+    peer = fuzzed.peer
+    get = {"name": "unhurried", "arguments": {"seconds": "1.5"}}
+    peer.send_json({"jsonrpc": "2.0", "id": "slow", "method": "prompts/get", "params": get})
+    for stale in range(0, 200):  # every number the proxy's own sequence can have reached
+        peer.send_json(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": stale}}
+        )
+    answer = peer.answer_to("slow")
+    assert answer["result"]["messages"][0]["content"]["text"] == "taken my time", answer
+    assert peer.process.poll() is None

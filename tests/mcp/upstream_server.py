@@ -95,6 +95,13 @@ def greet(name: str) -> str:
     return f"Greet {name} warmly."
 
 
+@server.prompt()
+async def unhurried(seconds: str) -> str:
+    """A request the proxy relays (not a tool call) that stays in flight for a while."""
+    await anyio.sleep(float(seconds))
+    return "taken my time"
+
+
 async def main() -> None:
     lowlevel = server._lowlevel_server
     experimental = None

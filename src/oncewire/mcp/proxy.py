@@ -253,6 +253,12 @@ class Proxy:
                 if relayed.client_id == request_id and type(relayed.client_id) is type(request_id):
                     message = {**message, "params": {**params, "requestId": upstream_id}}
                     break
+            else:
+                # Not a request in flight here (answered already, or never sent). Relayed as it
+                # came, its id would name whichever request of the proxy's own numbering has it,
+                # and cancel a call of somebody else's.
+                log.info("dropped a cancellation for request %r: none is in flight", request_id)
+                return
         await self._relay_to_server(message)
         if method == "notifications/initialized":
             self._ready.set()
