@@ -52,7 +52,7 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from oncewire.core import crash, extras
@@ -61,7 +61,16 @@ from oncewire.lab.fixtures import rows
 from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
 from oncewire.lab.suites.langgraph_checks import WINDOWS, check_checkpoints, check_window
 
-__all__ = ["CHILD", "SUITE", "langgraph_points", "missing_langgraph_extra", "run_langgraph"]
+__all__ = [
+    "CHILD",
+    "DEFAULT_POINTS",
+    "SUITE",
+    "all_points",
+    "langgraph_points",
+    "missing_langgraph_extra",
+    "run_langgraph",
+    "run_points",
+]
 
 CHILD = "oncewire.lab.children.langgraph"
 KILLED = -signal.SIGKILL
@@ -383,7 +392,27 @@ def _upstream(ctx: LabContext) -> ScenarioResult:
     return _timed(result, started)
 
 
-def run_langgraph(ctx: LabContext) -> Iterator[ScenarioResult]:
+def all_points() -> list[str]:
+    """Every armed scenario's point, in the order the suite runs them: each registered point
+    on the durable graph's path, then the saver's points at a later hit."""
+    return [*langgraph_points(), *(f"{point}@{LATER_HIT}" for point in WINDOWS)]
+
+
+# One armed scenario per outcome class (not stored, committed as the chain's head, a tool
+# redelivered, a run resumed from its recorded input): the tests' default run, with the
+# uninterrupted reference, the random kills and the negative control. ``make soak`` and
+# ``oncewire lab`` run :func:`all_points`.
+DEFAULT_POINTS = (
+    "langgraph.put_before_commit@3",
+    "langgraph.writes_after_commit",
+    "langgraph.tool_returned",
+    "lab.langgraph.before_first_checkpoint",
+)
+
+
+def run_points(ctx: LabContext, points: Sequence[str]) -> Iterator[ScenarioResult]:
+    """The uninterrupted reference, the armed scenarios of ``points``, the random kills and
+    the negative control."""
     missing = missing_langgraph_extra("the langgraph suite")
     if missing is not None:
         result = ScenarioResult("langgraph")
@@ -393,14 +422,17 @@ def run_langgraph(ctx: LabContext) -> Iterator[ScenarioResult]:
     ctx.progress.update("langgraph: uninterrupted")
     first, reference, work_seconds = _uninterrupted(ctx)
     yield first
-    later = [f"{point}@{LATER_HIT}" for point in WINDOWS]
-    for point in [*langgraph_points(), *later]:
+    for point in points:
         ctx.progress.update(f"langgraph: {point}")
         yield _armed(ctx, point, reference)
     ctx.progress.update("langgraph: random kills")
     yield _random(ctx, reference, work_seconds)
     ctx.progress.update("langgraph: upstream ToolNode (negative control)")
     yield _upstream(ctx)
+
+
+def run_langgraph(ctx: LabContext) -> Iterator[ScenarioResult]:
+    yield from run_points(ctx, all_points())
 
 
 SUITE = Suite(
