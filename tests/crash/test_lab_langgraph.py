@@ -91,7 +91,7 @@ def _check(root: Path, scenarios: dict[str, Any], backend: str, points: list[str
     control = _tickets("sqlite", str(suite / "upstream" / "downstream.sqlite"))
     assert max(control.values()) == 2, "the negative control lost its duplicate"
     assert control["call-4"] == 1
-    for folder in sorted(p for p in suite.iterdir() if p.name != "upstream"):
+    for folder in sorted(p for p in suite.iterdir() if p.is_dir() and p.name != "upstream"):
         dialect, caller, downstream = _stores(folder)
         assert dialect == backend, folder
         assert _tickets(dialect, downstream) == ONE_EACH, folder.name

@@ -26,6 +26,9 @@ each ``open_ticket`` writes its ticket through ``Receipts.run_once`` keyed by
 writes the ticket directly: nothing there can tell a second run of a call from the first.
 Every tool attempt is logged in ``tool_attempts`` (tool call id, attempt number, redelivery
 flag, pid) before the tool acts, in a transaction of its own.
+
+``serve`` is the suite's warm parent (:func:`oncewire.lab.forking.serve`): it imports LangGraph,
+both savers and oncewire once, then forks a child per start, which runs ``main``.
 """
 
 from __future__ import annotations
@@ -425,7 +428,35 @@ def read_final(stores: Stores, mode: str) -> tuple[list[dict[str, Any]], tuple[s
         return final_messages(state.values.get("messages", [])), tuple(t.name for t in state.tasks)
 
 
+def _arm_points() -> None:
+    """Import what declares the points the suite arms, and refuse an unknown one."""
+    import oncewire.dispatch.dispatcher
+    import oncewire.effects.outbox
+    import oncewire.langgraph.saver
+    import oncewire.langgraph.saver_runs
+    import oncewire.langgraph.tools
+    import oncewire.receipts  # noqa: F401  (they declare the points the suite arms)
+
+    crash.check_armed()
+
+
+def _warm() -> None:
+    """What every forked child would import: LangGraph, both savers, oncewire's adapters."""
+    import langgraph.checkpoint.sqlite
+    import langgraph.graph
+    import langgraph.prebuilt  # noqa: F401  (the imports each child is spared)
+
+    import oncewire.langgraph
+    import oncewire.ledger  # noqa: F401
+
+    _arm_points()
+
+
 def main(argv: list[str] | None = None) -> int:
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["serve"]:
+        from oncewire.lab.forking import serve
+
+        return serve(main, _warm)
     parser = argparse.ArgumentParser(prog=MODULE)
     parser.add_argument("role", choices=["init", "run"])
     parser.add_argument("--folder", required=True, type=Path)
@@ -439,20 +470,14 @@ def main(argv: list[str] | None = None) -> int:
         args.folder, args.caller or default.caller, args.downstream or default.downstream
     )
     if crash.armed():
-        import oncewire.dispatch.dispatcher
-        import oncewire.effects.outbox
-        import oncewire.langgraph.saver
-        import oncewire.langgraph.saver_runs
-        import oncewire.langgraph.tools
-        import oncewire.receipts  # noqa: F401  (they declare the points the suite arms)
-
-        crash.check_armed()
+        _arm_points()
     if args.role == "init":
         initialise(stores)
         answer: dict[str, Any] = {"initialised": str(args.folder)}
     else:
         answer = run(stores, args.mode, args.ready)
     sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
     return 0
 
 

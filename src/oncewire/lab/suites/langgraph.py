@@ -48,6 +48,7 @@ applicable, in one line.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -58,7 +59,15 @@ from typing import Any
 from oncewire.core import crash, extras
 from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import rows
-from oncewire.lab.framework import LabContext, ProcessRecord, ScenarioResult, Suite
+from oncewire.lab.forking import Forker
+from oncewire.lab.forking import record as forked_record
+from oncewire.lab.framework import (
+    CHILD_DEADLINE_SECONDS,
+    LabContext,
+    ProcessRecord,
+    ScenarioResult,
+    Suite,
+)
 from oncewire.lab.suites.langgraph_checks import WINDOWS, check_checkpoints, check_window
 
 __all__ = [
@@ -123,8 +132,11 @@ def langgraph_points() -> list[str]:
 class _Scenario:
     """One scenario's folder and the runs of its child."""
 
-    def __init__(self, ctx: LabContext, result: ScenarioResult, name: str, mode: str) -> None:
+    def __init__(
+        self, ctx: LabContext, forker: Forker, result: ScenarioResult, name: str, mode: str
+    ) -> None:
         self.ctx = ctx
+        self.forker = forker
         self.result = result
         self.mode = mode
         self.stores = _stores(ctx, name, mode)
@@ -139,8 +151,16 @@ class _Scenario:
         return [*self.stores.args(), "--mode", self.mode]
 
     def _child(self, role: str, arm: str | None = None) -> ProcessRecord:
-        record = self.ctx.child(role, self._args(), arm=arm, token=self.token, module=CHILD)
+        record = self.forker.run(
+            role,
+            self._args(),
+            self.folder,
+            arm=arm,
+            token=self.token,
+            deadline_seconds=CHILD_DEADLINE_SECONDS,
+        )
         self.result.processes.append(record)
+        self.result.require(not record.timed_out, f"a {role} did not end in time")
         return record
 
     def until_done(
@@ -170,34 +190,30 @@ class _Scenario:
         the child said it was ready (within ``work_seconds``), then let it finish."""
         for number in range(kills):
             ready = self.folder / f"ready-{number}"
-            process = self.ctx.spawn("run", [*self._args(), "--ready", str(ready)], module=CHILD)
-            waited = time.monotonic()
-            while not ready.exists() and process.poll() is None:
-                if time.monotonic() - waited > READY_DEADLINE_SECONDS:
+            args = [*self._args(), "--ready", str(ready)]
+            out, err = self.folder / f"random-{number}.out", self.folder / f"random-{number}.err"
+            began = time.monotonic()
+            pid = self.forker.start(["run", *args], {}, out, err)
+            code: int | None = None
+            while not ready.exists() and code is None:
+                if time.monotonic() - began > READY_DEADLINE_SECONDS:
                     break
-                time.sleep(0.01)
+                code = self.forker.wait(pid, 0.01)
             delay = rng.uniform(0.0, work_seconds)
-            try:
-                process.wait(timeout=delay)
-            except Exception:  # still running: the kill lands
-                process.send_signal(signal.SIGKILL)
-            _, err = process.communicate()
-            record = ProcessRecord(
-                role="run",
-                argv=["-m", CHILD, "run", *self._args()],
-                pid=process.pid,
-                exit_code=process.returncode,
-                response=None,
-                stderr=err[-2000:],
-                duration_seconds=round(delay, 4),
-            )
+            if code is None:
+                code = self.forker.wait(pid, delay)
+            if code is None:  # still running: the kill lands
+                os.kill(pid, signal.SIGKILL)
+                code = self.forker.wait(pid, None)
+            record = forked_record("run", [CHILD, "run", *args], pid, code, out, err, began)
+            record.duration_seconds = round(delay, 4)
             self.result.processes.append(record)
-            if process.returncode == KILLED:
+            if code == KILLED:
                 self.killed.append(record)
-            elif process.returncode == 0:
+            elif code == 0:
                 return record
             else:
-                self.result.require(False, f"a run failed: {err[-600:]}")
+                self.result.require(False, f"a run failed: {record.stderr[-600:]}")
         return self.until_done()
 
     # -- what the files hold ---------------------------------------------------------------
@@ -296,13 +312,13 @@ def _timed(result: ScenarioResult, started: float) -> ScenarioResult:
 
 
 def _uninterrupted(
-    ctx: LabContext,
+    ctx: LabContext, forker: Forker
 ) -> tuple[ScenarioResult, list[dict[str, Any]] | None, float]:
     """The reference run: its result, its final messages (None if it failed) and how long
     its work took after the child was ready."""
     started = time.monotonic()
     result = ScenarioResult("uninterrupted")
-    scenario = _Scenario(ctx, result, "uninterrupted", "durable")
+    scenario = _Scenario(ctx, forker, result, "uninterrupted", "durable")
     last = scenario.until_done()
     result.require(not scenario.killed, "the uninterrupted run was killed")
     summary, messages = _check_durable(scenario, None)
@@ -315,10 +331,12 @@ def _uninterrupted(
     return _timed(result, started), messages if result.passed else None, work
 
 
-def _armed(ctx: LabContext, point: str, reference: list[dict[str, Any]] | None) -> ScenarioResult:
+def _armed(
+    ctx: LabContext, forker: Forker, point: str, reference: list[dict[str, Any]] | None
+) -> ScenarioResult:
     started = time.monotonic()
     result = ScenarioResult(f"armed[{point}]")
-    scenario = _Scenario(ctx, result, f"armed-{point}", "durable")
+    scenario = _Scenario(ctx, forker, result, f"armed-{point}", "durable")
     windows: list[str | None] = []
     name = point.partition("@")[0]
 
@@ -342,11 +360,11 @@ def _armed(ctx: LabContext, point: str, reference: list[dict[str, Any]] | None) 
 
 
 def _random(
-    ctx: LabContext, reference: list[dict[str, Any]] | None, work_seconds: float
+    ctx: LabContext, forker: Forker, reference: list[dict[str, Any]] | None, work_seconds: float
 ) -> ScenarioResult:
     started = time.monotonic()
     result = ScenarioResult("random_kills")
-    scenario = _Scenario(ctx, result, "random-kills", "durable")
+    scenario = _Scenario(ctx, forker, result, "random-kills", "durable")
     kills = int(ctx.options.get("kills") or RANDOM_KILLS)
     scenario.killed_at_random(random.Random(f"langgraph/{ctx.seed}"), kills, work_seconds)
     summary, _ = _check_durable(scenario, reference)
@@ -358,13 +376,13 @@ def _random(
     return _timed(result, started)
 
 
-def _upstream(ctx: LabContext) -> ScenarioResult:
+def _upstream(ctx: LabContext, forker: Forker) -> ScenarioResult:
     """The negative control: LangGraph's ToolNode on its SQLite saver runs a killed tool again."""
     from oncewire.lab.children.langgraph import TICKET_CALLS, TICKET_WRITTEN
 
     started = time.monotonic()
     result = ScenarioResult("upstream_tool_node_reruns_tool")
-    scenario = _Scenario(ctx, result, "upstream", "plain")
+    scenario = _Scenario(ctx, forker, result, "upstream", "plain")
     scenario.until_done(TICKET_WRITTEN.name)
     after = scenario.snapshot()
     result.after = after
@@ -419,16 +437,21 @@ def run_points(ctx: LabContext, points: Sequence[str]) -> Iterator[ScenarioResul
         result.skipped = str(missing)
         yield result
         return
-    ctx.progress.update("langgraph: uninterrupted")
-    first, reference, work_seconds = _uninterrupted(ctx)
-    yield first
-    for point in points:
-        ctx.progress.update(f"langgraph: {point}")
-        yield _armed(ctx, point, reference)
-    ctx.progress.update("langgraph: random kills")
-    yield _random(ctx, reference, work_seconds)
-    ctx.progress.update("langgraph: upstream ToolNode (negative control)")
-    yield _upstream(ctx)
+    (ctx.root / "langgraph").mkdir(parents=True, exist_ok=True)
+    forker = Forker(CHILD, ctx.root / "langgraph" / "forker.log")
+    try:
+        ctx.progress.update("langgraph: uninterrupted")
+        first, reference, work_seconds = _uninterrupted(ctx, forker)
+        yield first
+        for point in points:
+            ctx.progress.update(f"langgraph: {point}")
+            yield _armed(ctx, forker, point, reference)
+        ctx.progress.update("langgraph: random kills")
+        yield _random(ctx, forker, reference, work_seconds)
+        ctx.progress.update("langgraph: upstream ToolNode (negative control)")
+        yield _upstream(ctx, forker)
+    finally:
+        forker.close()
 
 
 def run_langgraph(ctx: LabContext) -> Iterator[ScenarioResult]:
