@@ -2,7 +2,8 @@
 
 A run that survives its process: each model response recorded before anything acts on it, each
 tool call an effect performed once, and the conversation kept by :class:`OncewireSession` in the
-same store.
+same store; :func:`mcp_meta` puts a tool call's key on an MCP server's requests, so that
+``oncewire mcp proxy`` and the server answer a redelivered call once.
 
 Importing this package needs no optional dependency; a name that needs ``openai-agents`` imports
 it when first used (a :class:`~oncewire.errors.MissingExtra` without the extra).
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from oncewire.core import lazy as _lazy
 
 if TYPE_CHECKING:
+    from oncewire.agents.mcp import mcp_meta
     from oncewire.agents.runner import run, run_streamed, run_sync
     from oncewire.agents.scope import RunDiverged
     from oncewire.agents.session import OncewireSession
@@ -25,6 +27,7 @@ __all__ = [
     "RunDiverged",
     "ToolRefused",
     "current_attempt",
+    "mcp_meta",
     "run",
     "run_streamed",
     "run_sync",
@@ -34,6 +37,7 @@ _HOME: dict[str, str] = {
     "OncewireSession": "oncewire.agents.session",
     "ToolRefused": "oncewire.dispatch.attempt",
     "current_attempt": "oncewire.dispatch.attempt",
+    "mcp_meta": "oncewire.agents.mcp",
     "run": "oncewire.agents.runner",
     "run_streamed": "oncewire.agents.runner",
     "run_sync": "oncewire.agents.runner",
