@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from oncewire.lab.fixtures import Backend
+from oncewire.lab.forking import Forker
 from oncewire.lab.framework import LabContext
-from oncewire.lab.suites.agents import DEFAULT_CELLS, Forker, Scenario, run_scenario, scenarios
+from oncewire.lab.suites.agents import CHILD, DEFAULT_CELLS, Scenario, run_scenario, scenarios
 from oncewire.lab.suites.agents_checks import OUTCOMES
 from tests.support.pg import server_url
 
@@ -55,7 +56,7 @@ def test_the_default_cells_cover_every_outcome_class_and_mode() -> None:
 @pytest.fixture(scope="module")
 def forker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forker]:
     """One warm parent per module and worker: the SDK imported once, each run forked."""
-    warm = Forker(tmp_path_factory.mktemp("agents-forker") / "forker.log")
+    warm = Forker(CHILD, tmp_path_factory.mktemp("agents-forker") / "forker.log")
     try:
         yield warm
     finally:

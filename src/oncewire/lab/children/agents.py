@@ -21,24 +21,19 @@ model's bill would count, across processes. Every tool attempt is logged in ``to
 durable ``open_ticket`` writes its ticket through ``Receipts.run_once`` keyed by
 ``current_attempt().key``, a plain one writes it directly.
 
-``serve`` is a warm parent: it imports the SDK and oncewire once, then for each request on its
-stdin (one JSON line: the ``run`` arguments, the environment to add, where to write stdout and
-stderr) forks a child that runs ``main`` with them and exits, and answers with the child's pid
-as it starts and its exit code as it ends (``-9`` after a SIGKILL). A forked child is a process
-of its own (its pid, its connections, its death), armed from its own environment
-(:func:`oncewire.core.crash.rearm`); what it saves is the second or so the SDK takes to import.
+``serve`` is the suite's warm parent (:func:`oncewire.lab.forking.serve`): it imports the SDK
+and oncewire once, then forks a child per start, which runs ``main``; what a child saves is the
+second or so the SDK takes to import.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import json
 import os
 import sys
 import time
-import traceback
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,8 +306,8 @@ def _arm_points() -> None:
     crash.check_armed()
 
 
-def _serve() -> int:
-    """The warm parent (see the module docstring): one forked child per request line."""
+def _warm() -> None:
+    """What every forked child would import: the SDK, the durable runner, the receiver."""
     import agents  # noqa: F401  (the import each child is spared)
 
     import oncewire.agents.runner
@@ -320,46 +315,6 @@ def _serve() -> int:
     import oncewire.receipts  # noqa: F401
 
     _arm_points()
-    sys.stdout.write(json.dumps({"serving": os.getpid()}) + "\n")
-    sys.stdout.flush()
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into the loop
-            code = 1
-            try:
-                with (
-                    open(os.devnull, "rb") as nothing,
-                    open(request["stdout"], "ab") as out,
-                    open(request["stderr"], "ab") as err,
-                ):
-                    os.dup2(nothing.fileno(), 0)  # the requests are the parent's to read
-                    os.dup2(out.fileno(), 1)
-                    os.dup2(err.fileno(), 2)
-                for name in [n for n in os.environ if n.startswith("ONCEWIRE_CRASH")]:
-                    del os.environ[name]
-                os.environ.update(request.get("env") or {})
-                crash.rearm()
-                code = main(request["args"])
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                # A normal exit's handlers (the inline dispatcher closed, the executors
-                # joined), then none of the interpreter's teardown of the parent's modules.
-                atexit._run_exitfuncs()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        sys.stdout.write(json.dumps({"started": pid}) + "\n")
-        sys.stdout.flush()
-        _, status = os.waitpid(pid, 0)
-        exit_code = os.waitstatus_to_exitcode(status)
-        sys.stdout.write(json.dumps({"pid": pid, "exit_code": exit_code}) + "\n")
-        sys.stdout.flush()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready", type=Path, help="written once the agent is built")
     args = parser.parse_args(argv)
     if args.role == "serve":
-        return _serve()
+        from oncewire.lab.forking import serve
+
+        return serve(main, _warm)
     if args.folder is None:
         parser.error("--folder is required")
     stores = Stores(

@@ -36,12 +36,9 @@ time) its own. Without the ``agents`` extra the suite is one scenario reported n
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +47,8 @@ from typing import Any
 
 from oncewire.core import extras
 from oncewire.core.errors import MissingExtra
+from oncewire.lab.forking import Forker
+from oncewire.lab.forking import record as forked_record
 from oncewire.lab.framework import (
     CHILD_DEADLINE_SECONDS,
     LabContext,
@@ -63,7 +62,6 @@ __all__ = [
     "DEFAULT_CELLS",
     "POINTS",
     "SUITE",
-    "Forker",
     "Scenario",
     "run_agents",
     "run_scenario",
@@ -153,76 +151,6 @@ def missing_agents_extra(feature: str) -> MissingExtra | None:
     return MissingExtra(feature, "agents", missing) if missing else None
 
 
-class Forker:
-    """The warm parent the suite's runs are forked from (the child's ``serve`` role)."""
-
-    def __init__(self, log: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEWIRE_CRASH")}
-        with log.open("a", encoding="utf-8") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", CHILD, "serve"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env=env,
-                bufsize=0,
-            )
-        self._buffer = b""
-        ready = self._line(120.0)
-        if ready is None or "serving" not in ready:
-            self.close()
-            raise RuntimeError(f"the agents child did not start serving (see {log})")
-
-    def _line(self, timeout: float | None) -> dict[str, Any] | None:
-        """The next line the parent writes, or None after ``timeout`` seconds."""
-        import select
-
-        assert self.process.stdout is not None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            readable, _, _ = select.select([self.process.stdout], [], [], left)
-            if not readable:
-                return None
-            chunk = os.read(self.process.stdout.fileno(), 4096)
-            if not chunk:
-                raise RuntimeError("the agents child's warm parent exited")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def start(self, args: list[str], env: dict[str, str], out: Path, err: Path) -> int:
-        """Fork a child running ``args``; its pid."""
-        assert self.process.stdin is not None
-        request = {"args": args, "env": env, "stdout": str(out), "stderr": str(err)}
-        self.process.stdin.write((json.dumps(request) + "\n").encode())
-        self.process.stdin.flush()
-        started = self._line(60.0)
-        if started is None:
-            raise RuntimeError("the agents child's warm parent did not fork")
-        return int(started["started"])
-
-    def wait(self, pid: int, timeout: float | None) -> int | None:
-        """The child's exit code, or None if it still runs after ``timeout``."""
-        ended = self._line(timeout)
-        if ended is None:
-            return None
-        assert ended["pid"] == pid, ended
-        return int(ended["exit_code"])
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
 def _stores(ctx: LabContext, scenario: Scenario) -> Any:
     from oncewire.lab.children.agents import Stores
 
@@ -263,21 +191,8 @@ class _Runs:
     def _record(
         self, pid: int, code: int | None, out: Path, err: Path, began: float, arm: str | None
     ) -> ProcessRecord:
-        lines = out.read_text(encoding="utf-8").strip().splitlines() if out.exists() else []
-        try:
-            response: Any = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
-            response = {"unparsed_stdout": lines[-1][-2000:]}
-        record = ProcessRecord(
-            role="run",
-            argv=["-m", CHILD, *self._args()],
-            pid=pid,
-            exit_code=code,
-            response=response,
-            stderr=err.read_text(encoding="utf-8")[-4000:] if err.exists() else "",
-            duration_seconds=round(time.monotonic() - began, 4),
-            armed=arm,
-            timed_out=code is None,
+        record = forked_record(
+            "run", [CHILD, *self._args()], pid, code, out, err, began, arm, code is None
         )
         self.result.processes.append(record)
         if code == KILLED:
@@ -401,7 +316,7 @@ def run_agents(ctx: LabContext) -> Iterator[ScenarioResult]:
         yield result
         return
     (ctx.root / "agents").mkdir(parents=True, exist_ok=True)
-    forker = Forker(ctx.root / "agents" / "forker.log")
+    forker = Forker(CHILD, ctx.root / "agents" / "forker.log")
     try:
         references: dict[str, Any] = {}
         work: dict[str, float] = {}
