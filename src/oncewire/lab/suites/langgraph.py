@@ -428,15 +428,17 @@ DEFAULT_POINTS = (
 )
 
 
-def run_points(ctx: LabContext, points: Sequence[str]) -> Iterator[ScenarioResult]:
-    """The uninterrupted reference, the armed scenarios of ``points``, the random kills and
-    the negative control."""
+def run_points(ctx: LabContext, points: Sequence[str] | None = None) -> Iterator[ScenarioResult]:
+    """The uninterrupted reference, the armed scenarios of ``points`` (all of them:
+    :func:`all_points`), the random kills and the negative control."""
     missing = missing_langgraph_extra("the langgraph suite")
     if missing is not None:
         result = ScenarioResult("langgraph")
         result.skipped = str(missing)
         yield result
         return
+    if points is None:  # read only with the extra: the points are declared by its modules
+        points = all_points()
     (ctx.root / "langgraph").mkdir(parents=True, exist_ok=True)
     forker = Forker(CHILD, ctx.root / "langgraph" / "forker.log")
     try:
@@ -455,7 +457,7 @@ def run_points(ctx: LabContext, points: Sequence[str]) -> Iterator[ScenarioResul
 
 
 def run_langgraph(ctx: LabContext) -> Iterator[ScenarioResult]:
-    yield from run_points(ctx, all_points())
+    yield from run_points(ctx)
 
 
 SUITE = Suite(
