@@ -7,12 +7,16 @@ line that names it (``MissingExtra``), and ``--help`` still works.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import click
 
 from oncewire.cli.common import configure_logging, db_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.core.extras import require
+
+if TYPE_CHECKING:
+    from oncewire.ledger import Ledger
 
 __all__ = ["group"]
 
@@ -52,8 +56,23 @@ never run again, unless it is redeliverable: a tool named by --redeliver, or any
 server that declares capabilities.experimental["io.oncewire/deduplicates"] (oncewire.mcp.once):
 that call is redelivered with the flag set.
 
-stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` shows the calls.
+stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` shows the calls;
+--otel makes OpenTelemetry spans of them. docs/mcp.md has the whole story.
 """
+
+
+def _instrument(ledger: Ledger) -> None:
+    """Spans and metrics through OpenTelemetry's global providers, said when none is set."""
+    from opentelemetry import trace
+
+    import oncewire.otel
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        logging.getLogger("oncewire.mcp.proxy").warning(
+            "--otel: no OpenTelemetry tracer provider is configured in this process, so the "
+            "spans go nowhere (run the proxy under opentelemetry-instrument, for one)"
+        )
+    oncewire.otel.instrument(ledgers=[ledger])
 
 
 def _address(listen: str) -> tuple[str, int]:
@@ -105,6 +124,15 @@ def _address(listen: str) -> tuple[str, int]:
     "a timeout) and the server is told it is cancelled. Default: no limit.",
 )
 @click.option(
+    "--otel/--no-otel",
+    default=False,
+    envvar="ONCEWIRE_OTEL",
+    show_envvar=True,
+    help="OpenTelemetry spans and metrics for the calls' effects (the otel extra): "
+    "oncewire.otel.instrument() with OpenTelemetry's global providers, which are configured "
+    "as for any Python program (e.g. the proxy run under opentelemetry-instrument).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -119,10 +147,13 @@ def proxy(
     upstream: str | None,
     listen: str | None,
     call_timeout: float | None,
+    otel: bool,
     log_level: str,
     command: tuple[str, ...],
 ) -> None:
     require("mcp", "oncewire mcp proxy")
+    if otel:
+        require("otel", "oncewire mcp proxy --otel")
     if bool(upstream) == bool(command):
         raise click.UsageError("give the server as -- CMD [ARGS]... or as --upstream URL (one)")
     if upstream is not None and not upstream.startswith(("http://", "https://")):
@@ -137,6 +168,8 @@ def proxy(
 
     address = None if listen is None else _address(listen)
     with Ledger(db) as ledger:
+        if otel:
+            _instrument(ledger)
         if address is not None:
             from oncewire.mcp.proxy_run import run_listen
 
