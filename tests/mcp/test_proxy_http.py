@@ -189,3 +189,34 @@ def test_each_listening_session_has_its_calls_performed_by_its_own_server(
         side = call["arguments"]["note"]
         assert call["pid"] == server_of[side], f"a call of session {side} went to another server"
     assert len([c for c in logged if c["tool"] == "charge"]) == 24
+
+
+@pytest.mark.parametrize(
+    ("given", "address"),
+    [
+        ("8765", ("127.0.0.1", 8765)),
+        (":8765", ("127.0.0.1", 8765)),
+        ("0.0.0.0:80", ("0.0.0.0", 80)),
+        ("[::1]:9000", ("::1", 9000)),
+        ("localhost:1", ("localhost", 1)),
+    ],
+)
+def test_a_listen_address_without_a_host_is_loopback(given: str, address: tuple[str, int]) -> None:
+    from oncewire.cli.mcp import _address
+
+    assert _address(given) == address
+
+
+def test_a_bad_listen_address_is_refused_before_the_store_is_opened(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    argv = [sys.executable, "-m", "oncewire", "mcp", "proxy", "--db", str(db), "--listen"]
+    for bad in ("127.0.0.1:http", "127.0.0.1:70000", "host:", ""):
+        ran = subprocess.run(
+            [*argv, bad, "--", sys.executable, "-c", "pass"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ran.returncode == 1, (bad, ran.stderr)
+        assert ran.stderr.startswith("error: --listen takes HOST:PORT"), ran.stderr
+        assert not db.exists()

@@ -76,10 +76,14 @@ def _instrument(ledger: Ledger) -> None:
 
 
 def _address(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6); ``PORT`` or ``:PORT`` alone is loopback."""
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"--listen takes HOST:PORT (127.0.0.1:8808), not {listen!r}")
-    return host.strip("[]"), int(port)
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigurationError(
+            f"--listen takes HOST:PORT (127.0.0.1:8808) or a PORT alone, not {listen!r}"
+        )
+    return host, int(port)
 
 
 @group.command(
@@ -112,7 +116,8 @@ def _address(listen: str) -> tuple[str, int]:
     "--listen",
     metavar="HOST:PORT",
     help="Serve clients on streamable HTTP at http://HOST:PORT/mcp instead of stdio (each "
-    "session gets a server of its own). Binds where told; 127.0.0.1 is loopback only.",
+    "session gets a server of its own). No authentication: a PORT alone binds 127.0.0.1 "
+    "(loopback only); put what authenticates in front of any other address.",
 )
 @click.option(
     "--timeout",
