@@ -1,5 +1,7 @@
-"""Store verbs the dispatcher added: ``waiting_kinds`` and a settlement that gives its attempt
-back (``refund_attempt``, for an attempt that sent nothing). Every backend."""
+"""Store verbs the dispatcher added: ``waiting_kinds``, a settlement that gives its attempt
+back (``refund_attempt``, for an attempt that sent nothing), and claims and a backlog limited
+to some keys (``keys``, for a dispatcher that may perform only some of a kind's effects: the
+MCP proxy). Every backend."""
 
 from __future__ import annotations
 
@@ -83,3 +85,61 @@ def test_next_retry_is_the_earliest_retry_of_the_kinds_asked_about(
     assert store.backlog().next_retry == T0 + 600
     assert store.backlog(["sms"]).next_retry == T0 + 900
     assert store.backlog(["send"]).next_retry is None
+
+
+def test_the_keys_filter_claims_only_the_keys_given_and_of_the_kinds_given(
+    store: Store, arrange: Arrange
+) -> None:
+    for key in ("a", "b", "c"):
+        arrange.add(key, kind="mail")
+    arrange.add("d", kind="sms")
+
+    def claimed(**kw: object) -> list[str]:
+        _, claims = store.settle_and_claim(
+            [],
+            owner="w1",
+            now=T0,
+            lease_seconds=30.0,
+            limit=10,
+            **kw,  # type: ignore[arg-type]
+        )
+        return sorted(c.key for c in claims)
+
+    assert claimed(keys=[]) == []
+    assert claimed(keys=["d"], kinds=["mail"]) == []  # both filters hold
+    assert claimed(keys=["a", "c", "nowhere"], kinds=["mail", "sms"]) == ["a", "c"]
+    assert claimed(keys=["a", "b"]) == ["b"]  # a is claimed already
+    assert claimed() == ["d"]
+
+
+def test_the_keys_filter_holds_for_a_suspect_and_for_a_step_sent_together(
+    store: Store, raw: RawDatabase, arrange: Arrange
+) -> None:
+    for key in ("s1", "s2"):  # claimed as starting by an owner that then died: suspects
+        arrange.add(key)
+    store.dispatch_step([], owner="gone", now=T0, lease_seconds=30.0, limit=2, mark=2)
+    assert store.release_claims(now=T0 + 1, dead_owners=["gone"]) == 2
+    assert raw.effect_row("s1")["recoveries"] == raw.effect_row("s2")["recoveries"] == 1
+    arrange.add("p1")
+    arrange.add("p2")
+
+    step = store.dispatch_step(
+        [], owner="w1", now=T0 + 2, lease_seconds=30.0, limit=5, mark=5, keys=["s2", "p2"]
+    )
+    assert [c.key for c in step.claims] == ["s2"]  # a suspect due is claimed alone
+    together = store.dispatch_step(
+        [], owner="w1", now=T0 + 2, lease_seconds=30.0, limit=5, suspects=False, keys=["p2", "s1"]
+    )
+    assert [c.key for c in together.claims] == ["p2"]  # no suspect in a step sent together
+    assert [raw.effect_row(k)["state"] for k in ("s1", "p1")] == ["uncertain", "pending"]
+
+
+def test_the_backlog_of_some_keys(store: Store, arrange: Arrange) -> None:
+    arrange.add("mine", kind="mail", not_before=T0 + 30)
+    arrange.add("theirs", kind="mail", not_before=T0 + 10)
+    arrange.into("busy", EffectState.CLAIMED, kind="mail")
+    assert store.backlog(["mail"]).next_due == T0 + 10
+    mine = store.backlog(["mail"], ["mine", "busy"])
+    assert (mine.next_due, mine.claimed, mine.uncertain) == (T0 + 30, 1, 0)
+    assert store.backlog(["mail"], []).next_due is None
+    assert store.backlog(None, ["theirs"]).next_due == T0 + 10

@@ -193,6 +193,11 @@ LIBRARY = textwrap.dedent(
     refusal("oncewire.langgraph.OncewireSaver", lambda: oncewire.langgraph.OncewireSaver)
     import oncewire.agents
     refusal("oncewire.agents.OncewireSession", lambda: oncewire.agents.OncewireSession)
+    # oncewire.mcp imports (its protocol names need nothing); what needs the SDK says so.
+    import oncewire.mcp
+    seen["mcp key"] = oncewire.mcp.IDEMPOTENCY_KEY
+    refusal("oncewire.mcp.once", lambda: oncewire.mcp.once)
+    refusal("oncewire.mcp.Proxy", lambda: oncewire.mcp.Proxy)
 
     # Every module of the package either imports or says which extra it needs (a __main__
     # would run its command).
@@ -254,6 +259,7 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
     assert seen.pop("core") == "ok"
     assert seen.pop("modules") == {}
     assert seen.pop("current_attempt") == "ok"
+    assert seen.pop("mcp key") == "io.oncewire/idempotency-key"
     expected = {
         "HttpSink": "http",
         "NatsJetStreamSink": "nats",
@@ -264,6 +270,8 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         "DurableToolNode": "langgraph",
         "oncewire.langgraph.OncewireSaver": "langgraph",
         "oncewire.agents.OncewireSession": "agents",
+        "oncewire.mcp.once": "mcp",
+        "oncewire.mcp.Proxy": "mcp",
     }
     assert {what: refused.get("extra") for what, refused in seen.items()} == expected, seen
     for what, refused in seen.items():
@@ -341,6 +349,12 @@ def test_the_package_without_extras(tmp_path: Path) -> None:
         ),
         "effects list --db postgresql://": _needs_extra(
             bare.run("effects", "list", "--db", "postgresql://127.0.0.1:9/none"), "postgres"
+        ),
+        "mcp proxy": _needs_extra(
+            bare.run("mcp", "proxy", "--db", str(store), "--", "python", "-c", "pass"), "mcp"
+        ),
+        "mcp proxy --listen": _needs_extra(
+            bare.run("mcp", "proxy", "--db", str(store), "--listen", "8765", "--", "true"), "mcp"
         ),
         "lab --backend postgresql": _needs_extra(
             bare.run(

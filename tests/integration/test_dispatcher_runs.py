@@ -91,6 +91,26 @@ def test_typed_outcomes_reach_their_terminal_states(ledger: Ledger) -> None:
     assert (stats.claimed, stats.redeliveries, stats.stale_refused) == (9, 2, 0)
 
 
+def test_a_dispatcher_given_claimable_keys_performs_only_those(ledger: Ledger) -> None:
+    # The MCP proxy's dispatcher: of its kind's effects, only the calls its client waits for.
+    sink = Script(mine=["one"], later=["two"])
+    for key in ("mine", "theirs", "later"):
+        ledger.accept(key, "work", {"key": key})
+    claimable = {"mine"}
+    drain(ledger, {"work": sink}, claimable=lambda: claimable)
+    states = {e.key: (e.state, e.attempts) for e in ledger.effects.list()}
+    assert states == {
+        "mine": (EffectState.DONE, 1),
+        "theirs": (EffectState.PENDING, 0),
+        "later": (EffectState.PENDING, 0),
+    }
+    claimable = {"later"}  # a key added: claimed then
+    drain(ledger, {"work": sink}, claimable=lambda: claimable)
+    assert ledger.effects.get("later").state is EffectState.DONE
+    assert ledger.effects.get("theirs").state is EffectState.PENDING
+    assert sorted(sink.seen) == ["later", "mine"]
+
+
 def test_out_of_attempts_is_dead_with_a_reason(ledger: Ledger) -> None:
     # Attempts that may have landed count (NotSent ones do not: see test_settlement.py).
     sink = Script(k=[MaybeSent("reset #1"), MaybeSent("reset #2"), MaybeSent("reset #3")])

@@ -274,3 +274,26 @@ def test_a_cancellation_for_no_request_in_flight_is_dropped_not_relayed(fuzzed: 
     answer = peer.answer_to("slow")
     assert answer["result"]["messages"][0]["content"]["text"] == "taken my time", answer
     assert peer.process.poll() is None
+
+
+def test_a_call_resent_under_its_id_while_in_flight_is_answered_once(fuzzed: Fuzzed) -> None:
+    """The same tools/call again under the id of one in flight (no key: the proxy's key is the
+    session and that id) gets the one answer; another tools/call under that id is refused with
+    an error whose id is null, nothing recorded or forwarded for it."""
+    peer = fuzzed.peer
+    slow = _call("dup", {"name": "slow", "arguments": {"seconds": 1.5}})
+    peer.send(slow)
+    for _ in range(3):
+        peer.send(slow)
+    peer.send(_call("dup", {"name": "charge", "arguments": {"amount": 1}}))
+    refused = peer.answer_to(None)
+    assert refused["error"]["code"] == -32600
+    assert 'request id "dup"' in refused["error"]["message"]
+    assert "nothing was recorded or forwarded" in refused["error"]["message"]
+    answer = peer.answer_to("dup")
+    assert answer["result"]["content"][0]["text"] == "slow done"
+    peer.send(_call("after", {"name": "lookup", "arguments": {"q": "next"}}))
+    assert peer.answer_to("after")["result"]["content"][0]["text"] == "found next"
+    [effect] = fuzzed.effects()
+    assert (effect["payload"]["tool"], effect["state"]) == ("slow", "done")
+    assert [c["tool"] for c in fuzzed.calls()] == ["slow", "lookup"]

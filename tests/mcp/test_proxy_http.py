@@ -145,3 +145,78 @@ def test_clients_on_streamable_http_in_front_of_a_stdio_server(
     [effect] = raw.effects()
     assert (effect["key"], effect["kind"], effect["state"]) == ("l-1", "mcp.pay.charge", "done")
     assert [c["tool"] for c in calls_logged(upstream_log)] == ["charge", "lookup", "lookup"]
+
+
+@SQLITE_BY_DEFAULT
+def test_each_listening_session_has_its_calls_performed_by_its_own_server(
+    db_url: str, raw: Raw, upstream_log: Path, listening: str
+) -> None:
+    """Sessions served at once by one ``--listen`` process, each with a server child of its
+    own and the same serverInfo.name: every call is performed by the server of the session
+    that sent it (the servers' pids in their log)."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def one_session(side: str) -> None:
+        async with (
+            streamable_http_client(listening) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            await session.initialize()
+            assert text(await session.call_tool("lookup", {"q": side})) == f"found {side}"
+
+            async def one(n: int) -> None:
+                meta = {KEY: f"{side}-{n}"}
+                result = await session.call_tool("charge", {"amount": n, "note": side}, meta=meta)
+                assert text(result) == f"charged {n}"
+
+            async with anyio.create_task_group() as tg:
+                for n in range(8):
+                    tg.start_soon(one, n)
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as tg:
+            for side in ("a", "b", "c"):
+                tg.start_soon(one_session, side)
+
+    anyio.run(scenario)
+    assert len(raw.effects()) == 24
+    assert {e["state"] for e in raw.effects()} == {"done"}
+    logged = calls_logged(upstream_log)
+    server_of = {c["arguments"]["q"]: c["pid"] for c in logged if c["tool"] == "lookup"}
+    assert len(set(server_of.values())) == 3  # a server per session
+    for call in (c for c in logged if c["tool"] == "charge"):
+        side = call["arguments"]["note"]
+        assert call["pid"] == server_of[side], f"a call of session {side} went to another server"
+    assert len([c for c in logged if c["tool"] == "charge"]) == 24
+
+
+@pytest.mark.parametrize(
+    ("given", "address"),
+    [
+        ("8765", ("127.0.0.1", 8765)),
+        (":8765", ("127.0.0.1", 8765)),
+        ("0.0.0.0:80", ("0.0.0.0", 80)),
+        ("[::1]:9000", ("::1", 9000)),
+        ("localhost:1", ("localhost", 1)),
+    ],
+)
+def test_a_listen_address_without_a_host_is_loopback(given: str, address: tuple[str, int]) -> None:
+    from oncewire.cli.mcp import _address
+
+    assert _address(given) == address
+
+
+def test_a_bad_listen_address_is_refused_before_the_store_is_opened(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    argv = [sys.executable, "-m", "oncewire", "mcp", "proxy", "--db", str(db), "--listen"]
+    for bad in ("127.0.0.1:http", "127.0.0.1:70000", "host:", ""):
+        ran = subprocess.run(
+            [*argv, bad, "--", sys.executable, "-c", "pass"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ran.returncode == 1, (bad, ran.stderr)
+        assert ran.stderr.startswith("error: --listen takes HOST:PORT"), ran.stderr
+        assert not db.exists()

@@ -7,12 +7,16 @@ line that names it (``MissingExtra``), and ``--help`` still works.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import click
 
 from oncewire.cli.common import configure_logging, db_option
 from oncewire.core.errors import ConfigurationError
 from oncewire.core.extras import require
+
+if TYPE_CHECKING:
+    from oncewire.ledger import Ledger
 
 __all__ = ["group"]
 
@@ -52,15 +56,34 @@ never run again, unless it is redeliverable: a tool named by --redeliver, or any
 server that declares capabilities.experimental["io.oncewire/deduplicates"] (oncewire.mcp.once):
 that call is redelivered with the flag set.
 
-stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` shows the calls.
+stdout is the MCP channel; logs go to stderr. `oncewire effects list --db URL` shows the calls;
+--otel makes OpenTelemetry spans of them. docs/mcp.md has the whole story.
 """
 
 
+def _instrument(ledger: Ledger) -> None:
+    """Spans and metrics through OpenTelemetry's global providers, said when none is set."""
+    from opentelemetry import trace
+
+    import oncewire.otel
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        logging.getLogger("oncewire.mcp.proxy").warning(
+            "--otel: no OpenTelemetry tracer provider is configured in this process, so the "
+            "spans go nowhere (run the proxy under opentelemetry-instrument, for one)"
+        )
+    oncewire.otel.instrument(ledgers=[ledger])
+
+
 def _address(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6); ``PORT`` or ``:PORT`` alone is loopback."""
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"--listen takes HOST:PORT (127.0.0.1:8808), not {listen!r}")
-    return host.strip("[]"), int(port)
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigurationError(
+            f"--listen takes HOST:PORT (127.0.0.1:8808) or a PORT alone, not {listen!r}"
+        )
+    return host, int(port)
 
 
 @group.command(
@@ -93,7 +116,8 @@ def _address(listen: str) -> tuple[str, int]:
     "--listen",
     metavar="HOST:PORT",
     help="Serve clients on streamable HTTP at http://HOST:PORT/mcp instead of stdio (each "
-    "session gets a server of its own). Binds where told; 127.0.0.1 is loopback only.",
+    "session gets a server of its own). No authentication: a PORT alone binds 127.0.0.1 "
+    "(loopback only); put what authenticates in front of any other address.",
 )
 @click.option(
     "--timeout",
@@ -103,6 +127,15 @@ def _address(listen: str) -> tuple[str, int]:
     metavar="SECONDS",
     help="How long a forwarded call may take; after it, its outcome is unknown (recorded as "
     "a timeout) and the server is told it is cancelled. Default: no limit.",
+)
+@click.option(
+    "--otel/--no-otel",
+    default=False,
+    envvar="ONCEWIRE_OTEL",
+    show_envvar=True,
+    help="OpenTelemetry spans and metrics for the calls' effects (the otel extra): "
+    "oncewire.otel.instrument() with OpenTelemetry's global providers, which are configured "
+    "as for any Python program (e.g. the proxy run under opentelemetry-instrument).",
 )
 @click.option(
     "--log-level",
@@ -119,10 +152,13 @@ def proxy(
     upstream: str | None,
     listen: str | None,
     call_timeout: float | None,
+    otel: bool,
     log_level: str,
     command: tuple[str, ...],
 ) -> None:
     require("mcp", "oncewire mcp proxy")
+    if otel:
+        require("otel", "oncewire mcp proxy --otel")
     if bool(upstream) == bool(command):
         raise click.UsageError("give the server as -- CMD [ARGS]... or as --upstream URL (one)")
     if upstream is not None and not upstream.startswith(("http://", "https://")):
@@ -137,6 +173,8 @@ def proxy(
 
     address = None if listen is None else _address(listen)
     with Ledger(db) as ledger:
+        if otel:
+            _instrument(ledger)
         if address is not None:
             from oncewire.mcp.proxy_run import run_listen
 

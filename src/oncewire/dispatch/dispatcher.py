@@ -27,7 +27,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from oncewire.core import crash
@@ -112,6 +112,13 @@ class Dispatcher:
 
     ``recorded`` (None: nothing) is called on the dispatcher's thread after each commit that
     recorded outcomes, so that a caller in this process waiting for them reads them at once.
+
+    ``claimable`` (None: every due effect of its kinds) is called on the dispatcher's thread
+    before each claim and each reading of the backlog: only effects whose key it returns are
+    claimed, and the rest of its kinds' effects are left alone (not claimed, not waited for), for
+    a process that may perform only some of a kind's effects: an MCP proxy performs only the
+    calls its own client waits for, with the server of its own session. A caller that adds a
+    key calls :meth:`wake`, so that it is claimed at once.
     """
 
     def __init__(
@@ -131,6 +138,7 @@ class Dispatcher:
         grace_seconds: float = 30.0,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         recorded: Callable[[], None] | None = None,
+        claimable: Callable[[], Collection[str]] | None = None,
     ) -> None:
         check_ledger(ledger)
         self.specs: dict[str, SinkSpec] = inspect_sinks(
@@ -154,6 +162,7 @@ class Dispatcher:
         self.max_result_bytes = check_max_result_bytes(max_result_bytes)
         self.stats = DispatchStats()
         self._recorded = recorded
+        self._claimable = claimable
         self._stop = threading.Event()
         self._abort = threading.Event()
         self._finished_run = threading.Event()  # the heartbeat renews leases until this is set
@@ -301,7 +310,7 @@ class Dispatcher:
                         continue
                     # One reading of the backlog decides both whether to leave and how long
                     # to sleep.
-                    backlog = self.ledger.store.backlog(self.kinds)
+                    backlog = self.ledger.store.backlog(self.kinds, self._keys())
                     if until_idle and drained(backlog, self.clock.now(), horizon):
                         return
                     self._sleep_until_due(backlog.next_due)
@@ -362,6 +371,8 @@ class Dispatcher:
         size = self._held.size
         wave = self._held.take(self._runner.waiting())
         began = time.monotonic()
+        keys = self._keys() if claim else None
+        claim = claim and keys != []  # no key it may claim: nothing to look for
         look = claim and self._suspects.due(began)
         try:
             step = self.ledger.store.dispatch_step(
@@ -374,6 +385,7 @@ class Dispatcher:
                 starting=[(c.id, c.fence) for call in wave for c in call.claims],
                 mark=size,
                 suspects=look,
+                keys=keys,
             )
         except BaseException:
             self._held.put_back(wave)  # still held: recorded at the next step
@@ -411,6 +423,10 @@ class Dispatcher:
         # recorded ones (not otherwise: each wakeup costs this thread a turn per call).
         self._runner.low_water = size if self._held else 0
         return claims
+
+    def _keys(self) -> list[str] | None:
+        """The keys it may claim now (None: any)."""
+        return None if self._claimable is None else sorted(self._claimable())
 
     # -- calling sinks -----------------------------------------------------------------------
     def _start(self, claims: Sequence[Claim]) -> None:

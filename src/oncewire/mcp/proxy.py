@@ -37,14 +37,21 @@ try:
 except ImportError as exc:  # anyio comes with the mcp extra
     raise refusal("mcp", "oncewire mcp proxy", exc) from exc
 
-from oncewire.core.errors import InvalidState, OncewireError, PayloadConflict, StorageError
+from oncewire.core.errors import InvalidState
 from oncewire.effects.attempt import Attempt
 from oncewire.effects.outcomes import Done, EffectOutcome, MaybeSent, NotSent, Rejected
 from oncewire.ledger import Ledger
 from oncewire.mcp import proxy_calls as calls
 from oncewire.mcp.protocol import IDEMPOTENCY_KEY, REDELIVERY
 from oncewire.mcp.proxy_dispatch import Dispatching, ForwardSink
-from oncewire.mcp.proxy_state import Intercepted, Live, Relayed
+from oncewire.mcp.proxy_state import (
+    Intercepted,
+    Live,
+    NotSentYet,
+    Relayed,
+    Unfinished,
+    id_key,
+)
 from oncewire.mcp.proxy_wire import INTERNAL_ERROR, INVALID_REQUEST, Incoming, parse_line, rpc_error
 from oncewire.storage.records import TERMINAL_STATES, Effect, EffectState
 
@@ -90,6 +97,7 @@ class Proxy:
         self._own: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._intercepted: dict[str, Intercepted] = {}  # by the client's id, as JSON
         self._live: dict[str, Live] = {}
+        self._claimable: frozenset[str] = frozenset()  # _live's keys, for the dispatcher thread
         self._stamps: dict[str, Any] = {}
         self._waiters: set[asyncio.Event] = set()
         self._ready = asyncio.Event()
@@ -105,6 +113,7 @@ class Proxy:
             self.sink,
             attempt_timeout=call_timeout,
             recorded=self._wake_threadsafe,
+            claimable=lambda: self._claimable,
             grace_seconds=grace_seconds,
         )
 
@@ -201,7 +210,7 @@ class Proxy:
         elif incoming.kind == "notification":
             await self._client_notification(message)
         elif message["method"] == "tools/call":
-            self._intercept(message)
+            await self._intercept(message)
         else:
             await self._relay_request(message)
 
@@ -245,7 +254,7 @@ class Proxy:
         params = message.get("params") or {}
         if method == "notifications/cancelled" and "requestId" in params:
             request_id = params["requestId"]
-            intercepted = self._intercepted.get(_id_key(request_id))
+            intercepted = self._intercepted.get(id_key(request_id))
             if intercepted is not None:
                 await self._cancel_call(intercepted, params.get("reason"))
                 return
@@ -378,12 +387,33 @@ class Proxy:
             await asyncio.shield(self._refreshing)
 
     # -- tools/call ----------------------------------------------------------------------------
-    def _intercept(self, message: dict[str, Any]) -> None:
+    async def _intercept(self, message: dict[str, Any]) -> None:
+        first = self._intercepted.get(id_key(message["id"]))
+        if first is not None:
+            await self._resent(message, first)
+            return
         self._stamp(message)
         self._ready.set()
-        intercepted = Intercepted()
-        self._intercepted[_id_key(message["id"])] = intercepted
+        intercepted = Intercepted(params=message.get("params"))
+        self._intercepted[id_key(message["id"])] = intercepted
         intercepted.task = self.loop.create_task(self._call(message, intercepted))
+
+    async def _resent(self, message: dict[str, Any], first: Intercepted) -> None:
+        """A tools/call under the id of a call in flight here: each id gets one answer. The
+        same request again (a resend) is answered by the first one's answer; another request
+        under that id is refused with an error whose id is null (its id names the call in
+        flight), nothing recorded or forwarded."""
+        shown = json.dumps(message["id"])[:100]
+        if message.get("params") == first.params:
+            log.info("tools/call %s sent again while in flight: it gets the one answer", shown)
+            return
+        log.warning("refused a tools/call under the id %s of a call in flight", shown)
+        text = (
+            f"refused a tools/call under the request id {shown}, which names a tools/call still "
+            "in flight with other params: nothing was recorded or forwarded (the id of a "
+            "request must not be reused until it is answered)"
+        )
+        await self._send_client(rpc_error(None, INVALID_REQUEST, text))
 
     async def _call(self, message: dict[str, Any], intercepted: Intercepted) -> None:
         request_id = message["id"]
@@ -392,9 +422,9 @@ class Proxy:
             reply = await self._answer_call(message, intercepted)
         except calls.BadCall as exc:
             reply = {"jsonrpc": "2.0", "id": request_id, "error": exc.error()}
-        except _NotSent as exc:  # not run, still to be: unanswered, as any request it left
+        except NotSentYet as exc:  # not run, still to be: unanswered, as any request it left
             reply = rpc_error(request_id, INTERNAL_ERROR, calls.not_sent_message(exc.effect))
-        except _Unfinished as exc:
+        except Unfinished as exc:
             reply = {
                 "jsonrpc": "2.0",
                 "id": request_id,
@@ -408,7 +438,8 @@ class Proxy:
             log.exception("a tools/call failed in the proxy")
             reply = rpc_error(request_id, INTERNAL_ERROR, f"the proxy failed: {exc}")
         finally:
-            self._intercepted.pop(_id_key(request_id), None)
+            if self._intercepted.get(id_key(request_id)) is intercepted:
+                del self._intercepted[id_key(request_id)]
         if reply is not None:
             await self._send_client(reply)
 
@@ -419,20 +450,25 @@ class Proxy:
         call = calls.read_call(message.get("params"))
         await self._tools_known()
         if self.server.read_only.get(call.tool) is True:  # no effect: relayed as it is
-            self._intercepted.pop(_id_key(request_id), None)
+            self._intercepted.pop(id_key(request_id), None)
             await self._relay_request(message)  # its answer (and a cancel) goes as any other
             return None
         key = call.key or f"{self.session_id}:{json.dumps(request_id)}"
         intercepted.key = key
         kind = calls.call_kind(self.server_name, call.tool)
         attempts = calls.REDELIVER_ATTEMPTS if self.redelivers(call.tool) else 1
-        effect = await self._accept(key, kind, call.payload, attempts)
+        effect = await anyio.to_thread.run_sync(
+            calls.accept, self.ledger, key, kind, call.payload, attempts
+        )
         calls.AFTER_ACCEPT.hit()
         intercepted.accepted = True
         if intercepted.cancelled:  # while its accept committed: withdrawn now, not answered
             await self._withdraw(intercepted)
             return None
-        live = self._live.setdefault(key, Live(meta=call.meta))
+        live = self._live.get(key)
+        if live is None:
+            live = self._live[key] = Live(meta=call.meta)
+            self._claimable = frozenset(self._live)  # before serve() wakes the dispatcher
         live.waiting += 1
         try:
             if effect.state not in TERMINAL_STATES:
@@ -444,29 +480,7 @@ class Proxy:
             live.waiting -= 1
             if not live.waiting:
                 self._live.pop(key, None)
-
-    async def _accept(self, key: str, kind: str, payload: dict[str, Any], attempts: int) -> Effect:
-        def accept() -> Effect:
-            return self.ledger.effects.accept_alone(key, kind, payload, max_attempts=attempts)[0]
-
-        try:
-            return await anyio.to_thread.run_sync(accept)
-        except PayloadConflict as exc:
-            raise calls.BadCall(
-                f"conflict: the idempotency key {key!r} is already bound to another call (another "
-                "tool or other arguments); this call was refused and not forwarded",
-                calls.CONFLICT_CODE,
-                {"key": key, "conflict": exc.code},
-            ) from exc
-        except StorageError as exc:
-            raise calls.BadCall(
-                f"the proxy could not record the call, so it was not forwarded: {exc}",
-                INTERNAL_ERROR,
-            ) from exc
-        except OncewireError as exc:  # a key, kind or payload the store refuses
-            raise calls.BadCall(
-                f"the call cannot be recorded, so it was not forwarded: {exc}"
-            ) from exc
+                self._claimable = frozenset(self._live)
 
     def _result(self, effect: Effect, live: Live) -> dict[str, Any]:
         if effect.state is EffectState.DONE and live.result is not None:
@@ -485,9 +499,9 @@ class Proxy:
                 if effect.state in TERMINAL_STATES:
                     return effect
                 if self._gone and effect.state is EffectState.PENDING:
-                    raise _NotSent(effect)  # never written to a server: it did not run
+                    raise NotSentYet(effect)  # never written to a server: it did not run
                 if self._gone and effect.state is not EffectState.CLAIMED:
-                    raise _Unfinished(effect)
+                    raise Unfinished(effect)
                 with anyio.move_on_after(POLL_SECONDS):
                     await event.wait()
             finally:
@@ -578,19 +592,3 @@ class Proxy:
         if live is not None and isinstance(result, dict):
             live.result = result
         return Done(result)
-
-
-class _Unfinished(Exception):
-    """The server's connection ended with the call not ended: said so to the client."""
-
-    def __init__(self, effect: Effect) -> None:
-        super().__init__(effect.key)
-        self.effect = effect
-
-
-class _NotSent(_Unfinished):
-    """The server's connection ended before the call was sent (its effect ``pending``)."""
-
-
-def _id_key(request_id: Any) -> str:
-    return json.dumps(request_id)

@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncewire.core import crash
+from oncewire.core.errors import OncewireError, PayloadConflict, StorageError
 from oncewire.effects.outcomes import MaybeSent, Rejected
+from oncewire.ledger import Ledger
 from oncewire.mcp.protocol import DEDUPLICATES, IDEMPOTENCY_KEY, SEP_IDEMPOTENCY_KEY
 from oncewire.storage.records import Effect, EffectState
 from oncewire.toolcalls import UNKNOWN_OUTCOME, effect_content
@@ -59,6 +61,7 @@ __all__ = [
     "BadCall",
     "CallRequest",
     "ServerFacts",
+    "accept",
     "answer",
     "call_kind",
     "error_outcome",
@@ -90,6 +93,7 @@ AFTER_SETTLED = crash.register(
 # JSON-RPC "invalid params": a call the proxy refuses (a key bound to another call, no name).
 CONFLICT_CODE = -32602
 INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603  # the store failed: the call was not recorded
 # Attempts of a redeliverable call (--redeliver, or a server that deduplicates); every other
 # call gets one: an attempt whose outcome is unknown is never made again.
 REDELIVER_ATTEMPTS = 5
@@ -159,10 +163,31 @@ def read_call(params: Any) -> CallRequest:
     return CallRequest(tool, dict(arguments), dict(meta), key)
 
 
+def accept(ledger: Ledger, key: str, kind: str, payload: dict[str, Any], attempts: int) -> Effect:
+    """The call's effect, recorded now or before under ``key`` (blocking: run in a thread); a
+    :class:`BadCall` that says why when it cannot be, nothing recorded."""
+    try:
+        return ledger.effects.accept_alone(key, kind, payload, max_attempts=attempts)[0]
+    except PayloadConflict as exc:
+        raise BadCall(
+            f"conflict: the idempotency key {key!r} is already bound to another call (another "
+            "tool or other arguments); this call was refused and not forwarded",
+            CONFLICT_CODE,
+            {"key": key, "conflict": exc.code},
+        ) from exc
+    except StorageError as exc:
+        raise BadCall(
+            f"the proxy could not record the call, so it was not forwarded: {exc}",
+            INTERNAL_ERROR,
+        ) from exc
+    except OncewireError as exc:  # a key, kind or payload the store refuses
+        raise BadCall(f"the call cannot be recorded, so it was not forwarded: {exc}") from exc
+
+
 # JSON-RPC errors that do not say the call did not run: the server failed while handling it
 # (internal error; the SDK's transports also answer it for an HTTP 5xx), or its answer could not
 # be read (parse error). Every other code is the server refusing the call.
-MAYBE_RAN_CODES = frozenset({-32603, -32700})
+MAYBE_RAN_CODES = frozenset({INTERNAL_ERROR, -32700})
 
 
 def error_outcome(error: Any) -> MaybeSent | Rejected:
@@ -202,7 +227,7 @@ def answer(effect: Effect) -> dict[str, Any]:
 
 def not_sent_message(effect: Effect) -> str:
     """The JSON-RPC error message for a call the server's exit left unsent (``pending``): it
-    has not run, and the next proxy on the store performs it."""
+    has not run, and the proxy the client retries it through with its key performs it."""
     return (
         "the server exited before this call was sent: it has not run; it stays recorded under "
         f"its key {effect.key!r}, and a retry with that key is answered with its outcome"

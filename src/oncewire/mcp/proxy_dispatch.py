@@ -7,6 +7,12 @@ to the server (a proxy that dies there leaves the call to be found ``uncertain``
 and settled with the typed outcome :class:`ForwardSink` returns. Its owner is this process, so
 the next proxy on the same host releases a dead one's claims at once.
 
+It claims only the calls its own client waits for (``claimable``: the keys of the calls under
+way in this proxy), never a call of another proxy on the same store, even one of the same kind:
+that call belongs to another session, whose server has its own roots, state and progress
+tokens. A call a proxy that died left unfinished is performed (or answered) by the proxy its
+client retries it through with its key, which then waits for it.
+
 The sink runs in a dispatcher worker thread and hands the request to the proxy's event loop,
 where the server's connection lives (:meth:`Forwarder.forward`); it waits for the outcome.
 An attempt that is a redelivery (an earlier one may have reached the server) of a tool that is
@@ -26,7 +32,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from typing import Any, Protocol
 
 from oncewire.dispatch import Dispatcher
@@ -112,9 +118,11 @@ class Dispatching:
         *,
         attempt_timeout: float | None,
         recorded: Callable[[], None],
+        claimable: Callable[[], Collection[str]],
         grace_seconds: float = 10.0,
     ) -> None:
         self.ledger = ledger
+        self.claimable = claimable
         self.sink = sink
         self.attempt_timeout = attempt_timeout
         self.recorded = recorded
@@ -145,6 +153,7 @@ class Dispatching:
                 grace_seconds=self.grace_seconds,
                 max_result_bytes=MAX_RESULT_BYTES,
                 recorded=self.recorded,
+                claimable=self.claimable,
             )
             thread = threading.Thread(
                 target=self._run, args=(dispatcher,), name="oncewire-mcp-proxy", daemon=True

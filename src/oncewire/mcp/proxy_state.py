@@ -4,10 +4,13 @@ crash: the store holds what must)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Intercepted", "Live", "Relayed"]
+from oncewire.storage.records import Effect
+
+__all__ = ["Intercepted", "Live", "NotSentYet", "Relayed", "Unfinished", "id_key"]
 
 
 @dataclass
@@ -33,8 +36,26 @@ class Live:
 class Intercepted:
     """A tools/call the proxy answers itself, by the client's id."""
 
+    params: Any = None  # the request's, to tell a resend from another request under its id
     key: str | None = None
     task: asyncio.Task[None] | None = None
     cancelled: bool = False  # the client sent notifications/cancelled for it
     reason: str = ""
     accepted: bool = False  # its accept has returned (until then it may still commit)
+
+
+class Unfinished(Exception):
+    """The server's connection ended with the call not ended: said so to the client."""
+
+    def __init__(self, effect: Effect) -> None:
+        super().__init__(effect.key)
+        self.effect = effect
+
+
+class NotSentYet(Unfinished):
+    """The server's connection ended before the call was sent (its effect ``pending``)."""
+
+
+def id_key(request_id: Any) -> str:
+    """A JSON-RPC id as a dictionary key: ``1`` and ``"1"`` stay apart."""
+    return json.dumps(request_id)

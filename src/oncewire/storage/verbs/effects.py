@@ -104,16 +104,13 @@ def _inserted(id: int, row: dict[str, Any]) -> Effect:
     )
 
 
-def _claim_scope(
-    owner: str, expires: float, now: float, kinds: Sequence[str] | None
-) -> dict[str, Any]:
-    """The claims' values: whose, until when, and of which kinds (None: any)."""
+def _scope(kinds: Sequence[str] | None, keys: Sequence[str] | None) -> dict[str, Any]:
+    """The kinds and keys filters' values (None: any)."""
     return {
-        "owner": owner,
-        "expires_at": expires,
-        "now": now,
         "any_kind": kinds is None,
         "kinds": () if kinds is None else kinds,
+        "any_key": keys is None,
+        "keys": () if keys is None else keys,
     }
 
 
@@ -274,11 +271,14 @@ class EffectVerbs:
         lease_seconds: float,
         limit: int,
         kinds: Sequence[str] | None = None,
+        keys: Sequence[str] | None = None,
     ) -> tuple[list[bool], list[Claim]]:
         """In one transaction: apply ``settlements``, then claim up to ``limit`` due effects,
         every claim recorded as starting (its sink is to be called as soon as this returns).
 
-        ``kinds`` limits the claim to effects this worker has sinks for (None: any kind).
+        ``kinds`` limits the claim to effects this worker has sinks for (None: any kind);
+        ``keys`` to the effects with those keys (None: any key), for a worker that may perform
+        only some of a kind's effects (the MCP proxy: the calls its own client waits for).
 
         Each settlement applies only if its effect is still claimed under its fence; the first
         list says which did. Claiming bumps the fence and the attempt count and leases the
@@ -295,6 +295,7 @@ class EffectVerbs:
             lease_seconds=lease_seconds,
             limit=limit,
             kinds=kinds,
+            keys=keys,
             mark=limit,
         )
         return step.applied, step.claims
@@ -311,6 +312,7 @@ class EffectVerbs:
         starting: Sequence[tuple[int, int]] = (),
         mark: int = 0,
         suspects: bool = True,
+        keys: Sequence[str] | None = None,
     ) -> DispatchStep:
         """A dispatcher's one transaction: apply ``settlements``, record the sinks of the
         claims ``starting`` (id, fence) as about to be called, then claim up to ``limit``.
@@ -325,10 +327,12 @@ class EffectVerbs:
         without, none is claimed (a batch never takes one).
 
         ``starting`` is fenced like a settlement: a claim released or cancelled meanwhile is
-        left out of :attr:`DispatchStep.started`, and its sink must not be called."""
+        left out of :attr:`DispatchStep.started`, and its sink must not be called. ``kinds``
+        and ``keys`` limit what is claimed, suspects included (:meth:`settle_and_claim`)."""
+        scope = _scope(kinds, keys)
         return self.db.tolerant(
             lambda: self._dispatch_step(
-                settlements, owner, now, lease_seconds, limit, kinds, starting, mark, suspects
+                settlements, owner, now, lease_seconds, limit, scope, starting, mark, suspects
             )
         )
 
@@ -339,14 +343,14 @@ class EffectVerbs:
         now: float,
         lease_seconds: float,
         limit: int,
-        kinds: Sequence[str] | None,
+        filters: dict[str, Any],
         starting: Sequence[tuple[int, int]],
         mark: int,
         suspects: bool,
     ) -> DispatchStep:
         if not suspects:
             return self._dispatch_step_sent_together(
-                settlements, owner, now, lease_seconds, limit, kinds, starting, mark
+                settlements, owner, now, lease_seconds, limit, filters, starting, mark
             )
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
@@ -361,7 +365,7 @@ class EffectVerbs:
                 marked = db.all(conn, q.mark_started, fences=chunk, owner=owner)
                 started.update(row[0] for row in marked)
             if limit > 0:
-                scope = _claim_scope(owner, expires, now, kinds)
+                scope = {"owner": owner, "expires_at": expires, "now": now, **filters}
                 rows = db.all(conn, q.claim_suspect, **scope) if suspects else []
                 if not rows:
                     marked_now = min(max(mark, 0), limit)
@@ -380,7 +384,7 @@ class EffectVerbs:
         now: float,
         lease_seconds: float,
         limit: int,
-        kinds: Sequence[str] | None,
+        filters: dict[str, Any],
         starting: Sequence[tuple[int, int]],
         mark: int,
     ) -> DispatchStep:
@@ -407,7 +411,7 @@ class EffectVerbs:
                 fences = starting[begin : begin + chunk]
                 marked.append(statements.rows(q.mark_started, fences=fences, owner=owner))
             if limit > 0:
-                scope = _claim_scope(owner, expires, now, kinds)
+                scope = {"owner": owner, "expires_at": expires, "now": now, **filters}
                 # If the first claim finds fewer than marked_now due effects, the second (the
                 # same due effects) finds none: its limit need not wait for the first's rows.
                 marked_now = min(max(mark, 0), limit)
@@ -500,11 +504,12 @@ class EffectVerbs:
         with db.write("expiring deadlines") as conn:
             return db.run(conn, db.queries.expire_deadlines, now=now)
 
-    def backlog(self, kinds: Sequence[str] | None = None) -> Backlog:
-        """What remains for a dispatcher of ``kinds`` (None: any kind)."""
-        row = self.db.read(
-            self.db.queries.backlog, any_kind=kinds is None, kinds=() if kinds is None else kinds
-        )[0]
+    def backlog(
+        self, kinds: Sequence[str] | None = None, keys: Sequence[str] | None = None
+    ) -> Backlog:
+        """What remains for a dispatcher of ``kinds`` (None: any kind) that claims only the
+        effects with ``keys`` (None: any key)."""
+        row = self.db.read(self.db.queries.backlog, **_scope(kinds, keys))[0]
         return Backlog(
             next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3], next_retry=row[4]
         )
