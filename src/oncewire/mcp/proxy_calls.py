@@ -207,8 +207,10 @@ def call_kind(server: str, tool: str) -> str:
 
 
 def error_result(text: str) -> dict[str, Any]:
-    """A ``CallToolResult`` with ``isError`` that tells the model ``text``."""
-    return {"content": [{"type": "text", "text": text}], "isError": True}
+    """A ``CallToolResult`` with ``isError`` that tells the model ``text``. It says it is a
+    whole result (``resultType``), as the 2026-07-28 schema requires and a client of it checks;
+    a client of an earlier revision reads it as an extra field, which results may carry."""
+    return {"content": [{"type": "text", "text": text}], "isError": True, "resultType": "complete"}
 
 
 def answer(effect: Effect) -> dict[str, Any]:
