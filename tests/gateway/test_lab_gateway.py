@@ -172,9 +172,17 @@ def test_oncewire_lab_runs_the_gateway_suite_on_sqlite(tmp_path: Path) -> None:
         text=True,
         timeout=380,
     )
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    evidence = json.loads(output.read_text(encoding="utf-8")) if output.exists() else {}
+    failed = {
+        name: {k: scenario[k] for k in ("failures", "summary", "processes")}
+        for name, scenario in evidence.get("suites", {})
+        .get("gateway", {})
+        .get("scenarios", {})
+        .items()
+        if scenario["failures"]
+    }
+    assert ran.returncode == 0, ran.stdout + ran.stderr + json.dumps(failed, indent=1)[:20000]
     assert ran.stdout.strip().splitlines()[-1].startswith("PASS: ")
-    evidence = json.loads(output.read_text(encoding="utf-8"))
     _check_evidence(_scenarios(evidence, "sqlite"), "sqlite")
     # What the user saw in one kill scenario, read back from the journal the lab kept.
     folder = lab / "gateway" / "killed_while_model_hangs"
