@@ -146,7 +146,12 @@ def child_env(log: Path, **extra: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def proxied(
-    db: str, log: Path, *proxy_args: str, logging_callback: Any = None, **env: str
+    db: str,
+    log: Path,
+    *proxy_args: str,
+    logging_callback: Any = None,
+    elicitation_callback: Any = None,
+    **env: str,
 ) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session through a proxy child (``env``: its environment's
     additions, e.g. ``ONCEWIRE_CRASH`` or ``UPSTREAM_DEDUP``)."""
@@ -156,7 +161,12 @@ async def proxied(
     )
     async with (
         stdio_client(params) as (read, write),
-        ClientSession(read, write, logging_callback=logging_callback) as session,
+        ClientSession(
+            read,
+            write,
+            logging_callback=logging_callback,
+            elicitation_callback=elicitation_callback,
+        ) as session,
     ):
         await session.initialize()
         yield session

@@ -7,10 +7,12 @@ per backend (``shared``), each with keys of its own."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from mcp import ClientSession, MCPError
+from mcp_types import ElicitResult
 
 from tests.mcp.conftest import SQLITE_BY_DEFAULT, Raw, Shared, calls_logged, direct, proxied
 
@@ -291,3 +293,30 @@ def test_a_client_of_the_2026_protocol_through_the_proxy(
     [effect] = raw.effects()
     assert (effect["key"], effect["kind"], effect["state"]) == ("m-1", "mcp.pay.charge", "done")
     assert [c["tool"] for c in calls_logged(upstream_log)] == ["charge", "lookup"]
+
+
+@SQLITE_BY_DEFAULT
+def test_a_servers_request_to_the_client_during_a_recorded_call_passes_through(
+    db_url: str, raw: Raw, upstream_log: Path
+) -> None:
+    """The server asks the client something (an elicitation) while the proxy performs its
+    call: the request reaches the client's SDK callback, the answer reaches the server, and
+    the call's one effect holds the answer the server gave after it."""
+    asked: list[str] = []
+
+    async def on_elicit(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"ok": True})
+
+    async def scenario() -> None:
+        async with proxied(db_url, upstream_log, elicitation_callback=on_elicit) as session:
+            result = await session.call_tool("confirm", {"action": "refund"}, meta={KEY: "e-1"})
+            assert not result.is_error and text(result) == "confirmed refund"
+
+    anyio.run(scenario)
+    assert asked == ["Confirm refund?"]
+    [effect] = raw.effects()
+    assert effect["key"] == "e-1" and effect["state"] == "done"
+    assert [(c["tool"], c["arguments"]["ok"]) for c in calls_logged(upstream_log)] == [
+        ("confirm", True)
+    ]

@@ -20,6 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel
 
 server = MCPServer(os.environ.get("UPSTREAM_NAME", "pay"))
 
@@ -69,6 +70,21 @@ async def steps(count: int, ctx: Context) -> str:
         await ctx.report_progress(step, count, f"step {step}")
         await ctx.info(f"step {step} of {count}")
     return f"{count} steps"
+
+
+class Confirmation(BaseModel):
+    ok: bool
+
+
+@server.tool()
+async def confirm(action: str, ctx: Context) -> str:
+    """Ask the client to confirm ``action`` (a request of the server's to the client, in the
+    middle of the call), log its answer, and say it."""
+    asked = await ctx.elicit(f"Confirm {action}?", Confirmation)
+    accepted = asked.action == "accept" and getattr(asked, "data", None) is not None
+    ok = accepted and bool(asked.data.ok)  # type: ignore[union-attr]
+    _log("confirm", {"action": action, "ok": ok}, ctx)
+    return f"{'confirmed' if ok else 'not confirmed'} {action}"
 
 
 @server.tool()
