@@ -86,6 +86,10 @@ RUN_ELSEWHERE = {
         "tests/mcp_once/test_docs.py",
         "def test_the_documented_example_runs_as_shown(",
     ),
+    ("docs/mcp.md", "# pay.py: an MCP tool server (the SDK's MCPServer on stdio)\n"): (
+        "tests/mcp/test_proxy_docs.py",
+        "def test_the_proxy_example_runs_as_shown(",
+    ),
     ("docs/langgraph.md", 'saver.claim("order-42")'): (
         "tests/langgraph/test_docs.py",
         "def test_the_documented_joined_write_commits_with_the_callers_rows(",

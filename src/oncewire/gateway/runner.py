@@ -172,7 +172,11 @@ class Runner:
             standby = self._take_leases(opened, credentials)
             self._start_threads(opened, engine)
             self._ready(server, standby)
-            self._stop.wait()
+            # Waited in steps: the kernel hands SIGTERM to any thread of the process, and its
+            # Python handler (stop) runs only once the main thread runs bytecode again, which
+            # an untimed wait may never do: the gateway then ignored SIGTERM.
+            while not self._stop.wait(0.5):
+                pass
             self._drain(server)
         finally:
             self._close(opened)
