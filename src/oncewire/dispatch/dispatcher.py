@@ -27,7 +27,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from oncewire.core import crash
@@ -112,6 +112,9 @@ class Dispatcher:
 
     ``recorded`` (None: nothing) is called on the dispatcher's thread after each commit that
     recorded outcomes, so that a caller in this process waiting for them reads them at once.
+    ``keys`` (None: any key) is called before each claim: only effects with a key it returns
+    are claimed or waited for (an inline dispatcher that can perform only the calls its own
+    process holds leaves every other effect of its kinds to the process that holds it).
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class Dispatcher:
         grace_seconds: float = 30.0,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         recorded: Callable[[], None] | None = None,
+        keys: Callable[[], Collection[str]] | None = None,
     ) -> None:
         check_ledger(ledger)
         self.specs: dict[str, SinkSpec] = inspect_sinks(
@@ -154,6 +158,7 @@ class Dispatcher:
         self.max_result_bytes = check_max_result_bytes(max_result_bytes)
         self.stats = DispatchStats()
         self._recorded = recorded
+        self._keys = keys
         self._stop = threading.Event()
         self._abort = threading.Event()
         self._finished_run = threading.Event()  # the heartbeat renews leases until this is set
@@ -280,7 +285,7 @@ class Dispatcher:
                     outage.over()
                     continue
                 now = time.monotonic()
-                if now - last_reap >= reap_every:
+                if now - last_reap >= reap_every and self._claimable() != []:
                     self._reap()
                     last_reap = now
                 if now - last_kinds >= WAITING_KINDS_EVERY_SECONDS:
@@ -301,7 +306,7 @@ class Dispatcher:
                         continue
                     # One reading of the backlog decides both whether to leave and how long
                     # to sleep.
-                    backlog = self.ledger.store.backlog(self.kinds)
+                    backlog = self.ledger.store.backlog(self.kinds, keys=self._claimable())
                     if until_idle and drained(backlog, self.clock.now(), horizon):
                         return
                     self._sleep_until_due(backlog.next_due)
@@ -340,6 +345,10 @@ class Dispatcher:
                 if self._stop.is_set() and not self._finished and not self._calls:
                     return
 
+    def _claimable(self) -> list[str] | None:
+        """The keys this dispatcher may claim now (None: any)."""
+        return None if self._keys is None else sorted(self._keys())
+
     def _has_room(self) -> bool:
         """Every call claimed has started and a sink slot is free: more work can start. Not
         while a suspect runs: claimed alone, it must stay alone until it is settled."""
@@ -362,6 +371,10 @@ class Dispatcher:
         size = self._held.size
         wave = self._held.take(self._runner.waiting())
         began = time.monotonic()
+        keys = self._claimable() if claim else None
+        claim = claim and keys != []
+        if not (settlements or wave or claim):
+            return []  # nothing to write: no transaction
         look = claim and self._suspects.due(began)
         try:
             step = self.ledger.store.dispatch_step(
@@ -374,6 +387,7 @@ class Dispatcher:
                 starting=[(c.id, c.fence) for call in wave for c in call.claims],
                 mark=size,
                 suspects=look,
+                keys=keys,
             )
         except BaseException:
             self._held.put_back(wave)  # still held: recorded at the next step

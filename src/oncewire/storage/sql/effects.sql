@@ -78,11 +78,12 @@ UPDATE oncewire_effects AS e
 RETURNING id, fence
 
 -- name: claim
--- Lease up to :limit due effects (of the kinds given, unless any_kind) to :owner, bumping the
--- fence and the attempt count. Past-deadline effects are not claimed, nor those an owner died
--- on while their sink ran (recoveries > 0): claim_suspect takes those, one at a time. With :mark
--- the claims are recorded as starting (started_fence): their sinks are called as soon as this
--- commits; without it, mark_started must record each one before its sink is called.
+-- Lease up to :limit due effects (of the kinds given, unless any_kind, and of the keys given,
+-- unless any_key) to :owner, bumping the fence and the attempt count. Past-deadline effects are
+-- not claimed, nor those an owner died on while their sink ran (recoveries > 0): claim_suspect
+-- takes those, one at a time. With :mark the claims are recorded as starting (started_fence):
+-- their sinks are called as soon as this commits; without it, mark_started must record each one
+-- before its sink is called.
 UPDATE oncewire_effects
    SET state = 'claimed', attempts = attempts + 1, fence = fence + 1,
        started_fence = CASE WHEN :mark THEN fence + 1 ELSE started_fence END,
@@ -90,7 +91,7 @@ UPDATE oncewire_effects
  WHERE id IN (SELECT id FROM oncewire_effects
                WHERE state IN ('pending', 'uncertain') AND not_before <= :now AND recoveries = 0
                  AND (deadline IS NULL OR deadline >= :now)
-                 AND (:any_kind OR kind {in :kinds})
+                 AND (:any_kind OR kind {in :kinds}) AND (:any_key OR key {in :keys})
                ORDER BY not_before, id
                LIMIT :limit)
 RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, deadline, not_sent,
@@ -105,7 +106,7 @@ UPDATE oncewire_effects
  WHERE id IN (SELECT id FROM oncewire_effects
                WHERE state IN ('pending', 'uncertain') AND recoveries > 0
                  AND not_before <= :now AND (deadline IS NULL OR deadline >= :now)
-                 AND (:any_kind OR kind {in :kinds})
+                 AND (:any_kind OR kind {in :kinds}) AND (:any_key OR key {in :keys})
                ORDER BY not_before, id
                LIMIT 1)
 RETURNING id, key, kind, payload, attempts, max_attempts, fence, maybe_sent, deadline, not_sent,
@@ -202,19 +203,25 @@ UPDATE oncewire_effects
  WHERE state IN ('pending', 'uncertain') AND deadline IS NOT NULL AND deadline < :now
 
 -- name: backlog
--- What remains for a dispatcher of the kinds given (any kind if any_kind). Retrying counts by
--- fence, not attempts: a not-sent attempt gives its charge back but was a claim.
+-- What remains for a dispatcher of the kinds given (any kind if any_kind) and of the keys given
+-- (any key if any_key). Retrying counts by fence, not attempts: a not-sent attempt gives its
+-- charge back but was a claim.
 SELECT (SELECT MIN(not_before) FROM oncewire_effects
-         WHERE state IN ('pending', 'uncertain') AND (:any_kind OR kind {in :kinds})),
+         WHERE state IN ('pending', 'uncertain') AND (:any_kind OR kind {in :kinds})
+           AND (:any_key OR key {in :keys})),
        (SELECT COUNT(*) FROM oncewire_effects
-         WHERE state = 'uncertain' AND (:any_kind OR kind {in :kinds})),
+         WHERE state = 'uncertain' AND (:any_kind OR kind {in :kinds})
+           AND (:any_key OR key {in :keys})),
        (SELECT COUNT(*) FROM oncewire_effects
-         WHERE state = 'claimed' AND (:any_kind OR kind {in :kinds})),
+         WHERE state = 'claimed' AND (:any_kind OR kind {in :kinds})
+           AND (:any_key OR key {in :keys})),
        (SELECT COUNT(*) FROM oncewire_effects
-         WHERE state = 'pending' AND fence > 0 AND (:any_kind OR kind {in :kinds})),
+         WHERE state = 'pending' AND fence > 0 AND (:any_kind OR kind {in :kinds})
+           AND (:any_key OR key {in :keys})),
        (SELECT MIN(not_before) FROM oncewire_effects
          WHERE (state = 'uncertain' OR (state = 'pending' AND fence > 0))
-           AND (:any_kind OR kind {in :kinds}))
+           AND (:any_kind OR kind {in :kinds})
+           AND (:any_key OR key {in :keys}))
 
 -- name: waiting_kinds
 SELECT kind, COUNT(*), MIN(created_at) FROM oncewire_effects

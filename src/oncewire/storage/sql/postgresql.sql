@@ -10,7 +10,7 @@ WITH due AS (
     SELECT id FROM oncewire_effects
      WHERE state IN ('pending', 'uncertain') AND not_before <= :now AND recoveries = 0
        AND (deadline IS NULL OR deadline >= :now)
-       AND (:any_kind OR kind {in :kinds})
+       AND (:any_kind OR kind {in :kinds}) AND (:any_key OR key {in :keys})
      ORDER BY not_before, id
      LIMIT :limit
      {skip_locked})
@@ -29,7 +29,7 @@ WITH due AS (
     SELECT id FROM oncewire_effects
      WHERE state IN ('pending', 'uncertain') AND recoveries > 0
        AND not_before <= :now AND (deadline IS NULL OR deadline >= :now)
-       AND (:any_kind OR kind {in :kinds})
+       AND (:any_kind OR kind {in :kinds}) AND (:any_key OR key {in :keys})
      ORDER BY not_before, id
      LIMIT 1
      {skip_locked})
@@ -51,6 +51,7 @@ SELECT MIN(not_before) FILTER (WHERE state IN ('pending', 'uncertain')),
        MIN(not_before) FILTER (WHERE state = 'uncertain' OR (state = 'pending' AND fence > 0))
   FROM oncewire_effects
  WHERE state IN ('pending', 'uncertain', 'claimed') AND (:any_kind OR kind {in :kinds})
+   AND (:any_key OR key {in :keys})
 
 -- name: lock_branch [postgresql]
 -- The branch's advisory lock, held until the transaction ends (migration 0002).

@@ -104,16 +104,13 @@ def _inserted(id: int, row: dict[str, Any]) -> Effect:
     )
 
 
-def _claim_scope(
-    owner: str, expires: float, now: float, kinds: Sequence[str] | None
-) -> dict[str, Any]:
-    """The claims' values: whose, until when, and of which kinds (None: any)."""
+def _filters(kinds: Sequence[str] | None, keys: Sequence[str] | None) -> dict[str, Any]:
+    """The kinds and keys a claim or a backlog is limited to (None: any)."""
     return {
-        "owner": owner,
-        "expires_at": expires,
-        "now": now,
         "any_kind": kinds is None,
         "kinds": () if kinds is None else kinds,
+        "any_key": keys is None,
+        "keys": () if keys is None else keys,
     }
 
 
@@ -311,6 +308,7 @@ class EffectVerbs:
         starting: Sequence[tuple[int, int]] = (),
         mark: int = 0,
         suspects: bool = True,
+        keys: Sequence[str] | None = None,
     ) -> DispatchStep:
         """A dispatcher's one transaction: apply ``settlements``, record the sinks of the
         claims ``starting`` (id, fence) as about to be called, then claim up to ``limit``.
@@ -325,10 +323,15 @@ class EffectVerbs:
         without, none is claimed (a batch never takes one).
 
         ``starting`` is fenced like a settlement: a claim released or cancelled meanwhile is
-        left out of :attr:`DispatchStep.started`, and its sink must not be called."""
+        left out of :attr:`DispatchStep.started`, and its sink must not be called.
+
+        ``kinds`` and ``keys`` limit what is claimed (None: any): a dispatcher that can perform
+        only the calls its own process holds (an inline dispatcher of durable agent runs) names
+        them, and leaves every other effect where it is, for the process that holds it."""
+        filters = _filters(kinds, keys)
         return self.db.tolerant(
             lambda: self._dispatch_step(
-                settlements, owner, now, lease_seconds, limit, kinds, starting, mark, suspects
+                settlements, owner, now, lease_seconds, limit, filters, starting, mark, suspects
             )
         )
 
@@ -339,14 +342,14 @@ class EffectVerbs:
         now: float,
         lease_seconds: float,
         limit: int,
-        kinds: Sequence[str] | None,
+        filters: dict[str, Any],
         starting: Sequence[tuple[int, int]],
         mark: int,
         suspects: bool,
     ) -> DispatchStep:
         if not suspects:
             return self._dispatch_step_sent_together(
-                settlements, owner, now, lease_seconds, limit, kinds, starting, mark
+                settlements, owner, now, lease_seconds, limit, filters, starting, mark
             )
         db, q = self.db, self.db.queries
         expires = now + lease_seconds
@@ -361,7 +364,7 @@ class EffectVerbs:
                 marked = db.all(conn, q.mark_started, fences=chunk, owner=owner)
                 started.update(row[0] for row in marked)
             if limit > 0:
-                scope = _claim_scope(owner, expires, now, kinds)
+                scope = {"owner": owner, "expires_at": expires, "now": now, **filters}
                 rows = db.all(conn, q.claim_suspect, **scope) if suspects else []
                 if not rows:
                     marked_now = min(max(mark, 0), limit)
@@ -380,7 +383,7 @@ class EffectVerbs:
         now: float,
         lease_seconds: float,
         limit: int,
-        kinds: Sequence[str] | None,
+        filters: dict[str, Any],
         starting: Sequence[tuple[int, int]],
         mark: int,
     ) -> DispatchStep:
@@ -407,7 +410,7 @@ class EffectVerbs:
                 fences = starting[begin : begin + chunk]
                 marked.append(statements.rows(q.mark_started, fences=fences, owner=owner))
             if limit > 0:
-                scope = _claim_scope(owner, expires, now, kinds)
+                scope = {"owner": owner, "expires_at": expires, "now": now, **filters}
                 # If the first claim finds fewer than marked_now due effects, the second (the
                 # same due effects) finds none: its limit need not wait for the first's rows.
                 marked_now = min(max(mark, 0), limit)
@@ -500,11 +503,11 @@ class EffectVerbs:
         with db.write("expiring deadlines") as conn:
             return db.run(conn, db.queries.expire_deadlines, now=now)
 
-    def backlog(self, kinds: Sequence[str] | None = None) -> Backlog:
-        """What remains for a dispatcher of ``kinds`` (None: any kind)."""
-        row = self.db.read(
-            self.db.queries.backlog, any_kind=kinds is None, kinds=() if kinds is None else kinds
-        )[0]
+    def backlog(
+        self, kinds: Sequence[str] | None = None, *, keys: Sequence[str] | None = None
+    ) -> Backlog:
+        """What remains for a dispatcher of ``kinds`` and ``keys`` (None: any)."""
+        row = self.db.read(self.db.queries.backlog, **_filters(kinds, keys))[0]
         return Backlog(
             next_due=row[0], uncertain=row[1], claimed=row[2], retrying=row[3], next_retry=row[4]
         )
