@@ -316,7 +316,7 @@ def test_runs_with_other_settings_get_dispatchers_of_their_own(tmp_path: Path) -
         leases.append(effect.lease_expires_at - time.time())
         in_flight.append(n)
         peak = max(peak, len(in_flight))
-        for _ in range(200):
+        for _ in range(1000):  # at most 10 s
             if len(in_flight) >= 3 or peak >= 3:
                 break
             await asyncio.sleep(0.01)
