@@ -6,6 +6,10 @@ output item union), the :class:`~agents.usage.Usage` through the SDK's own
 ``serialize_usage`` / ``deserialize_usage``, ``response_id``, ``request_id`` and
 ``raw_usage``. :func:`decode_response` gives the SDK an equal object.
 
+What a step answered is kept beside it as a digest (:class:`Request`): the agent's name, its
+instructions, the input items and the names of the tools it was offered, so that a resumed run
+asking anything else is refused rather than given an answer to another question.
+
 A replayed step of a streamed run is one ``response.completed`` event carrying the recorded
 response (:func:`replay_events`): no ``response.created``, no text or argument deltas, so a
 consumer sees the step's items once, complete, as the SDK's run item events.
@@ -41,16 +45,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("agents", "oncewire.agents", exc) from exc
 
 __all__ = [
+    "DIGEST_PREFIX",
     "FORMAT",
+    "Request",
     "decode_output",
     "decode_response",
     "encode_output",
     "encode_response",
     "replay_events",
     "request_digest",
+    "tool_names",
 ]
 
 FORMAT = "oncewire.agents/1"  # the marker of what this module wrote
+DIGEST_PREFIX = "2:"  # request digests that cover the agent and its tools' names
 
 _ITEM = TypeAdapter(ResponseOutputItem)
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
@@ -91,11 +99,64 @@ def decode_response(text: str) -> ModelResponse:
     )
 
 
-def request_digest(system_instructions: str | None, input: Any) -> str:
-    """sha256 of what a model call asked: its instructions and input items, as JSON."""
-    material = {"instructions": system_instructions, "input": _ANY.dump_python(input, mode="json")}
+def _sha256(material: dict[str, Any]) -> str:
     text = json.dumps(material, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def request_digest(
+    agent: str,
+    system_instructions: str | None,
+    input: Any,
+    tool_names: list[str],
+) -> str:
+    """What a model call asked, as the store keeps it: ``2:`` and the sha256 of the agent's
+    name, its instructions, the input items and the names of the tools it was offered
+    (function, hosted and handoff tools, sorted), as JSON."""
+    material = {
+        "agent": agent,
+        "instructions": system_instructions,
+        "input": _ANY.dump_python(input, mode="json"),
+        "tools": sorted(tool_names),
+    }
+    return DIGEST_PREFIX + _sha256(material)
+
+
+def _first_digest(system_instructions: str | None, input: Any) -> str:
+    """The digest the first format of step records kept: instructions and input only."""
+    return _sha256(
+        {"instructions": system_instructions, "input": _ANY.dump_python(input, mode="json")}
+    )
+
+
+def tool_names(tools: list[Any], handoffs: list[Any]) -> list[str]:
+    """The names a model call offers its model: each tool's, and each handoff's tool name."""
+    names = [str(getattr(tool, "name", type(tool).__name__)) for tool in tools]
+    return names + [str(getattr(handoff, "tool_name", handoff)) for handoff in handoffs]
+
+
+class Request:
+    """One model call's request, as a recorded step is checked against it."""
+
+    def __init__(
+        self,
+        agent: str,
+        system_instructions: str | None,
+        input: Any,
+        tools: list[Any],
+        handoffs: list[Any],
+    ) -> None:
+        self.system_instructions = system_instructions
+        self.input = input
+        self.digest = request_digest(agent, system_instructions, input, tool_names(tools, handoffs))
+
+    def answered_by(self, stored_digest: str) -> bool:
+        """Whether a step recorded with ``stored_digest`` answered this request. A step
+        recorded in the first format (a bare sha256) is checked on what that format kept:
+        the instructions and the input items."""
+        if stored_digest.startswith(DIGEST_PREFIX):
+            return stored_digest == self.digest
+        return stored_digest == _first_digest(self.system_instructions, self.input)
 
 
 def _response_usage(usage: Usage) -> ResponseUsage:

@@ -2,22 +2,23 @@
 
 :func:`run`, :func:`run_sync` and :func:`run_streamed` are ``agents.Runner.run``,
 ``run_sync`` and ``run_streamed`` with a ``ledger`` and a ``run_key``: the SDK's own loop runs
-the agent, inside a durable scope (:mod:`oncewire.agents.scope`). Two places of the SDK are
-seen through it, and only inside such a scope (everywhere else the SDK is untouched):
+the agent, inside a durable scope (:mod:`oncewire.agents.scope`). A few places of the SDK are
+seen through it (:mod:`oncewire.agents.patches`), and only inside such a scope (everywhere else
+the SDK is untouched):
 
-* the model the run loop resolves for each turn (``agents.run_internal.run_loop.get_model``)
-  is wrapped in a :class:`~oncewire.agents.scope.DurableModel`: each response recorded under
+* the model the run loop resolves for each turn is wrapped in a
+  :class:`~oncewire.agents.scope.DurableModel`: each response recorded under
   ``(run_key, step)`` before anything acts on it, and a recorded step returned instead of
   calling the model again;
-* a function tool's invocation (``agents.run_internal.tool_execution``'s
-  ``_invoke_function_tool_with_metadata``) is an effect performed once
-  (:mod:`oncewire.agents.tools`).
+* a function tool's invocation is an effect performed once (:mod:`oncewire.agents.tools`);
+* each ``Runner.run`` records in the scope the durable run gives it: a run started while
+  another of the same scope is in progress (a guardrail's agent) has steps of its own.
 
 So the same call again with the same ``run_key``, after the process died anywhere, replays what
 was recorded and continues where the run was: no recorded model step is requested again, no
 tool whose effect is done runs again, and a tool that may have run is retried as a flagged
-redelivery. Agents reached by handoff and agents used as tools resolve their models and tools
-through the same two places, so they are durable as well; guardrails run as the SDK runs them.
+redelivery. Agents reached by handoff, agents used as tools and the agents guardrails run
+resolve their models and tools through the same places, so they are durable as well.
 
 A ``session=`` that is an :class:`~oncewire.agents.OncewireSession` is given to the SDK as the
 run's view of it (:mod:`oncewire.agents.memory`): the session as the run found it, and the
@@ -27,7 +28,6 @@ items the run adds written with its step records, each once however often the ru
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,56 +38,15 @@ from oncewire.ledger import Ledger
 
 try:
     from agents import Agent, Runner
-    from agents import tool as sdk_tool
     from agents.result import RunResult, RunResultStreaming
-    from agents.run_internal import run_loop, tool_execution
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("agents", "oncewire.agents", exc) from exc
 
-from oncewire.agents import memory
+from oncewire.agents import memory, patches
 from oncewire.agents import scope as scopes
 from oncewire.agents.session import OncewireSession
-from oncewire.agents.tools import call_tool
 
 __all__ = ["run", "run_streamed", "run_sync"]
-
-_INSTALLED = threading.Lock()
-# The SDK's function tool invocation, as its tool executor names it.
-_INVOKE = "_invoke_function_tool_with_metadata"
-_installed = False
-
-
-def _install() -> None:
-    """Route the SDK's model resolution and function tool invocation through the durable
-    scope, once per process (outside a scope both do what they did)."""
-    global _installed
-    with _INSTALLED:
-        if _installed:
-            return
-        original_get_model = run_loop.get_model
-        original_invoke = getattr(tool_execution, _INVOKE)
-        result_type = sdk_tool._FunctionToolInvocationResult
-        invoke_context = sdk_tool._get_function_tool_invoke_context
-
-        def get_model(agent: Any, run_config: Any) -> Any:
-            model = original_get_model(agent, run_config)
-            scope = scopes.current_scope()
-            return model if scope is None else scope.model(model)
-
-        async def invoke(*, function_tool: Any, context: Any, arguments: str) -> Any:
-            scope = scopes.current_scope()
-            if scope is None:
-                return await original_invoke(
-                    function_tool=function_tool, context=context, arguments=arguments
-                )
-            output = await call_tool(
-                scope, function_tool, invoke_context(function_tool, context), arguments
-            )
-            return result_type(output)
-
-        run_loop.get_model = get_model
-        setattr(tool_execution, _INVOKE, invoke)
-        _installed = True
 
 
 def _scope(
@@ -111,7 +70,7 @@ def _scope(
             "oncewire.agents.run inside a durable run: call agents.Runner.run there (it is "
             "durable already, keyed by the tool call it runs in)"
         )
-    _install()
+    patches.install()
     return scopes.Scope(
         ledger,
         run_key,
@@ -140,9 +99,10 @@ async def run(
     ``ledger`` (see the module docstring). ``max_attempts`` bounds the attempts of a tool that
     raises; ``retry`` is the dispatcher's schedule between them; ``wait_seconds`` bounds the
     wait for one tool call (None: until it ends), then
-    :class:`~oncewire.toolcalls.ToolCallPending`; ``concurrency`` tools run at once in this
-    process (an agent used as a tool holds one while its run goes on); ``lease_seconds`` is
-    each claim's lease."""
+    :class:`~oncewire.toolcalls.ToolCallPending`; ``concurrency`` tools of the run's calls run
+    at once in this process, and as many of each run nested inside a tool (an agent used as a
+    tool), which never waits for a slot its parent holds; ``lease_seconds`` is each claim's
+    lease. Runs with other settings get dispatchers of their own."""
     scope = _scope(
         ledger,
         run_key,

@@ -3,17 +3,27 @@
 A :class:`Scope` is one durable run as the code inside it sees it (a context variable): the
 ledger, the key its steps and tool calls are recorded under, and how many model responses it
 has had. :func:`oncewire.agents.run` opens one keyed by the caller's ``run_key``; a tool call
-performed inside it opens one keyed by the call's effect key, so that a run inside a tool (an
-agent used as a tool, or a ``Runner.run`` a tool makes) is durable too, its steps counted
-apart from its parent's and the same on every redelivery.
+performed inside it opens one keyed by the call's effect key (one level deeper: its tool calls
+are performed by the dispatcher of that depth, :mod:`oncewire.agents.tools`), so that a run
+inside a tool (an agent used as a tool, or a ``Runner.run`` a tool makes) is durable too, its
+steps counted apart from its parent's and the same on every redelivery.
+
+Every ``Runner.run`` started in a scope asks it for the scope to record in
+(:meth:`Scope.begin_run`): the scope itself when none of its runs is in progress (the durable
+run's own run, a tool's run, runs a tool makes one after another); else a scope of its own,
+keyed by what started it (the guardrail's name, or the agent's) and how many such runs the
+scope started before (:func:`nested_key`). So a guardrail's agent, running concurrently with
+the model call of the run it guards, never shares its step numbers, and gets the same key on
+every attempt of the run.
 
 :class:`DurableModel` wraps each model the SDK resolves in a scope. A call is step ``n`` of its
 scope, ``n`` being how many responses the scope has had (a failed call the SDK retries keeps its
 number). When step ``n`` is recorded, its response is returned and the model is not called;
 else the model is called and its response recorded, with one effect accepted per call of a
 function tool it asks for, in one transaction, before the SDK sees it (:data:`STEP_RECORDED`).
-A recorded step answered a request with the same instructions and input items, or the run is
-refused (:class:`RunDiverged`) instead of replaying an answer to another question. A run with a
+A recorded step answered a request of the same agent, with the same instructions, input items
+and tool names (:class:`oncewire.agents.responses.Request`), or the run is refused
+(:class:`RunDiverged`) instead of replaying an answer to another question. A run with a
 session (:mod:`oncewire.agents.memory`) appends the session items added since its last step in
 the same transaction, and step 0's record keeps the session's length as the run found it.
 """
@@ -59,6 +69,7 @@ __all__ = [
     "Scope",
     "call_key",
     "current_scope",
+    "nested_key",
 ]
 
 KIND = "agents.tool"  # the effect kind of every function tool call of a durable run
@@ -84,7 +95,8 @@ class RunDiverged(OncewireError):
     def __init__(self, run_key: str, step: int) -> None:
         super().__init__(
             f"step {step} of the agent run {run_key!r} was recorded for another request (the "
-            "instructions or input items differ); start a new run_key, or delete the steps",
+            "agent, its instructions, its tools or the input items differ); start a new "
+            "run_key, or delete the steps",
             run_key=run_key,
             step=step,
         )
@@ -95,6 +107,13 @@ class RunDiverged(OncewireError):
 def call_key(scope_key: str, call_id: str) -> str:
     """The effect key of tool call ``call_id`` in the run (or tool call) ``scope_key``."""
     return f"agents/{quote(scope_key, safe='')}/{quote(call_id, safe='')}"
+
+
+def nested_key(scope_key: str, label: str, ordinal: int) -> str:
+    """The key of the ``ordinal``-th run labelled ``label`` started in ``scope_key`` while
+    another of its runs was in progress. Its ``#`` (quoted in any call id) keeps it apart from
+    every :func:`call_key`."""
+    return f"agents/{quote(scope_key, safe='')}/{quote(label, safe=':')}#{ordinal}"
 
 
 @dataclass
@@ -108,14 +127,16 @@ class Scope:
     wait_seconds: float | None = None
     concurrency: int = 8
     lease_seconds: float = 30.0
+    depth: int = 0  # how many tool calls' performing this scope is inside
     steps: int = 0  # the responses this scope has had
     recorded: dict[int, AgentStep] | None = None
     session: Any = None  # the run's RunSession (oncewire.agents.memory), top-level runs only
-    _models: dict[int, DurableModel] = field(default_factory=dict)
+    running: bool = False  # a run recording in this scope is in progress
+    _ordinals: dict[str, int] = field(default_factory=dict)  # runs of each label started
+    _models: dict[tuple[int, str], DurableModel] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def inside(self, key: str) -> Scope:
-        """The scope of a run inside the tool call whose effect key is ``key``."""
+    def _child(self, key: str, depth: int) -> Scope:
         return Scope(
             self.ledger,
             key,
@@ -124,16 +145,40 @@ class Scope:
             wait_seconds=self.wait_seconds,
             concurrency=self.concurrency,
             lease_seconds=self.lease_seconds,
+            depth=depth,
         )
 
-    def model(self, inner: Model) -> Model:
-        """``inner`` answering from this scope's record (one wrapper per model, kept)."""
+    def inside(self, key: str) -> Scope:
+        """The scope of a run inside the tool call whose effect key is ``key``."""
+        return self._child(key, self.depth + 1)
+
+    def begin_run(self, label: str) -> Scope:
+        """The scope a ``Runner.run`` starting now records its steps in (see the module
+        docstring); :meth:`end_run` of it when that run ends."""
+        with self._lock:
+            if not self.running:
+                self.running = True
+                return self
+            ordinal = self._ordinals.get(label, 0)
+            self._ordinals[label] = ordinal + 1
+        nested = self._child(nested_key(self.key, label, ordinal), self.depth)
+        nested.running = True
+        return nested
+
+    def end_run(self) -> None:
+        """The run :meth:`begin_run` gave this scope to has ended."""
+        with self._lock:
+            self.running = False
+
+    def model(self, inner: Model, agent: str) -> Model:
+        """``inner`` answering from this scope's record for the agent named ``agent`` (one
+        wrapper per model and agent, kept)."""
         if isinstance(inner, DurableModel):
             return inner
         with self._lock:
-            wrapper = self._models.get(id(inner))
+            wrapper = self._models.get((id(inner), agent))
             if wrapper is None or wrapper.inner is not inner:
-                wrapper = self._models[id(inner)] = DurableModel(inner, self)
+                wrapper = self._models[(id(inner), agent)] = DurableModel(inner, self, agent)
             return wrapper
 
     async def recorded_step(self, step: int) -> AgentStep | None:
@@ -205,9 +250,10 @@ def leave(token: contextvars.Token[Scope | None]) -> None:
 class DurableModel(Model):
     """A model answering from its scope's record first (see the module docstring)."""
 
-    def __init__(self, inner: Model, scope: Scope) -> None:
+    def __init__(self, inner: Model, scope: Scope, agent: str) -> None:
         self.inner = inner
         self.scope = scope
+        self.agent = agent
 
     async def close(self) -> None:
         await self.inner.close()
@@ -218,21 +264,26 @@ class DurableModel(Model):
     def get_retry_advice(self, request: Any) -> Any:
         return self.inner.get_retry_advice(request)
 
-    async def _replayed(self, digest: str) -> tuple[int, ModelResponse | None]:
+    def _request(
+        self, system_instructions: str | None, input: Any, tools: list[Any], handoffs: list[Any]
+    ) -> responses.Request:
+        return responses.Request(self.agent, system_instructions, input, tools, handoffs)
+
+    async def _replayed(self, request: responses.Request) -> tuple[int, ModelResponse | None]:
         step = self.scope.steps
         stored = await self.scope.recorded_step(step)
         if stored is None:
             return step, None
-        if stored.request_digest != digest:
+        if not request.answered_by(stored.request_digest):
             raise RunDiverged(self.scope.key, step)
         return step, responses.decode_response(stored.response_json)
 
     async def _record(
-        self, step: int, digest: str, response: ModelResponse, tools: list[Any]
+        self, step: int, request: responses.Request, response: ModelResponse, tools: list[Any]
     ) -> ModelResponse:
-        stored = await asyncio.to_thread(self.scope.record, step, digest, response, tools)
+        stored = await asyncio.to_thread(self.scope.record, step, request.digest, response, tools)
         STEP_RECORDED.hit()
-        if stored.request_digest != digest:
+        if not request.answered_by(stored.request_digest):
             raise RunDiverged(self.scope.key, step)
         return responses.decode_response(stored.response_json)
 
@@ -250,8 +301,8 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> ModelResponse:
-        digest = responses.request_digest(system_instructions, input)
-        step, replayed = await self._replayed(digest)
+        request = self._request(system_instructions, input, tools, handoffs)
+        step, replayed = await self._replayed(request)
         if replayed is None:
             fresh = await self.inner.get_response(
                 system_instructions,
@@ -265,7 +316,7 @@ class DurableModel(Model):
                 conversation_id=conversation_id,
                 prompt=prompt,
             )
-            replayed = await self._record(step, digest, fresh, tools)
+            replayed = await self._record(step, request, fresh, tools)
         self.scope.steps = step + 1
         return replayed
 
@@ -283,8 +334,8 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> AsyncIterator[Any]:
-        digest = responses.request_digest(system_instructions, input)
-        step, replayed = await self._replayed(digest)
+        request = self._request(system_instructions, input, tools, handoffs)
+        step, replayed = await self._replayed(request)
         if replayed is not None:
             self.scope.steps = step + 1
             for event in responses.replay_events(replayed):
@@ -309,7 +360,7 @@ class DurableModel(Model):
                     items.append(event.item)
                 if isinstance(event, ResponseCompletedEvent):
                     fresh = responses.completed_response(event, items)
-                    stored = await self._record(step, digest, fresh, tools)
+                    stored = await self._record(step, request, fresh, tools)
                     self.scope.steps = step + 1
                     if json.loads(responses.encode_response(fresh)) != json.loads(
                         responses.encode_response(stored)

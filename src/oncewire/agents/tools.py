@@ -6,12 +6,11 @@ kind ``agents.tool`` (payload: the tool's name and its arguments object), usuall
 already in the transaction that recorded the model response asking for it. When the effect has
 ended (a resumed run), its answer is given to the SDK and the tool does not run. Else the call's
 context (the tool, the SDK's tool context, the run's event loop and context variables) is held
-in this process and the run's inline dispatcher
-(:class:`~oncewire.dispatch.inline.InlineDispatch`, the same claim, fence, settle and recovery
-machinery as ``oncewire dispatch`` workers) performs it: the sink runs the tool's own invoker
-on the run's loop, inside the
-attempt (:func:`oncewire.agents.current_attempt`) and inside a scope of its own, so a run
-inside the tool is durable too. What the tool does decides the outcome:
+in this process and an inline dispatcher (:class:`~oncewire.dispatch.inline.InlineDispatch`,
+the same claim, fence, settle and recovery machinery as ``oncewire dispatch`` workers)
+performs it: the sink runs the tool's own invoker on the run's loop, inside the attempt
+(:func:`oncewire.agents.current_attempt`) and inside a scope of its own, so a run inside the
+tool is durable too. What the tool does decides the outcome:
 
 * it returns: ``Done`` with its answer (:func:`oncewire.agents.responses.encode_output`);
 * it raises :class:`~oncewire.agents.ToolRefused`, or the SDK refuses its arguments before its
@@ -22,24 +21,33 @@ inside the tool is durable too. What the tool does decides the outcome:
   failing is what the store knows (:func:`oncewire.toolcalls.effect_content`, "outcome
   unknown" when the tool may have run).
 
-The run waits for the effect to end (:func:`oncewire.toolcalls.settled`), then gives the SDK the
-stored answer, or what :mod:`oncewire.toolcalls` tells a model of an effect that did not end
-``done``. Hosted tools (web search, file search, code interpreter, ...) run at the provider and
-are not touched; nor are handoffs, which are not tools that act.
+The run waits for the effect to end (on its own loop, so that cancelling the run ends the
+wait), then gives the SDK the stored answer, or what :mod:`oncewire.toolcalls` tells a model of
+an effect that did not end ``done``. Hosted tools (web search, file search, code interpreter,
+...) run at the provider and are not touched; nor are handoffs, which are not tools that act.
 
-An attempt whose call is not held in this process (the run that asked for it is elsewhere, or
-not running) waits a moment for it, then is ``NotSent`` (it did not run, not a redelivery) and
-tried again later, until the run that needs it is there to hold it.
+Which dispatcher performs a call (:func:`inline_for`): one per ledger, run settings
+(``concurrency``, ``retry``, ``lease_seconds``) and depth, the depth being how many tool calls'
+performing the run is inside. A tool running a run of its own (an agent used as a tool) holds a
+slot of its depth's dispatcher while that run's tool calls are performed by the next depth's,
+so a nested call never waits for a slot its parent holds, however deep or wide the nesting.
+Each dispatcher claims only the calls held for it in this process (:data:`CALLS`), which are
+all it can perform: a call whose run is not running here (crashed, abandoned, or running in
+another process on the same store) stays as it is, uncharged, for its own run to perform when
+it resumes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
+import dataclasses
+import json
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,48 +98,64 @@ TOOL_SETTLED = crash.register(
     "a function tool call's effect has ended; the SDK has not been given its answer",
 )
 
-# How long an attempt waits for its call to be held in this process before it is NotSent.
-CONTEXT_WAIT_SECONDS = 2.0
-# When an attempt whose call is held nowhere here is tried again.
+# When an attempt claimed after its run stopped holding the call (a cancelled run) is tried
+# again: not before a run holds it again, since only a held call is claimed.
 CONTEXT_ELSEWHERE_RETRY_SECONDS = 1.0
+# The longest a run waits for its call's effect without looking at the store.
+WAIT_POLL_SECONDS = 0.1
+# How often a dispatcher's thread waiting for a tool on its run's loop checks the loop is there.
+LOOP_CHECK_SECONDS = 1.0
+
+Setting = tuple[Hashable, ...]  # which inline dispatcher performs a call (see inline_for)
 
 
 @dataclass
 class HeldCall:
-    """What the run knows of one call it waits for: the tool and how to run it."""
+    """What the run knows of one call it waits for: the tool and how to run it, and which
+    dispatcher of this process performs it."""
 
     tool: FunctionTool
     invoke: Callable[[], Awaitable[Any]]
     loop: asyncio.AbstractEventLoop
     context: contextvars.Context
     scope: Scope
+    setting: Setting
 
 
 class _Calls:
-    """The calls the durable runs of this process wait for, by effect key."""
+    """The calls the durable runs of this process wait for, by effect key and by dispatcher."""
 
     def __init__(self) -> None:
         self._forked()
         os.register_at_fork(after_in_child=self._forked)
 
     def _forked(self) -> None:
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._by_key: dict[str, HeldCall] = {}
+        self._by_setting: dict[Setting, set[str]] = {}
 
     def hold(self, key: str, held: HeldCall) -> None:
-        with self._changed:
+        with self._lock:
+            before = self._by_key.get(key)
+            if before is not None:
+                self._by_setting.get(before.setting, set()).discard(key)
             self._by_key[key] = held
-            self._changed.notify_all()
+            self._by_setting.setdefault(held.setting, set()).add(key)
 
     def release(self, key: str, held: HeldCall) -> None:
-        with self._changed:
+        with self._lock:
             if self._by_key.get(key) is held:
                 del self._by_key[key]
+                self._by_setting.get(held.setting, set()).discard(key)
 
-    def wait(self, key: str, seconds: float) -> HeldCall | None:
-        with self._changed:
-            self._changed.wait_for(lambda: key in self._by_key, timeout=seconds)
+    def get(self, key: str) -> HeldCall | None:
+        with self._lock:
             return self._by_key.get(key)
+
+    def keys(self, setting: Setting) -> set[str]:
+        """The keys held for the dispatcher of ``setting``: all it may claim."""
+        with self._lock:
+            return set(self._by_setting.get(setting, ()))
 
 
 CALLS = _Calls()
@@ -176,17 +200,26 @@ def _submit(held: HeldCall, attempt: Attempt) -> concurrent.futures.Future[Any]:
     return done
 
 
+def _result(done: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop) -> Any:
+    """The tool's answer once it ran on ``loop``; an error if the loop closed under it (the
+    run was torn down: the tool may have acted)."""
+    while not concurrent.futures.wait([done], timeout=LOOP_CHECK_SECONDS).done:
+        if loop.is_closed():
+            raise RuntimeError("the durable run's event loop closed while its tool ran")
+    return done.result()
+
+
 def _sink(attempt: Attempt) -> Any:
     """The sink of kind ``agents.tool`` (see the module docstring)."""
-    held = CALLS.wait(attempt.key, CONTEXT_WAIT_SECONDS)
+    held = CALLS.get(attempt.key)
     if held is None or held.loop.is_closed():
         return NotSent(
-            "the durable run that asked for this tool call is not running in this process",
+            "the durable run that asked for this tool call no longer waits for it here",
             retry_after=CONTEXT_ELSEWHERE_RETRY_SECONDS,
         )
     TOOL_PERFORMING.hit()
     try:
-        value = _submit(held, attempt).result()
+        value = _result(_submit(held, attempt), held.loop)
     except ToolRefused as exc:
         return Rejected(exc.reason)
     except ModelBehaviorError as exc:
@@ -197,25 +230,39 @@ def _sink(attempt: Attempt) -> Any:
 
 SINKS = {KIND: _sink}
 
-_INLINE: dict[int, InlineDispatch] = {}
+_INLINE: dict[Setting, InlineDispatch] = {}
 _INLINE_LOCK = threading.Lock()
 
 
-def inline_for(scope: Scope) -> InlineDispatch:
-    """The inline dispatcher of this process for the scope's ledger (one per ledger, kept)."""
-    ledger = scope.ledger
+def setting_of(scope: Scope) -> Setting:
+    """Which dispatcher performs the scope's calls: its ledger, ``concurrency``,
+    ``lease_seconds``, ``retry`` (by value) and depth."""
+    retry = scope.retry
+    policy = None
+    if retry is not None:
+        policy = tuple(
+            getattr(retry, item.name) for item in dataclasses.fields(retry) if item.compare
+        )
+    return (id(scope.ledger), scope.concurrency, scope.lease_seconds, policy, scope.depth)
+
+
+def inline_for(scope: Scope) -> tuple[Setting, InlineDispatch]:
+    """The inline dispatcher of this process for the scope's calls (see the module docstring;
+    one per setting, kept), with its setting. It claims only the calls held for it."""
+    ledger, setting = scope.ledger, setting_of(scope)
     with _INLINE_LOCK:
-        inline = _INLINE.get(id(ledger))
+        inline = _INLINE.get(setting)
         if inline is None or inline.ledger is not ledger:
-            inline = _INLINE[id(ledger)] = InlineDispatch(
+            inline = _INLINE[setting] = InlineDispatch(
                 ledger,
                 SINKS,
-                name="agents",
+                name=f"agents-{scope.depth}" if scope.depth else "agents",
                 concurrency=scope.concurrency,
                 lease_seconds=scope.lease_seconds,
                 retry=scope.retry,
+                keys=lambda: CALLS.keys(setting),
             )
-        return inline
+        return setting, inline
 
 
 def _answer(effect: Effect | None, problem: str | None) -> Any:
@@ -223,8 +270,6 @@ def _answer(effect: Effect | None, problem: str | None) -> Any:
     if effect is None:
         return toolcalls.tool_content("failed", {"error": problem})
     if effect.state is EffectState.DONE and effect.result_json is not None:
-        import json
-
         ours, value = responses.decode_output(json.loads(effect.result_json))
         if ours:
             return value
@@ -254,31 +299,58 @@ async def call_tool(scope: Scope, tool: FunctionTool, context: Any, arguments: s
     effect = await asyncio.to_thread(_find_or_accept, scope, key, tool.name, parsed)
     if effect.state not in TERMINAL_STATES:
         invoker = _inner_invoker(tool)
+        setting, inline = inline_for(scope)
         held = HeldCall(
             tool=tool,
             invoke=lambda: invoker(context, arguments),
             loop=asyncio.get_running_loop(),
             context=contextvars.copy_context(),
             scope=scope,
+            setting=setting,
         )
         CALLS.hold(key, held)
         try:
             TOOL_ACCEPTED.hit()
-            inline = inline_for(scope)
             inline.enter()
             try:
-                accepted = toolcalls.AcceptedCall(call_id, key, effect)
-                (ended,) = await asyncio.to_thread(
-                    toolcalls.settled,
-                    scope.ledger,
-                    [accepted],
-                    wait_seconds=scope.wait_seconds,
-                    subscribe=inline.subscribe,
-                )
+                effect = await _settled(scope, inline, key)
             finally:
                 inline.leave()
         finally:
             CALLS.release(key, held)
         TOOL_SETTLED.hit()
-        return _answer(ended, None)
     return _answer(effect, None)
+
+
+async def _settled(scope: Scope, inline: InlineDispatch, key: str) -> Effect:
+    """The effect ``key`` once it has ended, read from the store (whoever ran it), waiting on
+    the run's loop: woken by the store's announcements and by the dispatcher's records, and
+    ended by cancelling the run. After ``wait_seconds``:
+    :class:`~oncewire.toolcalls.ToolCallPending`."""
+    ledger, loop = scope.ledger, asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the run's loop is closed: nobody waits
+            loop.call_soon_threadsafe(changed.set)
+
+    deadline = None if scope.wait_seconds is None else loop.time() + scope.wait_seconds
+    stops = [inline.subscribe(wake)]
+    try:
+        stops.append(await asyncio.to_thread(ledger.store.subscribe_settled, wake))
+        while True:
+            changed.clear()
+            effect = await asyncio.to_thread(ledger.effects.get, key)
+            if effect.state in TERMINAL_STATES:
+                return effect
+            timeout = WAIT_POLL_SECONDS
+            if deadline is not None:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise toolcalls.ToolCallPending(key, effect.state)
+                timeout = min(timeout, left)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout)
+    finally:
+        for stop in stops:
+            stop()

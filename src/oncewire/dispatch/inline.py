@@ -15,7 +15,10 @@ call to run, in a daemon thread, and keeps it:
 * the dispatcher tells the steps waiting in this process as soon as it has recorded outcomes
   (:meth:`InlineDispatch.subscribe`), instead of their waiting for the store's announcement;
 * between steps it serves what is due like any worker (a call another process accepted, a
-  retry whose time has come), polling the store at the dispatcher's pace;
+  retry whose time has come), polling the store at the dispatcher's pace; one given ``keys``
+  claims only the effects whose keys it returns (the calls its own process holds, which are
+  all it can perform), leaves every other effect to the process that holds it, and does
+  nothing while it returns none;
 * it stops with :meth:`InlineDispatch.close` (the node's ``close()``) and at the process's
   normal exit, handing back the claims whose tools have not started and waiting at most
   ``grace_seconds`` for those running (a tool still running then stays claimed, for
@@ -33,7 +36,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from oncewire.dispatch import Dispatcher
@@ -65,8 +68,10 @@ class InlineDispatch:
         lease_seconds: float,
         retry: RetryPolicy | None,
         grace_seconds: float = CLOSE_GRACE_SECONDS,
+        keys: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.keys = keys
         self.sinks = dict(sinks)
         self.name = name
         self.concurrency = max(1, concurrency)
@@ -148,6 +153,7 @@ class InlineDispatch:
             retry=self.retry,
             grace_seconds=self.grace_seconds,
             recorded=self._recorded,
+            keys=self.keys,
         )
 
     def _start(self) -> None:
