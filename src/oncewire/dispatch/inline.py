@@ -153,7 +153,7 @@ class InlineDispatch:
             retry=self.retry,
             grace_seconds=self.grace_seconds,
             recorded=self._recorded,
-            keys=self.keys,
+            claimable=self.keys,
         )
 
     def _start(self) -> None:
