@@ -53,13 +53,18 @@ def read_journal(path: Path) -> dict[str, set[str]]:
 
 
 def durable_callers(pair: StorePair) -> tuple[set[str], set[str]]:
-    """The keys of the caller rows and of the effects in the caller's store, read directly."""
-    operations = {
-        str(r["id"]) for r in rows(pair.dialect, pair.caller, "SELECT id FROM operations")
-    }
-    effects = {
-        str(r["key"]) for r in rows(pair.dialect, pair.caller, "SELECT key FROM oncewire_effects")
-    }
+    """The keys of the caller rows and of the effects in the caller's store, read directly, in
+    one statement: one snapshot of both tables. Read in two, a transaction the killed process
+    had sent its COMMIT for, which the server finishes after the kill, could commit between
+    the reads and show a row without its effect that was never stored so."""
+    both = rows(
+        pair.dialect,
+        pair.caller,
+        "SELECT 'operation' AS what, id AS key FROM operations "
+        "UNION ALL SELECT 'effect' AS what, key FROM oncewire_effects",
+    )
+    operations = {str(r["key"]) for r in both if r["what"] == "operation"}
+    effects = {str(r["key"]) for r in both if r["what"] == "effect"}
     return operations, effects
 
 
