@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,11 @@ class Workers:
             proc.stdin.write("go\n")
             proc.stdin.flush()
         return started
+
+    @staticmethod
+    def freeze(proc: subprocess.Popen[str]) -> None:
+        """SIGSTOP ``proc``: it sends nothing more, and ``kill`` still ends it."""
+        os.kill(proc.pid, signal.SIGSTOP)
 
     def kill(self, proc: subprocess.Popen[str]) -> float:
         os.kill(proc.pid, signal.SIGKILL)
@@ -588,6 +593,26 @@ def _held_by(conn: Any, pid: int) -> tuple[list[str], list[str]]:
     return [str(row[0]) for row in rows], [str(row[0]) for row in rows if row[1]]
 
 
+VICTIM = "oncewire_bench_failover_victim"
+
+
+def quiet(conn: Any) -> Callable[[], bool]:
+    """A check that is true once the victim's connections were seen idle on two polls in a row
+    (none running a statement, a COMMIT included)."""
+    seen = [0]
+
+    def check() -> bool:
+        (busy,) = conn.execute(
+            "SELECT COUNT(*) FILTER (WHERE state = 'active') FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (VICTIM,),
+        ).fetchone()
+        seen[0] = 0 if busy else seen[0] + 1
+        return seen[0] >= 2
+
+    return check
+
+
 def _failover(ctx: Context, mode: str) -> Sample:
     """Two workers, ``ctx.failover`` effects whose sink sleeps a little. Once a quarter are
     done and the first worker holds claims, it is SIGKILLed (``mode`` "same_host" or
@@ -603,7 +628,11 @@ def _failover(ctx: Context, mode: str) -> Sample:
         extra += ("--lease-seconds", str(lease_seconds), "--owner-host", OTHER_HOST)
     with fresh_schema(ctx, f"fo_{mode}") as url, psycopg.connect(url, autocommit=True) as conn:
         _accept_batched(ctx, url, count)
-        commands = [_oncewire_args(url, batch=FAILOVER_BATCH, extra=extra)] * 2
+        victim_url = f"{url}&application_name={VICTIM}"
+        commands = [
+            _oncewire_args(victim_url, batch=FAILOVER_BATCH, extra=extra),
+            _oncewire_args(url, batch=FAILOVER_BATCH, extra=extra),
+        ]
         group = Workers(commands)
         try:
             group.go()
@@ -625,8 +654,15 @@ def _failover(ctx: Context, mode: str) -> Sample:
 
             _wait_for("the first worker holding claims", ready, every=0.002)
             if mode != "none":
+                # Stopped first, then read, then killed: a COMMIT the worker had sent when the
+                # kill landed is still finished by the server, and read right after a bare
+                # SIGKILL it could commit later (a claim, or a start) and be missed. Once every
+                # connection of the stopped worker has been idle twice in a row, nothing it
+                # sent is left to commit; what is held then is what the kill leaves.
+                group.freeze(victim)
+                _wait_for("the stopped worker's connections idle", quiet(conn), every=0.02)
+                held, started = _held_by(conn, victim.pid)
                 instant = group.kill(victim)
-                held, started = _held_by(conn, victim.pid)  # frozen now: its owner is dead
                 if not held:
                     raise BenchmarkError("the killed worker held no claims")
             released_at: float | None = None

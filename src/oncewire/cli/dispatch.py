@@ -276,7 +276,10 @@ def _supervise(argv: list[str], workers: int, grace: float) -> int:
                     grace + 10.0,
                 )
                 child.send_signal(signal.SIGUSR1)
-            time.sleep(1.0)
+                # One dump at a time: the workers share this stderr, and two written at once
+                # interleave line by line into something no one can read.
+                time.sleep(0.5)
+            time.sleep(0.5)
             for child in stuck:
                 child.kill()
                 child.wait()  # reaped here: the next round does not find it stuck again
