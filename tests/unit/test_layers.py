@@ -84,6 +84,25 @@ def test_no_ledger_module_reaches_into_another_objects_privates() -> None:
     assert offenders == []
 
 
+def _names_a_store(node: ast.expr) -> bool:
+    last = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    # The gateway's configuration has a [store] section whose `db` is a path, not a driver.
+    return last in ("store", "_store") and ast.unparse(node) != "config.store"
+
+
+def test_nothing_above_storage_reads_a_stores_driver() -> None:
+    # The import-linter contract keeps the backends' modules out; this keeps their objects
+    # out: what a layer above needs of its backend, the Store says (label, snapshot, ...).
+    above = [p for p in sorted(PACKAGE.rglob("*.py")) if "storage" not in p.parts]
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno} {ast.unparse(node)}"
+        for path in above
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "db" and _names_a_store(node.value)
+    ]
+    assert offenders == []
+
+
 def test_the_ledger_builds_every_ledger_eagerly_over_one_store(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "app.db"), clock=ManualClock()) as ledger:
         built = vars(ledger)  # attributes, not lazy properties

@@ -36,7 +36,6 @@ from oncewire.core.errors import InvalidState
 from oncewire.effects.outbox import DEFAULT_MAX_ATTEMPTS
 from oncewire.ledger import Ledger, LedgerTransaction
 from oncewire.storage.driver import Transaction
-from oncewire.storage.postgres.driver import PostgresDriver
 from oncewire.storage.records import AttemptRecord, Effect, EffectState
 
 __all__ = [
@@ -466,15 +465,8 @@ class AsyncLedger:
         get_raw_connection().driver_connection``.
         """
         ledger = self.sync
-        db = ledger.store.db
-        if not isinstance(db, PostgresDriver):
-            raise InvalidState(
-                f"this ledger's store is {db.name}: an awaited accept_in needs a PostgreSQL "
-                "store and a psycopg.AsyncConnection (on SQLite, accept in ledger.transaction()); "
-                "nothing was written"
-            )
         bridge = LoopBridge(asyncio.get_running_loop())
-        tx = db.awaited_caller_transaction(connection, bridge.run)
+        tx = ledger.store.awaited_caller_transaction(connection, bridge.run)
 
         def accept() -> Effect:
             effect, _ = ledger.effects.accept_in_tx(

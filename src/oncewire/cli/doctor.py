@@ -33,7 +33,7 @@ import click
 from oncewire.cli.common import db_option, emit, json_option, read_only_option, when
 from oncewire.core.errors import OncewireError, StoreUnusable
 from oncewire.runs.keys import KEY_ENV
-from oncewire.storage import Store, open_store
+from oncewire.storage import Store, file_integrity, latest_schema_version, open_store
 from oncewire.storage.inspection import WriteProbe
 from oncewire.storage.records import EffectState
 
@@ -50,14 +50,6 @@ class Check:
     status: str  # ok, warn, fail
     detail: str
     fix: str = ""
-
-
-def _latest_schema(dialect: str) -> int:
-    if dialect == "postgresql":
-        from oncewire.storage.postgres.driver import migrations
-    else:
-        from oncewire.storage.sqlite.driver import migrations
-    return migrations()[-1][0]
 
 
 def _listed(items: list[str]) -> str:
@@ -320,15 +312,13 @@ def _open_failed(url: str, exc: OncewireError) -> list[Check]:
     reason = exc.fields.get("reason")
     checks = [Check("open", "fail", str(exc), _OPEN_FIXES.get(str(reason), _OPEN_FIX))]
     if reason == "corrupt" and not url.startswith(("postgresql://", "postgres://")):
-        from oncewire.storage.sqlite.inspect import QUICK_CHECK, file_integrity
-
-        problems = file_integrity(url)
+        check, problems = file_integrity(url)
         if problems:
             checks.append(
                 Check(
                     "integrity",
                     "fail",
-                    f"{QUICK_CHECK}: {_listed(list(problems))}",
+                    f"{check}: {_listed(list(problems))}",
                     "restore from a backup (or .recover the SQLite file) before writing to it",
                 )
             )
@@ -382,9 +372,9 @@ def diagnose(
         version = health.get("sqlite_version") or health.get("server_version")
         opened = f"{health['backend']} {version} at {where}"
         if store.read_only:
-            opened += ", read-only" + (" (a snapshot)" if getattr(store.db, "immutable", 0) else "")
+            opened += ", read-only" + (" (a snapshot)" if store.snapshot else "")
         checks.append(Check("open", "ok", opened))
-        latest = _latest_schema(store.dialect)
+        latest = latest_schema_version(store.dialect)
         current = int(health["schema_version"])
         checks.append(
             Check("schema", "ok", f"schema version {current}")

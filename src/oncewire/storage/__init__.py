@@ -6,7 +6,14 @@ from oncewire.core.errors import ConfigurationError
 from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
 from oncewire.storage.store import Store, Transaction
 
-__all__ = ["DEFAULT_OPEN_TIMEOUT_SECONDS", "Store", "Transaction", "open_store"]
+__all__ = [
+    "DEFAULT_OPEN_TIMEOUT_SECONDS",
+    "Store",
+    "Transaction",
+    "file_integrity",
+    "latest_schema_version",
+    "open_store",
+]
 
 _SCHEMES = ("postgresql", "postgres", "sqlite")
 
@@ -74,3 +81,23 @@ def open_store(
         open_timeout_seconds=open_timeout_seconds,
         group_commit=group_commit,
     )
+
+
+def latest_schema_version(dialect: str) -> int:
+    """The schema version this oncewire migrates a ``dialect`` store to ("sqlite" or
+    "postgresql")."""
+    if dialect == "postgresql":
+        from oncewire.storage.postgres.driver import migrations
+    else:
+        from oncewire.storage.sqlite.driver import migrations
+    return migrations()[-1][0]
+
+
+def file_integrity(url_or_path: str) -> tuple[str, tuple[str, ...] | None]:
+    """What SQLite's integrity check finds in a file that does not open as a store (its
+    schema unreadable), read without writing: the check's name and its findings (none for a
+    sound file), or None for findings when the file cannot be opened at all."""
+    from oncewire.storage.sqlite.inspect import QUICK_CHECK
+    from oncewire.storage.sqlite.inspect import file_integrity as check
+
+    return QUICK_CHECK, check(url_or_path)

@@ -178,6 +178,7 @@ class Driver(abc.ABC):
     transaction_type: type[GuardedTransaction]
     schema: Dialect  # the schema's files and the migration runner's hooks
     read_only = False  # opened without writing: never migrated, every write refused
+    immutable = False  # read as an immutable snapshot (a SQLite file without its WAL)
     commits_grouped = False  # group_commit=True (see oncewire.storage.grouping)
 
     def __init__(self, url: str) -> None:
@@ -376,6 +377,22 @@ class Driver(abc.ABC):
         """The caller's own driver connection, inside the caller's own open transaction, as a
         transaction oncewire's ``_in_tx`` verbs write through; committing stays the caller's.
         Anything else is :class:`InvalidState` before anything is written."""
+
+    def awaited_caller_transaction(
+        self, conn: Any, run: Callable[[Any], Any]
+    ) -> GuardedTransaction:
+        """The caller's asyncio connection inside its open transaction, its statements awaited
+        through ``run`` (PostgreSQL only: no other backend has one to give)."""
+        raise InvalidState(
+            f"this ledger's store is {self.name}: an awaited accept_in needs a PostgreSQL "
+            "store and a psycopg.AsyncConnection (on SQLite, accept in ledger.transaction()); "
+            "nothing was written"
+        )
+
+    def shared_commits(self) -> dict[str, int] | None:
+        """With ``group_commit=True``, how many commits this process made and how many write
+        transactions they carried; None where transactions commit one by one."""
+        return None
 
     @abc.abstractmethod
     def in_transaction(self, conn: Any) -> bool:

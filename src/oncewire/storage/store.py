@@ -90,6 +90,24 @@ class Store(
         return self.db.read_only
 
     @property
+    def label(self) -> str:
+        """What was opened, as messages name it: a SQLite store's file; on PostgreSQL, "the
+        PostgreSQL store" (its URL may carry a password)."""
+        return self.db.label
+
+    @property
+    def snapshot(self) -> bool:
+        """Read as an immutable snapshot: a read-only SQLite file whose directory refused the
+        WAL's ``-shm`` (what a concurrent writer commits is not seen)."""
+        return self.db.immutable
+
+    def shared_commits(self) -> dict[str, int] | None:
+        """With ``group_commit=True`` on SQLite, this process's shared commits so far
+        (``commits``) and the write transactions they made durable (``committed``); None
+        where each transaction commits on its own."""
+        return self.db.shared_commits()
+
+    @property
     def commits_grouped(self) -> bool:
         """Opened with ``group_commit=True``: the write transactions of this process's threads
         share commits (:mod:`oncewire.storage.grouping`)."""
@@ -127,6 +145,15 @@ class Store(
         :class:`~oncewire.core.errors.InvalidState` before anything is written.
         """
         return self.db.caller_transaction(connection)
+
+    def awaited_caller_transaction(
+        self, connection: Any, run: Callable[[Any], Any]
+    ) -> GuardedTransaction:
+        """:meth:`caller_transaction` for the caller's ``psycopg.AsyncConnection``, written
+        through from a thread that is not its event loop: ``run(coroutine)`` awaits each
+        statement on that loop. On a store that is not PostgreSQL, or with any other
+        connection, :class:`~oncewire.core.errors.InvalidState` before anything is written."""
+        return self.db.awaited_caller_transaction(connection, run)
 
     def savepoint_in_tx(self, tx: Transaction, name: str) -> AbstractContextManager[None]:
         """A nested scope inside ``tx``: an exception rolls back only what the scope wrote.

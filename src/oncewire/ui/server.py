@@ -42,7 +42,7 @@ def load_evidence(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
 
 def _label(ledger: Ledger) -> str:
     # A SQLite store is its file; a PostgreSQL URL may carry a password, so it is not shown.
-    return ledger.store.db.label if ledger.store.dialect == "sqlite" else "PostgreSQL"
+    return ledger.store.label if ledger.store.dialect == "sqlite" else "PostgreSQL"
 
 
 def _bind(host: str, port: int) -> socket.socket:

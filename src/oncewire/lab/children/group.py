@@ -80,8 +80,7 @@ def accept(args: argparse.Namespace) -> dict[str, Any]:
             thread.start()
         for thread in threads:
             thread.join()
-        groups = getattr(ledger.store.db, "groups", None)
-        shared = {"commits": groups.commits, "committed": groups.committed} if groups else None
+        shared = ledger.store.shared_commits()
     os.close(fd)
     return {**counts, "errors": errors[:20], "shared_commits": shared}
 

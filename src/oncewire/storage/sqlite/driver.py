@@ -406,6 +406,12 @@ class SQLiteDriver(Driver):
         if self.groups is not None:  # the parent's shared transaction is the parent's
             self.groups = GroupCommit(self)
 
+    def shared_commits(self) -> dict[str, int] | None:
+        groups = self.groups
+        if groups is None:
+            return None
+        return {"commits": groups.commits, "committed": groups.committed}
+
     # -- transactions ------------------------------------------------------------------------
     def transaction(self) -> AbstractContextManager[SQLiteTransaction]:
         if self.groups is not None:
