@@ -25,9 +25,10 @@ end it. Releasing or rolling back to a savepoint the caller did not create throu
 transaction (one oncewire opened, or none at all) is refused: rolling back to oncewire's own
 savepoint would undo a reservation oncewire goes on relying on.
 
-The scan is a small lexer, not a parser: it skips comments, string literals, quoted
-identifiers and PostgreSQL dollar quotes, splits at top-level semicolons, and looks at the first
-words of each statement. It is the first refusal, with the clearest message, and it is not what
+The scan is a small lexer (:func:`lex`, one for both uses below), not a parser: it reads the
+text as the database of its dialect does, skips comments, string literals, quoted identifiers
+and PostgreSQL dollar quotes, splits at top-level semicolons, and looks at the first words of
+each statement. It is the first refusal, with the clearest message, and it is not what
 keeps the promise: a text it reads otherwise than the database does (SQLite skips a leading
 U+FEFF; a ``SELECT`` can call PostgreSQL's ``set_config``) is refused by the database's own
 reading of it, :mod:`oncewire.storage.sqlite.guard` (SQLite's authorizer) and
@@ -41,7 +42,7 @@ psycopg's ``%(name)s``; positional values and each driver's own placeholders are
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -56,11 +57,11 @@ __all__ = [
     "Statement",
     "caller_statement",
     "check_statement",
+    "lex",
     "refused",
     "scan",
 ]
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _FIRST = re.compile(r"\s*([A-Za-z]+)")
 _TOKENS_KEPT = 8  # the first words of a statement are all a rule looks at
@@ -157,69 +158,104 @@ class Statement:
         return ""
 
 
-def scan(sql: str) -> list[Statement]:
+# The kinds of span the lexer yields: what the scan and the placeholder translation tell apart.
+SPACE, COMMENT, END_OF_STATEMENT, STRING, QUOTED, DOLLAR, WORD, NAMED, CAST, NATIVE, OTHER = (
+    "space", "comment", ";", "string", "quoted", "dollar", "word", "named", "cast", "native",
+    "other",
+)  # fmt: skip
+
+
+def lex(sql: str, postgres: bool) -> Iterator[tuple[str, int, int]]:
+    """The spans of ``sql`` as the database of that dialect reads them: ``(kind, start, end)``.
+
+    Comments (``--`` and ``/* */``, which PostgreSQL nests), string literals (``'...'``, and on
+    PostgreSQL ``E'...'`` with its backslash escapes), quoted identifiers (``"..."``; on SQLite
+    also ``[...]`` and backquotes), PostgreSQL's dollar quotes, words, ``:name`` placeholders
+    (a ``::`` cast is not one), a placeholder of a driver's own style (psycopg's ``%s`` on both;
+    SQLite's ``?``, ``?NNN``, ``$name``, ``@name``; PostgreSQL's ``$1``) and any other single
+    character. On PostgreSQL ``[`` is an array subscript and ``?`` an operator.
+    """
+    native = _POSTGRES_NATIVE if postgres else _SQLITE_NATIVE
+    word = _pg_word()
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        start = i
+        if ch.isspace():
+            i += 1
+            kind = SPACE
+        elif ch == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i, kind = (n if end < 0 else end + 1), COMMENT
+        elif ch == "/" and sql.startswith("/*", i):
+            i, kind = _skip_block_comment(sql, i), COMMENT
+        elif ch == ";":
+            i, kind = i + 1, END_OF_STATEMENT
+        elif ch == "'":
+            escapes = postgres and i > 0 and sql[i - 1] in "eE"
+            escapes = escapes and (i < 2 or not _is_word_char(sql[i - 2]))
+            i, kind = _skip_string(sql, i, "'", backslash=escapes), STRING
+        elif ch == '"' or (ch == "`" and not postgres):
+            i, kind = _skip_string(sql, i, ch, backslash=False), QUOTED
+        elif ch == "[" and not postgres:
+            i, kind = _skip_string(sql, i, "]", backslash=False), QUOTED
+        elif ch == "$" and postgres and (match := _DOLLAR.match(sql, i)) is not None:
+            end = sql.find(match.group(0), match.end())
+            i, kind = (n if end < 0 else end + len(match.group(0))), DOLLAR
+        elif ch == ":" and sql.startswith("::", i):
+            i, kind = i + 2, CAST  # the type name after it is a word
+        elif ch == ":" and (match := _NAME.match(sql, i + 1)) is not None:
+            i, kind = match.end(), NAMED
+        elif ch in "%?$@" and (match := (_PYFORMAT if ch == "%" else native).match(sql, i)):
+            i, kind = match.end(), NATIVE
+        elif (match := word.match(sql, i)) is not None:
+            i, kind = match.end(), WORD  # a word, so that a '$' inside it opens no dollar quote
+        else:
+            i, kind = i + 1, OTHER
+        yield kind, start, i
+
+
+def scan(sql: str, postgres: bool) -> list[Statement]:
     """The non-empty statements of ``sql``, each with its first few tokens."""
     statements: list[Statement] = []
     tokens: list[Token] = []
     non_empty = False
-    i, n = 0, len(sql)
     # A SQLite trigger's body (CREATE TRIGGER ... BEGIN stmt; stmt; END) is one statement: its
     # semicolons sit inside BEGIN ... END, where CASE ... END may nest too.
     first_words: list[str] = []
     body_depth = 0
-
-    def keep(token: Token) -> None:
-        if len(tokens) < _TOKENS_KEPT:
-            tokens.append(token)
-
-    while i < n:
-        ch = sql[i]
-        if ch.isspace():
-            i += 1
-        elif ch == "-" and sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif ch == "/" and sql.startswith("/*", i):
-            i = _skip_block_comment(sql, i)
-        elif ch == ";":
-            i += 1
+    for kind, start, end in lex(sql, postgres):
+        if kind in (SPACE, COMMENT):
+            continue
+        if kind == END_OF_STATEMENT:
             if body_depth > 0:
                 continue
             if non_empty:
                 statements.append(Statement(tuple(tokens)))
             tokens, non_empty, first_words = [], False, []
-        elif ch == "'":
-            escapes = i > 0 and sql[i - 1] in "eE" and (i < 2 or not _is_word_char(sql[i - 2]))
-            i = _skip_string(sql, i, "'", backslash=escapes)
-            non_empty = True
-            keep(Token("'", word=False))
-        elif ch in '"`[':
-            close = "]" if ch == "[" else ch
-            end = _skip_string(sql, i, close, backslash=False)
-            keep(Token(sql[i + 1 : end - 1].replace(close * 2, close), word=False, quoted=True))
-            non_empty = True
-            i = end
-        elif ch == "$" and (match := _DOLLAR.match(sql, i)) is not None:
-            end = sql.find(match.group(0), match.end())
-            i = n if end < 0 else end + len(match.group(0))
-            non_empty = True
-            keep(Token("$", word=False))
-        elif (match := _WORD.match(sql, i)) is not None:
-            keep(Token(match.group(0), word=True))
-            non_empty = True
-            i = match.end()
-            word = match.group(0).upper()
+            continue
+        non_empty = True
+        if len(tokens) >= _TOKENS_KEPT and kind != WORD:
+            continue
+        text = sql[start:end]
+        if kind == QUOTED:
+            close = "]" if text[0] == "[" else text[0]
+            content = text[1:-1] if text.endswith(close) and len(text) > 1 else text[1:]
+            token = Token(content.replace(close * 2, close), word=False, quoted=True)
+        elif kind == WORD:
+            token = Token(text, word=True)
+            upper = text.upper()
             if len(first_words) < 3:
-                first_words.append(word)
+                first_words.append(upper)
             elif first_words[0] == "CREATE" and "TRIGGER" in first_words[1:]:
-                if word == "BEGIN" or (word == "CASE" and body_depth > 0):
+                if upper == "BEGIN" or (upper == "CASE" and body_depth > 0):
                     body_depth += 1
-                elif word == "END" and body_depth > 0:
+                elif upper == "END" and body_depth > 0:
                     body_depth -= 1
         else:
-            keep(Token(ch, word=False))
-            non_empty = True
-            i += 1
+            token = Token(text[0], word=False)  # a literal, a quote, a placeholder: its opener
+        if len(tokens) < _TOKENS_KEPT:
+            tokens.append(token)
     if non_empty:
         statements.append(Statement(tuple(tokens)))
     return statements
@@ -330,8 +366,9 @@ def refused(what: str, why: str) -> InvalidState:
     )
 
 
-def check_statement(sql: str, savepoints: SavepointStack) -> SavepointOp | None:
-    """Refuse ``sql`` (InvalidState, before it runs) if it could end or escape the transaction.
+def check_statement(sql: str, savepoints: SavepointStack, dialect: str) -> SavepointOp | None:
+    """Refuse ``sql`` (InvalidState, before it runs) if it could end or escape the transaction,
+    read as the database of ``dialect`` reads it.
 
     A savepoint statement the caller may run is recorded in ``savepoints``, and what it does is
     returned, for the database's own check that it reads the statement the same way.
@@ -340,7 +377,7 @@ def check_statement(sql: str, savepoints: SavepointStack) -> SavepointOp | None:
         first = _FIRST.match(sql)
         if first is None or first.group(1).upper() not in _WATCHED:
             return None  # the common case: a plain statement with no comment and no separator
-    statements = scan(sql)
+    statements = scan(sql, dialect == "postgresql")
     if len(statements) > 1:
         raise refused(
             "more than one statement in one execute",
@@ -525,58 +562,17 @@ def caller_statement(
 @lru_cache(maxsize=1024)  # the caller's hot path: the same few statement texts, again and again
 def _rendered(sql: str, postgres: bool) -> tuple[str, str | None]:
     """``sql`` for the driver (PostgreSQL: ``:name`` as ``%(name)s``, every ``%`` doubled), and
-    the first placeholder of a driver's own style in it, or None.
-
-    A placeholder is a ``:`` followed by a name, outside string literals (``'...'``, and
-    ``E'...'`` on PostgreSQL), quoted identifiers (``"..."``; on SQLite also ``[...]`` and
-    backquotes), PostgreSQL's dollar quotes and comments, and not part of a ``::`` cast
-    (``x::int``). On PostgreSQL ``[`` is an array subscript, not a quote, and ``?`` is an
-    operator.
-    """
-    native = _POSTGRES_NATIVE if postgres else _SQLITE_NATIVE
+    the first placeholder of a driver's own style in it (:func:`lex`), or None."""
     out: list[str] = []
-    start = 0  # sql[start:i] is copied as is (with its % doubled)
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch == "-" and sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif ch == "/" and sql.startswith("/*", i):
-            i = _skip_block_comment(sql, i)
-        elif ch == "'":
-            escapes = (
-                postgres
-                and i > 0
-                and sql[i - 1] in "eE"
-                and (i < 2 or not _is_word_char(sql[i - 2]))
-            )
-            i = _skip_string(sql, i, "'", backslash=escapes)
-        elif ch == '"' or (ch == "`" and not postgres):
-            i = _skip_string(sql, i, ch, backslash=False)
-        elif ch == "[" and not postgres:
-            end = sql.find("]", i + 1)
-            i = n if end < 0 else end + 1
-        elif ch == "$" and postgres and (match := _DOLLAR.match(sql, i)) is not None:
-            end = sql.find(match.group(0), match.end())
-            i = n if end < 0 else end + len(match.group(0))
-        elif ch == ":":
-            if sql.startswith("::", i):
-                i += 2  # a cast; the type name after it is a word
-            elif (match := _NAME.match(sql, i + 1)) is not None:
-                if postgres:
-                    out.append(sql[start:i].replace("%", "%%"))
-                    out.append(f"%({match.group(0)})s")
-                i = start = match.end()
-            else:
-                i += 1
-        elif ch in "%?$@" and (match := (_PYFORMAT if ch == "%" else native).match(sql, i)):
-            return sql, match.group(0)  # a placeholder of a driver's own style
-        elif (match := _pg_word().match(sql, i)) is not None:
-            i = match.end()  # a word, so that a '$' inside it opens no dollar quote
-        else:
-            i += 1
+    copied = 0  # sql[copied:start] is copied as is (with its % doubled)
+    for kind, start, end in lex(sql, postgres):
+        if kind == NATIVE:
+            return sql, sql[start:end]
+        if kind == NAMED and postgres:
+            out.append(sql[copied:start].replace("%", "%%"))
+            out.append(f"%({sql[start + 1 : end]})s")
+            copied = end
     if not postgres:
         return sql, None
-    out.append(sql[start:].replace("%", "%%"))
+    out.append(sql[copied:].replace("%", "%%"))
     return "".join(out), None

@@ -58,7 +58,7 @@ class GuardedTransaction(abc.ABC):
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
-        check_statement(sql, self.savepoints)
+        check_statement(sql, self.savepoints, self.dialect)
         text, values = caller_statement(sql, params, self.dialect)
         return self.conn.execute(text, () if values is None else values)
 

@@ -64,7 +64,7 @@ class PostgresTransaction(GuardedTransaction):
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         self.check_open()
-        check_statement(sql, self.savepoints)
+        check_statement(sql, self.savepoints, "postgresql")
         sql, values = caller_statement(sql, params, "postgresql")
         conn = self.conn
         if not isinstance(conn, FirstStatementBegins):

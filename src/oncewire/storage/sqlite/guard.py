@@ -136,7 +136,7 @@ class CallerGuard:
         SQLite from what it parsed; ``savepoints`` as the statement left them."""
         conn = self.conn
         before = savepoints.state()
-        self.expected = check_statement(sql, savepoints)
+        self.expected = check_statement(sql, savepoints, "sqlite")
         self.refusal, self.savepoint_seen = None, False
         if not self.installed:
             conn.set_authorizer(self)
