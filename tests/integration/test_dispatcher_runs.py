@@ -111,6 +111,21 @@ def test_a_dispatcher_given_claimable_keys_performs_only_those(ledger: Ledger) -
     assert sorted(sink.seen) == ["later", "mine"]
 
 
+def test_a_dispatcher_with_no_key_it_may_claim_opens_no_store_step(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A proxy whose client waits for nothing: not even an empty transaction while it idles.
+    ledger.accept("theirs", "work", {})
+    steps: list[Any] = []
+    step = ledger.store.dispatch_step
+    monkeypatch.setattr(
+        ledger.store, "dispatch_step", lambda *a, **k: steps.append(a) or step(*a, **k)
+    )
+    drain(ledger, {"work": Script()}, claimable=lambda: ())
+    assert steps == []
+    assert ledger.effects.get("theirs").state is EffectState.PENDING
+
+
 def test_out_of_attempts_is_dead_with_a_reason(ledger: Ledger) -> None:
     # Attempts that may have landed count (NotSent ones do not: see test_settlement.py).
     sink = Script(k=[MaybeSent("reset #1"), MaybeSent("reset #2"), MaybeSent("reset #3")])

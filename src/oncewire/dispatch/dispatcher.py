@@ -373,6 +373,8 @@ class Dispatcher:
         began = time.monotonic()
         keys = self._keys() if claim else None
         claim = claim and keys != []  # no key it may claim: nothing to look for
+        if not (settlements or wave or claim):
+            return []  # nothing to record and nothing to look for: no transaction at all
         look = claim and self._suspects.due(began)
         try:
             step = self.ledger.store.dispatch_step(
