@@ -5,7 +5,6 @@ example runs through a real ``oncewire mcp proxy`` and docs/mcp.md's server."""
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import subprocess
 import sys
@@ -13,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
+from tests.support.docs import code_block, code_blocks
 
 
 def _example() -> str:
-    page = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
-    return re.findall(r"```python\n(.*?)```", page, re.S)[0]
+    return code_blocks("docs/agents.md")[0]
 
 
 def test_the_documented_example_runs_as_shown(tmp_path: Path) -> None:
@@ -41,9 +39,7 @@ def test_the_documented_example_runs_as_shown(tmp_path: Path) -> None:
 
 
 def _block(page: str, first: str) -> str:
-    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
-    (found,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith(first)]
-    return found
+    return code_block(f"docs/{page}", first)
 
 
 def test_the_documented_mcp_example_runs_as_shown_through_the_proxy(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
 import sqlite3
 import subprocess
@@ -23,6 +22,7 @@ from oncewire import agents as durable
 from oncewire.core.canonical import loads
 from oncewire.errors import ConfigurationError
 from tests.agents import session_scenario as scenario
+from tests.support.docs import code_blocks
 from tests.support.pg import fresh_schema, server_url
 
 CHILD = "import sys\nfrom tests.agents.session_scenario import main\nsys.exit(main(sys.argv[1:]))"
@@ -210,10 +210,7 @@ def _killed_and_resumed(
 
 
 def test_the_documented_session_example_runs_as_shown_and_again(tmp_path: Path) -> None:
-    page = (Path(__file__).parents[2] / "docs" / "agents.md").read_text(encoding="utf-8")
-    (example,) = [
-        code for code in re.findall(r"```python\n(.*?)```", page, re.S) if "OncewireSession" in code
-    ]
+    (example,) = [code for code in code_blocks("docs/agents.md") if "OncewireSession" in code]
     for _ in range(2):  # the second time, both turns replay from the record: nothing added
         done = subprocess.run(
             [sys.executable, "-c", example],

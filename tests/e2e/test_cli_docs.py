@@ -6,7 +6,6 @@ transaction run on both backends in test_docs_transactions.py."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import subprocess
 import sys
@@ -17,13 +16,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.docs import code_blocks
 from tests.support.pg import server_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def python_blocks(path: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
+    return code_blocks(path)
 
 
 def block(path: Path, first_line: str) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.docs import code_blocks
 from tests.support.pg import migrated_schema, server_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,8 +147,7 @@ messages, tools, turn = [{"role": "user", "content": "Oslo's weather; refund 500
 
 
 def python_blocks(page: str) -> list[str]:
-    text = (ROOT / page).read_text(encoding="utf-8")
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return code_blocks(page)
 
 
 def block(example: tuple[str, str]) -> str:

@@ -3,7 +3,6 @@ gateway.toml one through the config reader."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,13 +12,14 @@ from typing import Any
 from oncewire.gateway.config import parse_config
 from tests.conftest import _child_env
 from tests.gateway.conftest import FakeOpenAI
+from tests.support.docs import code_blocks
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
 
 
 def fenced(language: str) -> str:
-    (found,) = re.findall(rf"```{language}\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-    return str(found)
+    (found,) = code_blocks(DOC, language)
+    return found
 
 
 def test_the_model_client_example_runs(

@@ -3,7 +3,6 @@ and the stores it names hold what the page says (read with sqlite3)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,19 +10,15 @@ from typing import Any
 
 import pytest
 
+from tests.support.docs import code_block
+
 pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph extra")
 
-ROOT = Path(__file__).resolve().parents[2]
 FIRST = "import sqlite3\n\nfrom langchain_core"
 
 
 def _example() -> str:
-    text = (ROOT / "docs" / "langgraph.md").read_text(encoding="utf-8")
-    blocks = [
-        b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if b.startswith(FIRST)
-    ]
-    assert len(blocks) == 1
-    return blocks[0]
+    return code_block("docs/langgraph.md", FIRST)
 
 
 def test_the_documented_example_runs_as_shown(tmp_path: Path, peek: Any) -> None:
@@ -92,11 +87,7 @@ ledger.close()
 def test_the_documented_joined_write_commits_with_the_callers_rows(
     tmp_path: Path, peek: Any
 ) -> None:
-    text = (ROOT / "docs" / "langgraph.md").read_text(encoding="utf-8")
-    blocks = [
-        b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if b.startswith(JOINED)
-    ]
-    assert len(blocks) == 1
+    blocks = [code_block("docs/langgraph.md", JOINED)]
     ran = subprocess.run(
         [sys.executable, "-c", SETUP + blocks[0] + CHECK],
         cwd=tmp_path,

@@ -8,26 +8,20 @@ page's neighbours link it and name the command."""
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
 
+from tests.support.docs import code_block
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "mcp.md"
 
 
 def _block(language: str, first_line: str) -> str:
-    text = PAGE.read_text(encoding="utf-8")
-    found = [
-        b
-        for b in re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
-        if b.startswith(first_line)
-    ]
-    assert len(found) == 1, f"one {language} block of docs/mcp.md starts {first_line!r}"
-    return found[0]
+    return code_block(PAGE, first_line, language)
 
 
 def test_the_proxy_example_runs_as_shown(tmp_path: Path) -> None:

@@ -3,13 +3,14 @@ and the store it names holds what the page says (read with sqlite3)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.docs import code_block
 
 pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra")
 
@@ -18,12 +19,7 @@ FIRST = "import anyio\nfrom mcp import Client\n"
 
 
 def _example() -> str:
-    text = (ROOT / "docs" / "mcp.md").read_text(encoding="utf-8")
-    blocks = [
-        b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if b.startswith(FIRST)
-    ]
-    assert len(blocks) == 1
-    return blocks[0]
+    return code_block("docs/mcp.md", FIRST)
 
 
 def test_the_documented_example_runs_as_shown(tmp_path: Path, peek: Any) -> None:
