@@ -13,14 +13,14 @@ with it. Where the plain form only opens a transaction of its own and then does 
 
 The derived methods are plain functions with the names, docstrings and signatures of the
 methods they replace (:func:`inspect.signature` and help show them); mypy checks every call
-through :class:`~typing.ParamSpec`, the ``tx`` a positional parameter as every caller passes it.
+through :class:`~typing.ParamSpec`.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from oncewire.storage.driver import Driver, Transaction
 
@@ -63,7 +63,7 @@ def verb_twins(
         with self.db.write(what) as conn:
             return core(self, conn, *args, **kwargs)
 
-    def in_tx(self: V, tx: Transaction, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def in_tx(self: V, tx: Transaction, *args: P.args, **kwargs: P.kwargs) -> R:
         if check is not None:
             check(*args, **kwargs)
         db = self.db
@@ -84,7 +84,10 @@ def verb_twins(
         in_tx_doc or f":meth:`{name}` in the caller's transaction.",
         signature.replace(parameters=[self_param, tx_param, *rest]),
     )
-    return alone, in_tx
+    # ``tx`` may be passed by name too, as it could to the methods written by hand; the type
+    # keeps it positional (as every caller passes it), since a ParamSpec cannot promise that
+    # the core's own parameters are not named ``tx``.
+    return alone, cast(Callable[Concatenate[V, Transaction, P], R], in_tx)
 
 
 def own_transaction(
