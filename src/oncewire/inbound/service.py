@@ -15,9 +15,9 @@ can mark the message, end the run and withdraw the reply at once.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from oncewire.core.canonical import canonical_json, digest_json
 from oncewire.core.clock import Clock
@@ -26,8 +26,11 @@ from oncewire.core.limits import MAX_KEY_CHARS, check_name
 from oncewire.core.states import coerce_states
 from oncewire.storage import Store, Transaction
 from oncewire.storage.replies import Inbound, InboundState
+from oncewire.storage.twins import own_transaction
 
 __all__ = ["DEFAULT_MAX_STARTS", "Admission", "Inbox"]
+
+T = TypeVar("T")
 
 DEFAULT_MAX_STARTS = 3  # starts of answering before an inbound is quarantined
 
@@ -113,14 +116,10 @@ class Inbox:
         """Admitted but not answered yet (received, or answering when a process died)."""
         return self.list([InboundState.RECEIVED, InboundState.ANSWERING], limit=limit)
 
-    def start(self, inbound_id: int, *, max_starts: int = DEFAULT_MAX_STARTS) -> Inbound | None:
-        """Count one start of answering; quarantine (and return None) past ``max_starts``.
-
-        A message that keeps killing the process that answers it is set aside on its own,
-        without stopping recovery for anyone else.
-        """
+    def _in_own_transaction(self, write: Callable[[Transaction], T]) -> T:
+        """``write(tx)`` in a store transaction of its own, committed when it returns."""
         with self._store.transaction() as tx:
-            return self.start_in_tx(tx, inbound_id, max_starts=max_starts)
+            return write(tx)
 
     def start_in_tx(
         self, tx: Transaction, inbound_id: int, *, max_starts: int = DEFAULT_MAX_STARTS
@@ -138,6 +137,16 @@ class Inbox:
             )
             return None
         return inbound
+
+    start = own_transaction(
+        start_in_tx,
+        _in_own_transaction,
+        """Count one start of answering; quarantine (and return None) past ``max_starts``.
+
+        A message that keeps killing the process that answers it is set aside on its own,
+        without stopping recovery for anyone else.
+        """,
+    )
 
     def quarantine(self, inbound_id: int, reason: str) -> Inbound:
         return self._store.quarantine_inbound(inbound_id, reason=reason, now=self._clock.now())
@@ -159,10 +168,11 @@ class Inbox:
         )
         return inbound
 
-    def supersede(self, inbound_id: int, *, by: int) -> Inbound:
-        """:meth:`supersede_in_tx` in a transaction of its own."""
-        with self._store.transaction() as tx:
-            return self.supersede_in_tx(tx, inbound_id, by=by)
+    supersede = own_transaction(
+        supersede_in_tx,
+        _in_own_transaction,
+        """:meth:`supersede_in_tx` in a transaction of its own.""",
+    )
 
     def merge_in_tx(self, tx: Transaction, inbound_id: int, *, into: int) -> Inbound:
         """The message was steered into the running turn of inbound ``into``, whose reply
@@ -180,7 +190,6 @@ class Inbox:
         )
         return inbound
 
-    def merge(self, inbound_id: int, *, into: int) -> Inbound:
-        """:meth:`merge_in_tx` in a transaction of its own."""
-        with self._store.transaction() as tx:
-            return self.merge_in_tx(tx, inbound_id, into=into)
+    merge = own_transaction(
+        merge_in_tx, _in_own_transaction, """:meth:`merge_in_tx` in a transaction of its own."""
+    )

@@ -15,7 +15,8 @@ Delivering it is the reply engine's job (:class:`oncewire.replies.engine.ReplyEn
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from oncewire.core import crash
 from oncewire.core.canonical import canonical_json
@@ -36,8 +37,11 @@ from oncewire.storage.replies import (
     ReplyState,
     SendRequest,
 )
+from oncewire.storage.twins import own_transaction
 
 __all__ = ["DEFAULT_REPLY_ATTEMPTS", "HISTORY_LIMIT", "Replies", "plan_chunks"]
+
+T = TypeVar("T")
 
 DEFAULT_REPLY_ATTEMPTS = 8
 HISTORY_LIMIT = 1000  # earlier messages one history() call returns at most
@@ -88,6 +92,11 @@ class Replies:
 
     def _inbound(self, inbound_id: int) -> Inbound:
         return self._inbox.get(inbound_id)
+
+    def _in_own_transaction(self, write: Callable[[Transaction], T]) -> T:
+        """``write(tx)`` in a store transaction of its own, committed when it returns."""
+        with self._store.transaction() as tx:
+            return write(tx)
 
     def open(
         self,
@@ -179,16 +188,9 @@ class Replies:
             COMMIT_BEFORE_COMMIT.hit()
         return reply
 
-    def commit(
-        self,
-        inbound_id: int,
-        text: str,
-        profile: PlatformProfile,
-        **options: object,
-    ) -> Reply:
-        """Commit the final text in a transaction of its own."""
-        with self._store.transaction() as tx:
-            return self.commit_in_tx(tx, inbound_id, text, profile, **options)  # type: ignore[arg-type]
+    commit = own_transaction(
+        commit_in_tx, _in_own_transaction, """Commit the final text in a transaction of its own."""
+    )
 
     def withdraw_in_tx(
         self,
@@ -228,10 +230,11 @@ class Replies:
             )
         return reply
 
-    def withdraw(self, inbound_id: int, profile: PlatformProfile) -> Reply:
-        """:meth:`withdraw_in_tx` in a transaction of its own."""
-        with self._store.transaction() as tx:
-            return self.withdraw_in_tx(tx, inbound_id, profile)
+    withdraw = own_transaction(
+        withdraw_in_tx,
+        _in_own_transaction,
+        """:meth:`withdraw_in_tx` in a transaction of its own.""",
+    )
 
     def get(self, reply_id: int) -> Reply:
         reply = self._store.get_reply(reply_id)

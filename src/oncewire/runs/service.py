@@ -47,6 +47,7 @@ from oncewire.runs.views import event_view as _event
 from oncewire.runs.views import run_view
 from oncewire.storage import Store, Transaction
 from oncewire.storage.runs import ReportRow, RunRow
+from oncewire.storage.twins import own_transaction
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "CommandResult", "Runs"]
 
@@ -102,40 +103,10 @@ class Runs(RunReads):
         return self.context.clock.now()
 
     # -- commands ----------------------------------------------------------------------------
-    def start(
-        self,
-        run_id: str,
-        *,
-        key: str,
-        scope: str,
-        branch: str | None = None,
-        turn: str | None = None,
-        workflow_name: str = "review",
-        params: dict[str, Any] | None = None,
-        owner: str | None = None,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    ) -> CommandResult:
-        """Start a run on ``branch`` (the scope's root branch by default), leased to ``owner``
-        (this process by default, so that a peer on this host can tell when it died).
-
-        Raises :class:`BranchBusy` while another run is active on the branch, and
-        :class:`RevertBarrierHeld` while a revert holds the scope.
-        """
-        return append.command_in_own_tx(
-            self.store,
-            lambda tx: self.start_in_tx(
-                tx,
-                run_id,
-                key=key,
-                scope=scope,
-                branch=branch,
-                turn=turn,
-                workflow_name=workflow_name,
-                params=params,
-                owner=owner,
-                lease_seconds=lease_seconds,
-            ),
-        )
+    def _command(self, write: Callable[[Transaction], CommandResult]) -> CommandResult:
+        """The ``_in_tx`` command ``write`` in a transaction of its own (crash points on either
+        side of its commit)."""
+        return append.command_in_own_tx(self.store, write)
 
     def start_in_tx(
         self,
@@ -231,6 +202,17 @@ class Runs(RunReads):
         )
         return CommandResult(run_view(new_row, state), _event(stored), False)
 
+    start = own_transaction(
+        start_in_tx,
+        _command,
+        """Start a run on ``branch`` (the scope's root branch by default), leased to ``owner``
+        (this process by default, so that a peer on this host can tell when it died).
+
+        Raises :class:`BranchBusy` while another run is active on the branch, and
+        :class:`RevertBarrierHeld` while a revert holds the scope.
+        """,
+    )
+
     def _restart(
         self, tx: Transaction, existing: RunRow, key: str, request_digest: str
     ) -> CommandResult:
@@ -244,38 +226,6 @@ class Runs(RunReads):
                 key=key,
             )
         return append.replay(self.context, existing, prior, request_digest)
-
-    def execute(
-        self,
-        run_id: str,
-        command: str,
-        request: dict[str, Any],
-        *,
-        key: str,
-        owner: str | None = None,
-        fence: int | None = None,
-        lease_seconds: float | None = None,
-        also_in_tx: Callable[[Transaction], None] | None = None,
-    ) -> CommandResult:
-        """Apply ``command`` to the run (the generic form of every named command).
-
-        ``also_in_tx(tx)`` runs inside the command's transaction after its event is written
-        (and not on a replay), so that another ledger's write commits with it or not at all.
-        """
-        return append.command_in_own_tx(
-            self.store,
-            lambda tx: self.execute_in_tx(
-                tx,
-                run_id,
-                command,
-                request,
-                key=key,
-                owner=owner,
-                fence=fence,
-                lease_seconds=lease_seconds,
-                also_in_tx=also_in_tx,
-            ),
-        )
 
     def execute_in_tx(
         self,
@@ -336,6 +286,16 @@ class Runs(RunReads):
         if also_in_tx is not None:
             also_in_tx(tx)
         return CommandResult(run_view(new_row, state), _event(stored), False)
+
+    execute = own_transaction(
+        execute_in_tx,
+        _command,
+        """Apply ``command`` to the run (the generic form of every named command).
+
+        ``also_in_tx(tx)`` runs inside the command's transaction after its event is written
+        (and not on a replay), so that another ledger's write commits with it or not at all.
+        """,
+    )
 
     def accept_effect_in_tx(
         self,

@@ -35,6 +35,7 @@ from oncewire.runs.turn.table import (
 from oncewire.runs.turn.takeover import take_over_in_tx
 from oncewire.runs.views import event_view, run_view
 from oncewire.storage import Store, Transaction
+from oncewire.storage.twins import own_transaction
 
 __all__ = ["TurnCommands", "TurnSession", "text_sha256"]
 
@@ -162,25 +163,6 @@ class TurnCommands:
         )
 
     # -- start -----------------------------------------------------------------------------
-    def start(
-        self,
-        inbound_id: int,
-        session: TurnSession,
-        *,
-        owner: str | None = None,
-        lease_seconds: float | None = None,
-    ) -> CommandResult:
-        """Start the turn that answers ``inbound_id`` on ``session``'s branch.
-
-        :class:`BranchBusy` while another turn is active on the session. Starting it again
-        replays the start (even after it finished); the run id is ``turn:{inbound_id}``.
-        """
-        return self._one(
-            lambda tx: self.start_in_tx(
-                tx, inbound_id, session, owner=owner, lease_seconds=lease_seconds
-            )
-        )
-
     def start_in_tx(
         self,
         tx: Transaction,
@@ -209,40 +191,17 @@ class TurnCommands:
             **extra,
         )
 
-    # -- steps -----------------------------------------------------------------------------
-    def record_step(
-        self,
-        inbound_id: int,
-        step: int,
-        *,
-        request_digest: str,
-        response_digest: str,
-        usage: dict[str, Any],
-        finish_reason: str,
-        tool_calls: Sequence[dict[str, Any]] = (),
-        text: str = "",
-        fence: int | None = None,
-    ) -> CommandResult:
-        """Record a completed model step (numbered from 1, without a gap): the digests of the
-        request sent and the response used, the usage, the finish reason and the tool calls
-        the response asked for (each an object with at least ``id`` and ``name``), and
-        ``text``, what the model said beside those calls, so that a resumed turn asks the model
-        with the conversation it had (the final step's text is the reply's, not repeated here)."""
-        return self._one(
-            lambda tx: self.record_step_in_tx(
-                tx,
-                inbound_id,
-                step,
-                request_digest=request_digest,
-                response_digest=response_digest,
-                usage=usage,
-                finish_reason=finish_reason,
-                tool_calls=tool_calls,
-                text=text,
-                fence=fence,
-            )
-        )
+    start = own_transaction(
+        start_in_tx,
+        _one,
+        """Start the turn that answers ``inbound_id`` on ``session``'s branch.
 
+        :class:`BranchBusy` while another turn is active on the session. Starting it again
+        replays the start (even after it finished); the run id is ``turn:{inbound_id}``.
+        """,
+    )
+
+    # -- steps -----------------------------------------------------------------------------
     def record_step_in_tx(
         self,
         tx: Transaction,
@@ -271,14 +230,15 @@ class TurnCommands:
             tx, inbound_id, "record_step", request, key=f"step:{step}", fence=fence
         )
 
-    def steer(
-        self, inbound_id: int, *, by: int, after_step: int, fence: int | None = None
-    ) -> CommandResult:
-        """Record that inbound ``by`` was added to the running turn after step ``after_step``
-        (the latest recorded one): the turn's reply answers it too."""
-        return self._one(
-            lambda tx: self.steer_in_tx(tx, inbound_id, by=by, after_step=after_step, fence=fence)
-        )
+    record_step = own_transaction(
+        record_step_in_tx,
+        _one,
+        """Record a completed model step (numbered from 1, without a gap): the digests of the
+        request sent and the response used, the usage, the finish reason and the tool calls
+        the response asked for (each an object with at least ``id`` and ``name``), and
+        ``text``, what the model said beside those calls, so that a resumed turn asks the model
+        with the conversation it had (the final step's text is the reply's, not repeated here).""",
+    )
 
     def steer_in_tx(
         self,
@@ -292,47 +252,14 @@ class TurnCommands:
         request = {"inbound": by, "after_step": after_step}
         return self._execute_in_tx(tx, inbound_id, "steer", request, key=f"steer:{by}", fence=fence)
 
+    steer = own_transaction(
+        steer_in_tx,
+        _one,
+        """Record that inbound ``by`` was added to the running turn after step ``after_step``
+        (the latest recorded one): the turn's reply answers it too.""",
+    )
+
     # -- tool calls ------------------------------------------------------------------------
-    def propose_action(
-        self,
-        inbound_id: int,
-        step: int,
-        index: int,
-        *,
-        tool_call_id: str,
-        name: str,
-        arguments: Any,
-        side_effect_class: str,
-        resource_keys: Sequence[str] = (),
-        dispatch: tuple[str, Any] | None = None,
-        max_attempts: int | None = None,
-        deadline_seconds: float | None = None,
-        fence: int | None = None,
-    ) -> CommandResult:
-        """Record the ``index``-th tool call (from 0) of the latest step before it runs.
-
-        With ``dispatch=(effect_kind, payload)`` its effect is accepted into the outbox under
-        the key ``turn/{inbound}/s{step}/{index}`` in the same transaction as the proposal
-        (``max_attempts`` and ``deadline_seconds`` are the effect's): both commit, or neither.
-        """
-        return self._one(
-            lambda tx: self.propose_action_in_tx(
-                tx,
-                inbound_id,
-                step,
-                index,
-                tool_call_id=tool_call_id,
-                name=name,
-                arguments=arguments,
-                side_effect_class=side_effect_class,
-                resource_keys=resource_keys,
-                dispatch=dispatch,
-                max_attempts=max_attempts,
-                deadline_seconds=deadline_seconds,
-                fence=fence,
-            )
-        )
-
     def propose_action_in_tx(
         self,
         tx: Transaction,
@@ -380,22 +307,16 @@ class TurnCommands:
             also_in_tx=also,
         )
 
-    def resolve_action(
-        self,
-        inbound_id: int,
-        step: int,
-        index: int,
-        *,
-        status: str,
-        result: Any = None,
-        fence: int | None = None,
-    ) -> CommandResult:
-        """Record how a proposed tool call ended: ``succeeded``, ``failed`` or ``not_run``."""
-        return self._one(
-            lambda tx: self.resolve_action_in_tx(
-                tx, inbound_id, step, index, status=status, result=result, fence=fence
-            )
-        )
+    propose_action = own_transaction(
+        propose_action_in_tx,
+        _one,
+        """Record the ``index``-th tool call (from 0) of the latest step before it runs.
+
+        With ``dispatch=(effect_kind, payload)`` its effect is accepted into the outbox under
+        the key ``turn/{inbound}/s{step}/{index}`` in the same transaction as the proposal
+        (``max_attempts`` and ``deadline_seconds`` are the effect's): both commit, or neither.
+        """,
+    )
 
     def resolve_action_in_tx(
         self,
@@ -418,21 +339,13 @@ class TurnCommands:
             fence=fence,
         )
 
+    resolve_action = own_transaction(
+        resolve_action_in_tx,
+        _one,
+        """Record how a proposed tool call ended: ``succeeded``, ``failed`` or ``not_run``.""",
+    )
+
     # -- interrupts and takeovers ----------------------------------------------------------
-    def request_interrupt(
-        self, inbound_id: int, *, by: int | None, reason: str, fence: int | None = None
-    ) -> CommandResult:
-        """Record an interrupt of the running turn (``by`` the inbound that caused it, or None).
-
-        Refused (:class:`TransitionRefused`) once the turn finished, and once another interrupt
-        is recorded: a committed answer is always delivered, and one interrupt is enough.
-        """
-        return self._one(
-            lambda tx: self.request_interrupt_in_tx(
-                tx, inbound_id, by=by, reason=reason, fence=fence
-            )
-        )
-
     def request_interrupt_in_tx(
         self,
         tx: Transaction,
@@ -448,35 +361,15 @@ class TurnCommands:
             tx, inbound_id, "request_interrupt", request, key=key, fence=fence
         )
 
-    def resume(
-        self,
-        inbound_id: int,
-        *,
-        owner: str,
-        from_fence: int,
-        lease_seconds: float,
-        reason: str = "restart",
-        dead_owners: Sequence[str] = (),
-    ) -> CommandResult:
-        """Take the turn over from the owner that held it under ``from_fence`` and record it
-        (a ``run_resumed`` event): the run is leased to ``owner`` under ``from_fence + 1``.
+    request_interrupt = own_transaction(
+        request_interrupt_in_tx,
+        _one,
+        """Record an interrupt of the running turn (``by`` the inbound that caused it, or None).
 
-        Refused while the previous owner's lease is live, unless it is named in
-        ``dead_owners`` or is a process on this host that is certainly gone; a fence that moved
-        on is :class:`StaleFence`. The same takeover again is a replay; another owner's
-        takeover from the same fence is a :class:`RunConflict`.
-        """
-        return self._one(
-            lambda tx: self.resume_in_tx(
-                tx,
-                inbound_id,
-                owner=owner,
-                from_fence=from_fence,
-                lease_seconds=lease_seconds,
-                reason=reason,
-                dead_owners=dead_owners,
-            )
-        )
+        Refused (:class:`TransitionRefused`) once the turn finished, and once another interrupt
+        is recorded: a committed answer is always delivered, and one interrupt is enough.
+        """,
+    )
 
     def resume_in_tx(
         self,
@@ -501,26 +394,20 @@ class TurnCommands:
             dead_owners=dead_owners,
         )
 
-    # -- terminal and release --------------------------------------------------------------
-    def terminate(
-        self,
-        inbound_id: int,
-        status: str,
-        *,
-        reason: str,
-        reply_text: str | None = None,
-        fence: int | None = None,
-    ) -> CommandResult:
-        """End the turn: ``answered`` (``reply_text`` is the committed reply's text; its sha256
-        is recorded), ``interrupted`` (after a recorded interrupt), ``failed``,
-        ``outcome_unknown`` or ``cancelled``. No terminal but ``outcome_unknown`` is admitted
-        while a world-changing tool call is unresolved."""
-        return self._one(
-            lambda tx: self.terminate_in_tx(
-                tx, inbound_id, status, reason=reason, reply_text=reply_text, fence=fence
-            )
-        )
+    resume = own_transaction(
+        resume_in_tx,
+        _one,
+        """Take the turn over from the owner that held it under ``from_fence`` and record it
+        (a ``run_resumed`` event): the run is leased to ``owner`` under ``from_fence + 1``.
 
+        Refused while the previous owner's lease is live, unless it is named in
+        ``dead_owners`` or is a process on this host that is certainly gone; a fence that moved
+        on is :class:`StaleFence`. The same takeover again is a replay; another owner's
+        takeover from the same fence is a :class:`RunConflict`.
+        """,
+    )
+
+    # -- terminal and release --------------------------------------------------------------
     def terminate_in_tx(
         self,
         tx: Transaction,
@@ -544,10 +431,14 @@ class TurnCommands:
             tx, inbound_id, "terminate", request, key="terminate", fence=fence
         )
 
-    def abandon(self, inbound_id: int, *, reason: str, fence: int | None = None) -> CommandResult:
-        """Release the turn without a terminal (its status kept; nothing follows): for a turn
-        about which nothing truthful can be said."""
-        return self._one(lambda tx: self.abandon_in_tx(tx, inbound_id, reason=reason, fence=fence))
+    terminate = own_transaction(
+        terminate_in_tx,
+        _one,
+        """End the turn: ``answered`` (``reply_text`` is the committed reply's text; its sha256
+        is recorded), ``interrupted`` (after a recorded interrupt), ``failed``,
+        ``outcome_unknown`` or ``cancelled``. No terminal but ``outcome_unknown`` is admitted
+        while a world-changing tool call is unresolved.""",
+    )
 
     def abandon_in_tx(
         self, tx: Transaction, inbound_id: int, *, reason: str, fence: int | None = None
@@ -575,3 +466,10 @@ class TurnCommands:
         if released is None:  # cannot happen: it was written in this transaction
             raise RunNotFound(f"no run {name!r}", run_id=name)
         return CommandResult(run_view(released, result.run.state), result.event, False)
+
+    abandon = own_transaction(
+        abandon_in_tx,
+        _one,
+        """Release the turn without a terminal (its status kept; nothing follows): for a turn
+        about which nothing truthful can be said.""",
+    )

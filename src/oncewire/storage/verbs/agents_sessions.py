@@ -25,6 +25,7 @@ from typing import Any
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.storage.driver import Driver, Transaction
+from oncewire.storage.twins import verb_twins
 
 __all__ = ["AgentSessionItem", "AgentSessionVerbs"]
 
@@ -150,48 +151,33 @@ class AgentSessionVerbs:
         return [AgentSessionItem.from_row(row) for row in rows]
 
     # -- pop ---------------------------------------------------------------------------------
-    def agent_session_pop_item(self, session_id: str, *, now: float) -> AgentSessionItem | None:
+    def _agent_session_pop_item(
+        self, conn: Any, session_id: str, *, now: float
+    ) -> AgentSessionItem | None:
         """Remove the session's newest item and return it, in one transaction of its own;
         None when it has none. Two pops never return the same item."""
-        _check_id(session_id)
-        with self.db.write("popping an agents session's item") as conn:
-            return self._agents_pop(conn, session_id, now)
-
-    def agent_session_pop_item_in_tx(
-        self, tx: Transaction, session_id: str, *, now: float
-    ) -> AgentSessionItem | None:
-        """:meth:`agent_session_pop_item` in the caller's transaction: a rollback puts the item back
-        (under its own number, in its own place)."""
-        _check_id(session_id)
-        db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("popping an agents session's item"):
-            return self._agents_pop(conn, session_id, now)
-
-    def _agents_pop(self, conn: Any, session_id: str, now: float) -> AgentSessionItem | None:
         db, q = self.db, self.db.queries
         if db.one(conn, q.agent_session_lock_session, session_id=session_id, now=now) is None:
             return None  # no row, no items (a clear removes both; an append makes both)
         row = db.one(conn, q.agent_session_pop_item, session_id=session_id)
         return None if row is None else AgentSessionItem.from_row(row)
 
+    agent_session_pop_item, agent_session_pop_item_in_tx = verb_twins(
+        "popping an agents session's item",
+        _agent_session_pop_item,
+        in_tx_doc=":meth:`agent_session_pop_item` in the caller's transaction: a rollback puts "
+        "the item back (under its own number, in its own place).",
+        check=lambda session_id, *, now: _check_id(session_id),
+    )
+
     # -- clear -------------------------------------------------------------------------------
-    def agent_session_clear_session(self, session_id: str) -> int:
+    def _agent_session_clear_session(self, conn: Any, session_id: str) -> int:
         """Remove the session (its row and every item), in one transaction of its own; how
         many items it had. The next append starts it afresh, numbering from 1."""
-        _check_id(session_id)
-        with self.db.write("clearing an agents session") as conn:
-            return self._agents_clear(conn, session_id)
-
-    def agent_session_clear_session_in_tx(self, tx: Transaction, session_id: str) -> int:
-        """:meth:`agent_session_clear_session` in the caller's transaction."""
-        _check_id(session_id)
-        db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("clearing an agents session"):
-            return self._agents_clear(conn, session_id)
-
-    def _agents_clear(self, conn: Any, session_id: str) -> int:
         db, q = self.db, self.db.queries
         db.run(conn, q.agent_session_delete_session, session_id=session_id)  # the lock, first
         return db.run(conn, q.agent_session_delete_items, session_id=session_id)
+
+    agent_session_clear_session, agent_session_clear_session_in_tx = verb_twins(
+        "clearing an agents session", _agent_session_clear_session, check=_check_id
+    )

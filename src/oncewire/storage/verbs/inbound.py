@@ -14,6 +14,7 @@ from typing import Any
 from oncewire.core.errors import InboundNotFound, InvalidState
 from oncewire.storage.driver import Driver, Transaction
 from oncewire.storage.replies import Exchange, Inbound, InboundState
+from oncewire.storage.twins import verb_twins
 
 __all__ = ["InboundVerbs"]
 
@@ -92,40 +93,26 @@ class InboundVerbs:
         with db.translate_errors("announcing an inbox change"):
             db.announce_inbound(conn)
 
-    def start_inbound(self, inbound_id: int, *, now: float) -> Inbound:
+    def _start_inbound(self, conn: Any, inbound_id: int, *, now: float) -> Inbound:
         """Count one start of answering; ``received`` becomes ``answering``."""
-        db = self.db
-        with db.write("starting an inbound message") as conn:
-            row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
+        row = self.db.one(conn, self.db.queries.start_inbound, inbound_id=inbound_id, now=now)
         return _found_inbound(row, inbound_id)
 
-    def start_inbound_in_tx(self, tx: Transaction, inbound_id: int, *, now: float) -> Inbound:
-        """:meth:`start_inbound` in the caller's transaction."""
-        db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("starting an inbound message"):
-            row = db.one(conn, db.queries.start_inbound, inbound_id=inbound_id, now=now)
-        return _found_inbound(row, inbound_id)
+    start_inbound, start_inbound_in_tx = verb_twins("starting an inbound message", _start_inbound)
 
-    def quarantine_inbound(self, inbound_id: int, *, reason: str, now: float) -> Inbound:
-        db = self.db
-        with db.write("quarantining an inbound message") as conn:
-            row = db.one(
-                conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
-            )
-        return _found_inbound(row, inbound_id)
-
-    def quarantine_inbound_in_tx(
-        self, tx: Transaction, inbound_id: int, *, reason: str, now: float
+    def _quarantine_inbound(
+        self, conn: Any, inbound_id: int, *, reason: str, now: float
     ) -> Inbound:
-        """:meth:`quarantine_inbound` in the caller's transaction."""
+        """Set the inbound aside: ``quarantined`` whatever its status, ``reason`` its last error."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("quarantining an inbound message"):
-            row = db.one(
-                conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
-            )
+        row = db.one(
+            conn, db.queries.quarantine_inbound, inbound_id=inbound_id, reason=reason, now=now
+        )
         return _found_inbound(row, inbound_id)
+
+    quarantine_inbound, quarantine_inbound_in_tx = verb_twins(
+        "quarantining an inbound message", _quarantine_inbound
+    )
 
     def link_inbound_in_tx(
         self,

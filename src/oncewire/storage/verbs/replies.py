@@ -21,6 +21,7 @@ from oncewire.storage.replies import (
     ReplyState,
     SendRequest,
 )
+from oncewire.storage.twins import verb_twins
 
 __all__ = ["ReplyVerbs"]
 
@@ -61,25 +62,9 @@ class ReplyVerbs:
             now=now,
         )
 
-    def _open_reply_in(
+    def _open_reply(
         self,
         conn: Any,
-        inbound_id: int,
-        request: SendRequest,
-        cap: int,
-        unit: str,
-        max_attempts: int,
-        now: float,
-    ) -> Reply:
-        db, q = self.db, self.db.queries
-        self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
-        db.run(conn, q.inbound_answering, inbound_id=inbound_id, now=now)
-        row = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
-        assert row is not None  # inserted, or already there, in this transaction
-        return Reply.from_row(row)
-
-    def open_reply(
-        self,
         *,
         inbound_id: int,
         request: SendRequest,
@@ -89,24 +74,14 @@ class ReplyVerbs:
         now: float,
     ) -> Reply:
         """The inbound's reply record, created ``open`` if it has none (inbound: answering)."""
-        with self.db.write("opening a reply") as conn:
-            return self._open_reply_in(conn, inbound_id, request, cap, unit, max_attempts, now)
+        db, q = self.db, self.db.queries
+        self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
+        db.run(conn, q.inbound_answering, inbound_id=inbound_id, now=now)
+        row = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
+        assert row is not None  # inserted, or already there, in this transaction
+        return Reply.from_row(row)
 
-    def open_reply_in_tx(
-        self,
-        tx: Transaction,
-        *,
-        inbound_id: int,
-        request: SendRequest,
-        cap: int,
-        unit: str,
-        max_attempts: int,
-        now: float,
-    ) -> Reply:
-        """:meth:`open_reply` in the caller's transaction."""
-        conn = self.db.tx_conn(tx)
-        with self.db.translate_errors("opening a reply"):
-            return self._open_reply_in(conn, inbound_id, request, cap, unit, max_attempts, now)
+    open_reply, open_reply_in_tx = verb_twins("opening a reply", _open_reply)
 
     def commit_reply_in_tx(
         self,
