@@ -8,7 +8,7 @@
 version, for a before/after on one machine: compare the ratios, which are to the same floor).
 
 ``oncewire gateway run`` runs as its own process against the fake Telegram Bot API and the fake
-OpenAI-compatible server (``python -m oncewire.fakes.telegram_api`` and ``...openai_api``, each a
+OpenAI-compatible server (``python -m oncewire.testing.telegram_api`` and ``...openai_api``, each a
 process too), on a SQLite file in WAL mode with ``synchronous=FULL``. The model answers at once
 with a short text; the platform does not stream (one send per reply). The measurements:
 

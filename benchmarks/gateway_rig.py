@@ -78,13 +78,13 @@ class Fakes:
         script = folder / "script.json"
         script.write_text(json.dumps({"default": {"kind": "text", "text": ANSWER}}))
         self.telegram, port = _started(
-            "oncewire.fakes.telegram_api",
+            "oncewire.testing.telegram_api",
             *("--journal", str(self.journal), "--token", TOKEN, "--name", PLATFORM),
             what="the fake Bot API",
         )
         self.api_base = f"http://127.0.0.1:{port}"
         self.model, port = _started(
-            "oncewire.fakes.openai_api",
+            "oncewire.testing.openai_api",
             *("--journal", str(folder / "openai"), "--script", str(script)),
             what="the fake model server",
         )

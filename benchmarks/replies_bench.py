@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from oncewire import Ledger, __version__
-from oncewire.platforms.fake import FakePlatform
 from oncewire.replies import (
     TELEGRAM_LIKE,
     Delivered,
@@ -52,6 +51,7 @@ from oncewire.replies import (
 )
 from oncewire.storage.sqlite import SQLiteStore
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import FakePlatform
 
 STREAM_TEXT = ("lorem ipsum dolor sit amet " * 400)[:8000]
 SHORT_TEXT = "a short answer from the agent."

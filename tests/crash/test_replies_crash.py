@@ -14,7 +14,7 @@ from oncewire.core import crash
 from oncewire.lab.framework import LabContext
 from oncewire.lab.suites.replies import CELLS, CrashCell, run_cell
 from oncewire.lab.suites.replies_rig import PROFILES, footer, header
-from oncewire.platforms.fake import ChatView
+from oncewire.testing.fake_platform import ChatView
 
 pytestmark = pytest.mark.crash
 

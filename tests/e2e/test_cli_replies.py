@@ -9,8 +9,8 @@ import pytest
 
 from oncewire.cli import main
 from oncewire.lab.suites.replies_rig import Rig, footer, reply_text
-from oncewire.platforms.fake import Fault
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import Fault
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ the ``answering`` fixture)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -19,6 +20,10 @@ import httpx2
 import pytest
 
 from tests.conftest import _child_env
+
+# The repository's root, on the path of every fake started here: the fakes only the tests use
+# (the fake Discord) are modules of tests.support.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -43,9 +48,11 @@ def spawn_fake(
 ) -> tuple[subprocess.Popen[str], int]:
     """Start ``python -m module args...`` and wait for its ``ready port=N`` line: (the process,
     N). A fake that does not start is killed, and the RuntimeError says what it printed."""
+    env = dict(env if env is not None else _child_env())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     process = subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        env=env if env is not None else _child_env(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -158,7 +165,7 @@ def answering() -> Iterator[Answering]:
 
 
 class FakeOpenAI:
-    """A running ``python -m oncewire.fakes.openai_api`` and its journal."""
+    """A running ``python -m oncewire.testing.openai_api`` and its journal."""
 
     def __init__(self, directory: Path, script: Any) -> None:
         directory.mkdir(parents=True)
@@ -166,7 +173,7 @@ class FakeOpenAI:
         script_path = directory / "script.json"
         script_path.write_text(json.dumps(script), encoding="utf-8")
         self.process, self.port = spawn_fake(
-            "oncewire.fakes.openai_api",
+            "oncewire.testing.openai_api",
             ["--port", "0", "--journal", str(self.journal_dir), "--script", str(script_path)],
         )
         self.base_url = f"http://127.0.0.1:{self.port}/v1"

@@ -32,8 +32,8 @@ from oncewire.gateway.platforms.webhook import sign
 from oncewire.gateway.webhooks import TELEGRAM_SECRET_HEADER, telegram_webhook_path
 from oncewire.inbound import Inbound, InboundState
 from oncewire.lab.ports import stable_port
-from oncewire.platforms.fake import ChatView, VisibleMessage
 from oncewire.replies import ReplyState
+from oncewire.testing.fake_platform import ChatView, VisibleMessage
 from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import FakeOpenAI
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram

@@ -22,9 +22,9 @@ from oncewire.gateway.sessions import STOPPED_NOTE
 from oncewire.gateway.status import session_status
 from oncewire.gateway.turn import SET_ASIDE_TEXT
 from oncewire.inbound import InboundState
-from oncewire.platforms.fake import ChatView
 from oncewire.replies import NON_EDITABLE, TELEGRAM_LIKE, ReplyState
 from oncewire.replies.engine import DEFAULT_NOTICE
+from oncewire.testing.fake_platform import ChatView
 from tests.conftest import wait_for
 from tests.gateway.push_rig import NE, TG, PushRig, by_token
 from tests.support.pg import fresh_schema, server_url

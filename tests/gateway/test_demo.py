@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from oncewire.cli.gateway_demo import ANSWER, demo
 from oncewire.lab import gateway_rig
-from oncewire.platforms.fake import ChatView
+from oncewire.testing.fake_platform import ChatView
 from tests.conftest import _child_env
 
 pytestmark = pytest.mark.crash

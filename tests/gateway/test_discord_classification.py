@@ -19,7 +19,7 @@ from oncewire.gateway.platforms.discord import (
     nonce_for,
 )
 from oncewire.gateway.platforms.discord_gateway import GatewayClient, GatewayRefused
-from oncewire.platforms.base import Delivered, MaybeDelivered, NotDelivered, RejectedForGood
+from oncewire.replies.wire import Delivered, MaybeDelivered, NotDelivered, RejectedForGood
 from oncewire.storage.replies import SendRequest
 from tests.gateway.test_discord_wire import TOKEN, FakeDiscord
 

@@ -17,16 +17,16 @@ import pytest
 from oncewire import Ledger
 from oncewire.gateway.http import Timeouts
 from oncewire.gateway.platforms.discord import DISCORD, DiscordBot, nonce_for
-from oncewire.platforms.base import (
+from oncewire.replies import ReplyEngine, ReplyState
+from oncewire.replies.wire import (
     Delivered,
     Gone,
     MaybeDelivered,
     NotDelivered,
     RejectedForGood,
 )
-from oncewire.platforms.fake import ChatView, VisibleMessage
-from oncewire.replies import ReplyEngine, ReplyState
 from oncewire.storage.replies import SendRequest
+from oncewire.testing.fake_platform import ChatView, VisibleMessage
 from tests.gateway.conftest import PlatformFakeProcess
 
 TOKEN = "discord-SECRET-token.abc"
@@ -35,12 +35,12 @@ CHAT = "500000000000000001"
 
 
 class FakeDiscord(PlatformFakeProcess):
-    """A running ``python -m oncewire.fakes.discord_api`` and its journal directory."""
+    """A running ``python -m tests.support.discord_api`` and its journal directory."""
 
     def __init__(self, directory: Path, *args: str, heartbeat_ms: int = 400) -> None:
         self.directory = directory
         super().__init__(
-            "oncewire.fakes.discord_api",
+            "tests.support.discord_api",
             [
                 "--port",
                 "0",

@@ -134,7 +134,7 @@ def test_a_bad_script_stops_the_fake_with_a_clear_error(
 ) -> None:
     path = tmp_path / "script.json"
     path.write_text(script, encoding="utf-8")
-    command = [sys.executable, "-m", "oncewire.fakes.openai_api", "--journal", str(tmp_path)]
+    command = [sys.executable, "-m", "oncewire.testing.openai_api", "--journal", str(tmp_path)]
 
     result = subprocess.run(
         [*command, "--script", str(path)],

@@ -46,11 +46,11 @@ ALL_SET = {
 
 
 class FakeWebhookPlatform:
-    """A running ``python -m oncewire.fakes.webhook_platform`` (only its port is used)."""
+    """A running ``python -m oncewire.testing.webhook_platform`` (only its port is used)."""
 
     def __init__(self, directory: Path) -> None:
         self.process, port = spawn_fake(
-            "oncewire.fakes.webhook_platform", ["--port", "0", "--journal", str(directory)]
+            "oncewire.testing.webhook_platform", ["--port", "0", "--journal", str(directory)]
         )
         self.send_url = f"http://127.0.0.1:{port}/messages"
 
@@ -59,11 +59,11 @@ class FakeWebhookPlatform:
 
 
 class FakeDiscord:
-    """A running ``python -m oncewire.fakes.discord_api`` accepting ``TOKEN``."""
+    """A running ``python -m tests.support.discord_api`` accepting ``TOKEN``."""
 
     def __init__(self, directory: Path) -> None:
         self.process, port = spawn_fake(
-            "oncewire.fakes.discord_api",
+            "tests.support.discord_api",
             ["--port", "0", "--journal", str(directory), "--token", TOKEN],
         )
         self.api_base = f"http://127.0.0.1:{port}/api/v10"

@@ -37,7 +37,7 @@ from oncewire.lab.suites.gateway import (
     run_scenario,
 )
 from oncewire.lab.suites.gateway_cells import CELLS
-from oncewire.platforms.fake import ChatView
+from oncewire.testing.fake_platform import ChatView
 from tests.conftest import _child_env
 from tests.support.pg import server_url
 

@@ -15,7 +15,7 @@ from oncewire.gateway.config import parse_config
 from oncewire.gateway.http import Timeouts
 from oncewire.gateway.platforms.telegram import TelegramBot
 from oncewire.gateway.ratelimit import TELEGRAM_DEFAULTS, RateLimiter, RateLimits
-from oncewire.platforms.base import Delivered, NotDelivered
+from oncewire.replies.wire import Delivered, NotDelivered
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
 
 

@@ -27,7 +27,7 @@ from oncewire.gateway.platforms.telegram import (
     classify,
 )
 from oncewire.gateway.platforms.telegram_updates import UpdatePoller
-from oncewire.platforms.base import (
+from oncewire.replies.wire import (
     Delivered,
     Gone,
     MaybeDelivered,

@@ -25,7 +25,7 @@ from tests.gateway.test_telegram_wire import (
 
 __all__ = ["fake", "shared_fake", "start_fake"]  # the fixtures, shared with the wire tests
 
-FAKE = [sys.executable, "-m", "oncewire.fakes.telegram_api"]
+FAKE = [sys.executable, "-m", "oncewire.testing.telegram_api"]
 
 
 def api(fake: FakeTelegram, method: str, **params: Any) -> tuple[int, dict[str, Any]]:

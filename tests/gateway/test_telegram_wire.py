@@ -22,7 +22,7 @@ from oncewire.gateway.platforms.telegram import (
     TelegramBot,
     TelegramUnavailable,
 )
-from oncewire.platforms.base import (
+from oncewire.replies.wire import (
     TELEGRAM_LIKE,
     Delivered,
     Gone,
@@ -30,8 +30,8 @@ from oncewire.platforms.base import (
     NotDelivered,
     RejectedForGood,
 )
-from oncewire.platforms.fake import ChatView, VisibleMessage
 from oncewire.storage.replies import SendRequest
+from oncewire.testing.fake_platform import ChatView, VisibleMessage
 from tests.conftest import wait_for
 from tests.gateway.conftest import Answering, PlatformFakeProcess
 
@@ -40,14 +40,14 @@ CHAT = "4242"
 
 
 class FakeTelegram(PlatformFakeProcess):
-    """A running ``python -m oncewire.fakes.telegram_api`` and its journal directory."""
+    """A running ``python -m oncewire.testing.telegram_api`` and its journal directory."""
 
     def __init__(self, directory: Path, *faults: dict[str, Any]) -> None:
         self.directory = directory
         args = ["--port", "0", "--journal", str(directory), "--token", TOKEN, "--name", "fk_tg"]
         for fault in faults:
             args += ["--fault", json.dumps(fault)]
-        super().__init__("oncewire.fakes.telegram_api", args)
+        super().__init__("oncewire.testing.telegram_api", args)
         self.chat = CHAT  # the chat the helpers default to (a fresh one per test when shared)
 
     def inject(self, chat: str | None = None, text: str = "hello", **params: Any) -> dict[str, Any]:

@@ -46,13 +46,13 @@ class Bot(PlatformFakeProcess):
         self.directory, self.name = directory, name
         self.token, self.chat = BOTS[name]
         args = ["--port", "0", "--journal", str(directory), "--token", self.token, "--name", name]
-        super().__init__("oncewire.fakes.telegram_api", args)
+        super().__init__("oncewire.testing.telegram_api", args)
 
     def inject(self, text: str) -> None:
         self.call("inject", chat_id=int(self.chat), text=text)
 
     def shown(self) -> list[tuple[str, bool]]:
-        from oncewire.platforms.fake import ChatView
+        from oncewire.testing.fake_platform import ChatView
 
         view = ChatView([self.directory / "chat.jsonl"])
         return [TELEGRAM_LIKE.strip_marker(m.text) for m in view.visible(self.name, self.chat)]

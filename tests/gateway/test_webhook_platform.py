@@ -25,15 +25,15 @@ from oncewire.gateway.platforms.webhook import (
     sign,
     verify,
 )
-from oncewire.platforms.base import (
+from oncewire.replies.wire import (
     NON_EDITABLE,
     Delivered,
     MaybeDelivered,
     NotDelivered,
     RejectedForGood,
 )
-from oncewire.platforms.fake import ChatView
 from oncewire.storage.replies import SendRequest
+from oncewire.testing.fake_platform import ChatView
 from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import LoopbackServer, PlatformFakeProcess
 
@@ -63,14 +63,14 @@ class Receiver:
 
 
 class FakeWebhook(PlatformFakeProcess):
-    """A running ``python -m oncewire.fakes.webhook_platform``."""
+    """A running ``python -m oncewire.testing.webhook_platform``."""
 
     def __init__(self, directory: Path, deliver_to: str, *flags: str) -> None:
         self.directory = directory
         args = ["--port", "0", "--journal", str(directory), "--name", "fk_ne"]
         args += ["--secret-env", "HOOK_SECRET", "--deliver-to", deliver_to, *flags]
         env = _child_env(HOOK_SECRET=SECRET)
-        super().__init__("oncewire.fakes.webhook_platform", args, env=env)
+        super().__init__("oncewire.testing.webhook_platform", args, env=env)
         self.chat = "c0"
 
     def platform(

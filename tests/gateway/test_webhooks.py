@@ -251,7 +251,7 @@ def fakes(tmp_path: Path) -> Iterator[Callable[..., Fake]]:
 @pytest.fixture
 def telegram(fakes: Callable[..., Fake]) -> Iterator[tuple[Fake, TelegramBot]]:
     """The fake Bot API and an adapter for its bot."""
-    fake = fakes("oncewire.fakes.telegram_api", "--token", TOKEN, "--name", "fk_tg")
+    fake = fakes("oncewire.testing.telegram_api", "--token", TOKEN, "--name", "fk_tg")
     bot = TelegramBot(TOKEN, api_base=fake.base)
     yield fake, bot
     bot.close()
@@ -384,7 +384,7 @@ def test_a_signed_webhook_message_is_admitted(
 ) -> None:
     server, _ = serve(store)
     fake = fakes(
-        "oncewire.fakes.webhook_platform",
+        "oncewire.testing.webhook_platform",
         "--secret-env",
         "HOOK_SECRET",
         "--deliver-to",
@@ -405,7 +405,7 @@ def test_a_webhook_message_with_a_bad_signature_admits_nothing(
 ) -> None:
     server, admitter = serve(store)
     fake = fakes(
-        "oncewire.fakes.webhook_platform",
+        "oncewire.testing.webhook_platform",
         "--secret-env",
         "HOOK_SECRET",
         "--deliver-to",
@@ -635,7 +635,7 @@ def test_a_restarted_fake_goes_on_delivering_to_the_webhook(
     bot.set_webhook(server.url + server.paths()["tg"], TG_SECRET)
     fake.stop()
 
-    again = Fake("oncewire.fakes.telegram_api", fake.journal, "--token", TOKEN, "--name", "fk_tg")
+    again = Fake("oncewire.testing.telegram_api", fake.journal, "--token", TOKEN, "--name", "fk_tg")
     try:
         update_id = again.call("inject", chat_id=CHAT, text="after the restart")["update_id"]
         wait_for(lambda: delivered(again, update_id), what="a 2xx delivery")

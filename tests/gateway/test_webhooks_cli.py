@@ -22,7 +22,7 @@ ENV = {"TG_TOKEN": TOKEN, "TG_WEBHOOK_SECRET": SECRET, "POLL_TOKEN": TOKEN}
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[Fake]:
-    started = Fake("oncewire.fakes.telegram_api", tmp_path / "tg", "--token", TOKEN)
+    started = Fake("oncewire.testing.telegram_api", tmp_path / "tg", "--token", TOKEN)
     yield started
     started.stop()
 

@@ -16,9 +16,9 @@ from oncewire import ReplyEngine
 from oncewire.aio import AsyncReplyEngine
 from oncewire.core.errors import ConfigurationError
 from oncewire.lab.suites.replies_rig import LONG_BODY, Rig, deltas, footer, header, reply_text
-from oncewire.platforms.fake import FakePlatform, Fault
 from oncewire.replies import PlatformProfile, ReplyState, SendRequest, WireOutcome
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import FakePlatform, Fault
 from tests.support.pg import migrated_schema, server_url
 
 

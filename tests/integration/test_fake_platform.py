@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from oncewire.core.errors import ConfigurationError
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import (
     DISCORD_LIKE,
     NON_EDITABLE,
@@ -18,6 +17,7 @@ from oncewire.replies import (
     RejectedForGood,
     SendRequest,
 )
+from oncewire.testing.fake_platform import ChatView, FakePlatform, Fault
 
 REQ = SendRequest("fk", "bot", "c1", "t1", reply_to="in-1")
 
@@ -118,7 +118,7 @@ def test_the_oracle_finds_copies_and_strays(tmp_path: Path) -> None:
 
 
 def test_a_copy_is_read_with_marked_resends_superseding_ghosts() -> None:
-    from oncewire.platforms.fake import Copy
+    from oncewire.testing.fake_platform import Copy
 
     # chunk two landed cut short (a preview whose acknowledgement was lost), then was re-sent
     copy = Copy(

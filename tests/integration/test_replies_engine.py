@@ -14,9 +14,9 @@ from oncewire.core.limits import MAX_RETRY_SECONDS
 from oncewire.errors import ReplyConflict
 from oncewire.inbound import InboundState
 from oncewire.lab.suites.replies_rig import PROFILES, Rig, footer, header, reply_text
-from oncewire.platforms.fake import Fault
 from oncewire.replies import NotDelivered, ReplyEngine, ReplyState, rejoin
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import Fault
 
 
 @pytest.fixture

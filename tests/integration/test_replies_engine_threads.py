@@ -15,9 +15,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from oncewire.lab.suites.replies_rig import Rig, reply_text
-from oncewire.platforms.fake import Fault
 from oncewire.replies import DeliveryPass, OpKind, OpState, ReplyState
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import Fault
 
 
 def _wait_for(predicate: Callable[[], bool], what: str) -> None:

@@ -18,10 +18,10 @@ import pytest
 
 from oncewire.core.clock import SystemClock
 from oncewire.lab.suites.replies_rig import Rig, footer, reply_text
-from oncewire.platforms.fake import ChatView
-from oncewire.platforms.fake_process import FakePlatformClient
 from oncewire.replies import TELEGRAM_LIKE, MaybeDelivered, NotDelivered, SendRequest
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import ChatView
+from oncewire.testing.fake_platform_process import FakePlatformClient
 
 
 class Server:
@@ -33,7 +33,7 @@ class Server:
         argv = [
             sys.executable,
             "-m",
-            "oncewire.platforms.fake",
+            "oncewire.testing",
             "serve",
             "--journal",
             str(self.folder / "fk_tg.jsonl"),

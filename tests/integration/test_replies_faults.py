@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from oncewire.lab.suites.replies_rig import LONG_BODY, PROFILES, Rig, footer, header, reply_text
-from oncewire.platforms.fake import Fault
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import Fault
 
 # fault id -> (fault kind or None, target, expectation when the faulted op is a send)
 # target "footer": the first operation whose text carries the final words; "first": the

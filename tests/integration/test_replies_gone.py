@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from oncewire.lab.suites.replies_rig import LONG_BODY, Rig, footer, header, reply_text
-from oncewire.platforms.fake import FakePlatform, Fault
 from oncewire.replies import (
     TELEGRAM_LIKE,
     Gone,
@@ -20,6 +19,7 @@ from oncewire.replies import (
 )
 from oncewire.replies.wire import vet_outcome
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import FakePlatform, Fault
 
 REQ = SendRequest(platform="fk_tg", bot="bot", chat="c1")
 

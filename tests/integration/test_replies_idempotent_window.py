@@ -14,7 +14,6 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.errors import ConfigurationError
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import (
     OpKind,
     OpState,
@@ -24,6 +23,7 @@ from oncewire.replies import (
     idempotency_key,
 )
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import ChatView, FakePlatform, Fault
 
 
 def _profile(window: float, *, editable: bool = False) -> PlatformProfile:

@@ -10,10 +10,10 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.lab.suites.replies_rig import footer, header, reply_text
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import TELEGRAM_LIKE, ReplyEngine, ReplyState
 from oncewire.storage.postgres import PostgresStore
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import ChatView, FakePlatform, Fault
 from tests.support.pg import migrated_schema, server_url
 
 

@@ -19,9 +19,9 @@ import pytest
 
 from oncewire.inbound import InboundState
 from oncewire.lab.suites.replies_rig import Rig, footer, header, reply_text
-from oncewire.platforms.fake import Fault
 from oncewire.replies import OpKind, OpState, PreviewPass, ReplyState
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import Fault
 from tests.support.pg import migrated_schema, server_url
 
 

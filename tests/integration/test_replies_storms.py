@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncewire.lab.suites.replies_rig import LONG_BODY, PROFILES, Rig, footer, reply_text
-from oncewire.platforms.fake import Fault
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import Fault
 
 AMBIGUOUS = ("timeout", "ack_lost")
 

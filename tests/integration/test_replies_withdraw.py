@@ -16,7 +16,6 @@ import pytest
 from oncewire.errors import InvalidState, ReplyConflict
 from oncewire.inbound import InboundState
 from oncewire.lab.suites.replies_rig import LONG_BODY, Rig, reply_text
-from oncewire.platforms.fake import FakePlatform, Fault
 from oncewire.replies import (
     DEFAULT_STOPPED_NOTE,
     OpKind,
@@ -28,6 +27,7 @@ from oncewire.replies import (
     WireOutcome,
 )
 from oncewire.testing import ManualClock
+from oncewire.testing.fake_platform import FakePlatform, Fault
 
 EDIT_ONLY = PlatformProfile(
     "fk_eo", cap=4096, unit="codepoints", can_edit=True, can_delete=False, threads=False

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from oncewire import ConfigurationError, Ledger, ReplyEngine
-from oncewire.platforms.fake import ChatView, FakePlatform
 from oncewire.replies import TELEGRAM_LIKE
 from oncewire.replies.wire import Delivered, MaybeDelivered, NotDelivered, WireOutcome
 from oncewire.storage.replies import SendRequest
+from oncewire.testing.fake_platform import ChatView, FakePlatform
 from tests.contract.conftest import RawDatabase
 
 NAME = "fk"

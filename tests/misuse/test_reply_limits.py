@@ -6,7 +6,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.core.errors import ConfigurationError
-from oncewire.platforms.base import TELEGRAM_LIKE
+from oncewire.replies.wire import TELEGRAM_LIKE
 from tests.contract.conftest import RawDatabase
 
 

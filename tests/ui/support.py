@@ -37,8 +37,8 @@ from oncewire.dispatch.dispatcher import Dispatcher
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.outcomes import Done, MaybeSent, Rejected
 from oncewire.lab.suites.replies_rig import Rig, reply_text
-from oncewire.platforms.fake import Fault
 from oncewire.receipts import Receipts
+from oncewire.testing.fake_platform import Fault
 from tests.support.runs_db import RunsDatabase
 
 CHROMIUM = "/usr/bin/chromium"

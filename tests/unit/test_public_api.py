@@ -80,8 +80,9 @@ FORMER_TOP_LEVEL = (  # noqa: SIM905  # one string reads as the list it was
 
 
 def _packages() -> list[ModuleType]:
-    """oncewire, oncewire.errors, oncewire.testing and every subpackage that declares __all__."""
-    found = [oncewire, oncewire.errors, oncewire.testing]
+    """oncewire, oncewire.errors and every subpackage that declares __all__ (oncewire.testing
+    among them)."""
+    found = [oncewire, oncewire.errors]
     for info in pkgutil.walk_packages(oncewire.__path__, "oncewire."):
         if info.ispkg:
             package = importlib.import_module(info.name)
@@ -183,7 +184,7 @@ def test_oncewire_errors_holds_every_exception_and_its_docstring_lists_them() ->
 
 def test_oncewire_testing_offers_the_manual_clock_and_the_fake_platform() -> None:
     from oncewire.core.clock import ManualClock
-    from oncewire.platforms.fake import ChatView, FakePlatform, Fault
+    from oncewire.testing.fake_platform import ChatView, FakePlatform, Fault
 
     assert oncewire.testing.ManualClock is ManualClock
     assert oncewire.testing.FakePlatform is FakePlatform

@@ -1,10 +1,10 @@
 """A real gateway between its two fakes: the harness of the ``gateway`` lab suite and the demo.
 
 :class:`GatewayRig` owns one folder. It starts a platform fake, the fake Telegram Bot API
-(``python -m oncewire.fakes.telegram_api``, platform ``fk_tg``: editable) or the fake generic
-webhook platform (``python -m oncewire.fakes.webhook_platform``, platform ``fk_ne``: not
+(``python -m oncewire.testing.telegram_api``, platform ``fk_tg``: editable) or the fake generic
+webhook platform (``python -m oncewire.testing.webhook_platform``, platform ``fk_ne``: not
 editable, never streamed), and the fake OpenAI-compatible model server
-(``python -m oncewire.fakes.openai_api``) as child processes, writes a ``gateway.toml`` that
+(``python -m oncewire.testing.openai_api``) as child processes, writes a ``gateway.toml`` that
 points the platform (Telegram's ``api_base``, or the webhook platform's ``send_url``, with the
 gateway's webhook server as the fake's delivery address) and ``model.base_url`` at them, and runs
 ``python -m oncewire gateway run`` in a process group of its own, so that :meth:`kill9` takes
@@ -12,7 +12,7 @@ the whole group down with SIGKILL and nothing else. :meth:`start` again runs a n
 the same store and the same fakes.
 
 Everything the rig reports is read from outside the gateway: what the user sees from the fake's
-chat journal (:class:`~oncewire.platforms.fake.ChatView`), what the model was asked from the
+chat journal (:class:`~oncewire.testing.ChatView`), what the model was asked from the
 fake model's request journal, and the store's rows with the plain driver (read-only on
 SQLite), never from the gateway's own output. The gateway's stderr goes to a log file in the
 folder, kept as evidence.
@@ -38,8 +38,8 @@ from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.lab.framework import ProcessRecord
 from oncewire.lab.ports import stable_port
-from oncewire.platforms.fake import ChatView
 from oncewire.replies import NON_EDITABLE, TELEGRAM_LIKE
+from oncewire.testing.fake_platform import ChatView
 
 __all__ = [
     "BOT_TOKEN",
@@ -132,7 +132,7 @@ def _stop(process: subprocess.Popen[str] | None) -> None:
 class GatewayRig:
     """The fakes, a gateway.toml pointing at them, the store, and the gateway process.
 
-    ``script`` is the fake model's script (see :mod:`oncewire.fakes.openai_api`): a list of
+    ``script`` is the fake model's script (see :mod:`oncewire.testing.openai_api`): a list of
     responses consumed in order across every gateway the rig starts. ``streaming`` says whether
     the gateway previews the answer while the model streams it; ``platform`` is ``telegram``
     or ``webhook`` (never streamed: it cannot edit).
@@ -195,10 +195,10 @@ class GatewayRig:
         common = ["--port", "0", "--journal", str(self.platform_dir), "--name", self.platform]
         extra: dict[str, str] = {}
         if self.kind == "telegram":
-            module, what = "oncewire.fakes.telegram_api", "the fake Bot API"
+            module, what = "oncewire.testing.telegram_api", "the fake Bot API"
             args = ["--token", BOT_TOKEN]
         else:
-            module, what = "oncewire.fakes.webhook_platform", "the fake webhook platform"
+            module, what = "oncewire.testing.webhook_platform", "the fake webhook platform"
             extra = {HOOK_SECRET_ENV: HOOK_SECRET}
             deliver_to = f"http://127.0.0.1:{self.webhook_port}/webhook/{self.platform}"
             args = ["--secret-env", HOOK_SECRET_ENV, "--deliver-to", deliver_to]
@@ -214,7 +214,7 @@ class GatewayRig:
             [
                 sys.executable,
                 "-m",
-                "oncewire.fakes.openai_api",
+                "oncewire.testing.openai_api",
                 "--port",
                 "0",
                 "--journal",
@@ -407,7 +407,7 @@ chat_burst = 1000
         return str(sent["message_id"])
 
     def fault(self, kind: str, **params: Any) -> None:
-        """Arm a fault on the platform fake (a :class:`~oncewire.platforms.fake.Fault`)."""
+        """Arm a fault on the platform fake (a :class:`~oncewire.testing.Fault`)."""
         self.control("fault", kind=kind, chat=self.chat, **params)
 
     def view(self) -> ChatView:

@@ -1,5 +1,5 @@
 """Seed 002's invariants I1-I6 (GATEWAY.md §1.2), checked after every cell from the evidence
-only: the platform fakes' journals (:class:`~oncewire.platforms.fake.ChatView`), the fake
+only: the platform fakes' journals (:class:`~oncewire.testing.ChatView`), the fake
 model's request log (:class:`~tests.gateway.seed002.harness.ModelTurns`) and the store read
 directly. :func:`assert_exactly_once` is the one checker; a cell says which expectation it has:
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from oncewire.platforms.fake import Copy
+from oncewire.testing.fake_platform import Copy
 from tests.gateway.seed002.harness import (
     PROFILES,
     Seed002,

@@ -16,10 +16,10 @@ for the cells:
 * :meth:`~Seed002.inject` a user message (optional message id; on ``fk_dc`` optional thread) on
   any platform: over the fake Discord's Gateway as a ``MESSAGE_CREATE`` dispatch;
 * :meth:`~Seed002.fault` arms a fault on a platform fake (the vocabulary of
-  :class:`~oncewire.platforms.fake.Fault`), :meth:`~Seed002.faults_fired` reads its journal
+  :class:`~oncewire.testing.Fault`), :meth:`~Seed002.faults_fired` reads its journal
   (H11), :meth:`~Seed002.release` lets parked operations go;
 * :meth:`~Seed002.wait_idle` (H4) and :meth:`~Seed002.wait_settled`, read from the store;
-* :meth:`~Seed002.view` the chats as users see them (:class:`~oncewire.platforms.fake.ChatView`
+* :meth:`~Seed002.view` the chats as users see them (:class:`~oncewire.testing.ChatView`
   over the three journals; a Discord thread's messages are in its parent channel's chat, their
   ``thread`` naming the thread), :meth:`~Seed002.model_turns` the model's requests per token
   (read at the fake model), :meth:`~Seed002.rows` the store read directly with the plain
@@ -59,8 +59,8 @@ import httpx2
 from oncewire.gateway.platforms.discord import DISCORD
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.lab.ports import stable_port
-from oncewire.platforms.base import NON_EDITABLE, TELEGRAM_LIKE, PlatformProfile
-from oncewire.platforms.fake import ChatView
+from oncewire.replies.wire import NON_EDITABLE, TELEGRAM_LIKE, PlatformProfile
+from oncewire.testing.fake_platform import ChatView
 from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import spawn_fake, stop_process
 
@@ -248,12 +248,12 @@ class Seed002:
         # rig is made once per module and backend, and once per crash cell.
         fakes: list[tuple[str, list[str], dict[str, str] | None]] = [
             (
-                "oncewire.fakes.telegram_api",
+                "oncewire.testing.telegram_api",
                 ["--journal", str(self.tg_dir), "--token", BOT_TOKEN, "--name", TG],
                 None,
             ),
             (
-                "oncewire.fakes.webhook_platform",
+                "oncewire.testing.webhook_platform",
                 [
                     "--journal",
                     str(self.ne_dir),
@@ -267,7 +267,7 @@ class Seed002:
                 env,
             ),
             (
-                "oncewire.fakes.discord_api",
+                "tests.support.discord_api",
                 [
                     "--port",
                     "0",
@@ -283,7 +283,7 @@ class Seed002:
                 None,
             ),
             (
-                "oncewire.fakes.openai_api",
+                "oncewire.testing.openai_api",
                 [
                     "--journal",
                     str(self.model_dir / "journal"),

@@ -63,7 +63,7 @@ from oncewire.gateway.http import (
     make_client,
     reach,
 )
-from oncewire.platforms.base import (
+from oncewire.replies.wire import (
     DISCORD_LIKE,
     Delivered,
     Gone,

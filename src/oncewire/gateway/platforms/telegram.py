@@ -66,7 +66,7 @@ from oncewire.gateway.http import (
     reach,
 )
 from oncewire.gateway.ratelimit import RateLimiter
-from oncewire.platforms.base import (
+from oncewire.replies.wire import (
     TELEGRAM_LIKE,
     Delivered,
     Gone,

@@ -34,7 +34,7 @@ from typing import Any
 
 from oncewire.gateway.http import Client, Reach, Timeouts, Transport, TransportError, make_client
 from oncewire.gateway.http import reach as reach_of
-from oncewire.platforms.base import (
+from oncewire.replies.wire import (
     NON_EDITABLE,
     Delivered,
     MaybeDelivered,

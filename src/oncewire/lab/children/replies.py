@@ -23,7 +23,7 @@ from typing import Any
 from oncewire.core import crash
 from oncewire.core.clock import SystemClock
 from oncewire.lab.suites.replies_rig import LONG_BODY, PROFILES, Rig, footer, reply_text
-from oncewire.platforms.fake import Fault
+from oncewire.testing.fake_platform import Fault
 
 BODIES = {"short": "the answer, computed before the crash.", "long": LONG_BODY}
 

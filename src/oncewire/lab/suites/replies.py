@@ -44,8 +44,8 @@ from oncewire.lab.suites.replies_rig import (
     persisted,
     snapshot,
 )
-from oncewire.platforms.fake import ChatView
 from oncewire.replies import OpKind, OpState, ReplyState
+from oncewire.testing.fake_platform import ChatView
 
 __all__ = [
     "CELLS",

@@ -16,10 +16,10 @@ from typing import Any
 from oncewire import Ledger, LedgerTransaction, Platform, PlatformProfile, ReplyEngine
 from oncewire.core.clock import Clock
 from oncewire.inbound import Admission, InboundState
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
 from oncewire.replies import DISCORD_LIKE, NON_EDITABLE, TELEGRAM_LIKE, DeliveryPass, ReplyState
 from oncewire.storage import Store, open_store
 from oncewire.storage.sqlite import SQLiteStore
+from oncewire.testing.fake_platform import ChatView, FakePlatform, Fault
 
 __all__ = [
     "BOT",

@@ -1,8 +1,8 @@
 """The fake Telegram Bot API's side of a call: parameters read as Telegram reads them (JSON, form
 or query; an object as JSON text) and errors worded as it words them.
 
-Shared by the fake's methods (:mod:`oncewire.fakes.telegram_api`) and its update methods
-(:mod:`oncewire.fakes.telegram_updates`), below both, so neither imports the other for them.
+Shared by the fake's methods (:mod:`oncewire.testing.telegram_api`) and its update methods
+(:mod:`oncewire.testing.telegram_api_updates`), below both, so neither imports the other for them.
 """
 
 from __future__ import annotations

@@ -26,17 +26,15 @@ not found" does; a repeated delete is a no-op. With ``honour_keys`` the fake dro
 header does) and answers the message that send made; ``key_window_seconds`` bounds how long a
 key is remembered (a Discord nonce: minutes), counted from the send that made the message.
 
-``python -m oncewire.platforms.fake view JOURNAL...`` prints what each chat shows;
-``python -m oncewire.platforms.fake serve ...`` runs a fake as its own process
-(:mod:`oncewire.platforms.fake_process`).
+``python -m oncewire.testing view JOURNAL...`` prints what each chat shows;
+``python -m oncewire.testing serve ...`` runs a fake as its own process
+(:mod:`oncewire.testing.fake_platform_process`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -451,37 +449,3 @@ class ChatView:
             if footer in body:
                 current.complete = True
         return copies, others
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:
-        from oncewire.platforms.fake_process import main as serve_main
-
-        return serve_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m oncewire.platforms.fake")
-    sub = parser.add_subparsers(dest="command", required=True)
-    view = sub.add_parser("view", help="print what every chat shows, from journals")
-    sub.add_parser("serve", help="serve one fake platform on a Unix socket (see fake_process)")
-    view.add_argument("journals", nargs="+", type=Path)
-    args = parser.parse_args(argv)
-    shown = ChatView(args.journals)
-    for message in shown.messages:
-        print(
-            json.dumps(
-                {
-                    "platform": message.platform,
-                    "chat": message.chat,
-                    "thread": message.thread,
-                    "message_id": message.message_id,
-                    "edits": message.edits,
-                    "text": message.text,
-                },
-                ensure_ascii=False,
-            )
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,9 @@
 """Plumbing the real-wire platform fakes share: a listener that can black out, silence on a
 connection until the client gives up, a call log, and faults armed from JSON.
 
-A fault means the same on every fake: the vocabulary is :class:`oncewire.platforms.fake.Fault`
-(the in-process fake's), applied by a :class:`~oncewire.platforms.fake.FakePlatform` that also
-keeps the journal :class:`~oncewire.platforms.fake.ChatView` reads. On the wire:
+A fault means the same on every fake: the vocabulary is :class:`oncewire.testing.Fault`
+(the in-process fake's), applied by a :class:`~oncewire.testing.FakePlatform` that also
+keeps the journal :class:`~oncewire.testing.ChatView` reads. On the wire:
 
 ==============  =================================================================================
 ``rate_limit``   the platform's own 429 body (``retry_after`` in whole seconds, at least 1)
@@ -42,8 +42,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from oncewire.platforms.base import PlatformProfile
-from oncewire.platforms.fake import ChatView, FakePlatform, Fault
+from oncewire.replies.wire import PlatformProfile
+from oncewire.testing.fake_platform import ChatView, FakePlatform, Fault
 
 __all__ = [
     "CallLog",

@@ -1,13 +1,13 @@
 """A fake Discord (REST API and Gateway), run as its own process, journaled like the fake platform.
 
-``python -m oncewire.fakes.discord_api --port 0 --journal DIR --token TOKEN [--name fk_dc]
+``python -m tests.support.discord_api --port 0 --journal DIR --token TOKEN [--name fk_dc]
 [--nonce-window-seconds S] [--heartbeat-ms MS] [--resume-window-seconds S]
 [--allowed-intents N] [--bucket-limit N] [--bucket-seconds S] [--fault JSON]... [--host H]``
 prints ``ready port=N`` once it listens. Every REST call needs ``Authorization: Bot TOKEN``
 (else 401 ``{"message": "401: Unauthorized", "code": 0}``); under ``/api/v10``:
 
 * ``GET /gateway/bot`` → ``{"url": "ws://...", "shards": 1, "session_start_limit": ...}``: the
-  Gateway (:mod:`oncewire.fakes.discord_gateway`), on a port of its own; ``GET /users/@me``;
+  Gateway (:mod:`tests.support.discord_api_gateway`), on a port of its own; ``GET /users/@me``;
   ``GET /channels/{id}`` (``type`` 0, a thread 11 with its ``parent_id``, a DM 1);
 * ``POST /channels/{id}/messages`` (``content``, ``nonce``, ``enforce_nonce``,
   ``message_reference``, ``allowed_mentions``) → the Message (``id`` a snowflake string,
@@ -38,8 +38,8 @@ they sort by time); the bot's messages are numbered by the journal from 1 upward
 fake platform's are), so a backfill ``after`` a user's message never lists them.
 
 What the chats show is ``DIR/chat.jsonl``, written by a
-:class:`~oncewire.platforms.fake.FakePlatform` (fsync before the answer), read by
-:class:`~oncewire.platforms.fake.ChatView`; users' messages are ``DIR/messages.jsonl`` (fsync),
+:class:`~oncewire.testing.FakePlatform` (fsync before the answer), read by
+:class:`~oncewire.testing.ChatView`; users' messages are ``DIR/messages.jsonl`` (fsync),
 every call ``DIR/calls.jsonl``. A restarted fake continues from them (Gateway sessions do not
 survive it: a client then identifies afresh and backfills).
 
@@ -50,7 +50,7 @@ Control routes (``POST /control/<action>``, JSON), as on the other fakes:
   ``bot: true`` (sent by another bot), ``dm: true`` (no guild), ``dispatch: false`` (stored for
   a backfill, never dispatched)) → ``{"message_id", "channel_id"}``; the message is dispatched
   as ``MESSAGE_CREATE`` to every live Gateway session;
-* ``fault``: a :class:`~oncewire.platforms.fake.Fault` (``conn_error`` blacks out the REST
+* ``fault``: a :class:`~oncewire.testing.Fault` (``conn_error`` blacks out the REST
   listener; the Gateway's socket is another listener and is not touched); ``rejected`` answers
   403 50013 Missing Permissions, ``gone`` deletes the target as a user would and answers 404
   10008; ``release`` lets parked operations go;
@@ -58,7 +58,7 @@ Control routes (``POST /control/<action>``, JSON), as on the other fakes:
   ``close`` with ``code`` (default 4000), ``zombie``; ``rewind``: the next Resume replays that
   many message dispatches already handled, a re-delivery; ``rewind_to``: a message id, the next
   Resume replays from its dispatch on) and ``expire_sessions``: see
-  :mod:`oncewire.fakes.discord_gateway`;
+  :mod:`tests.support.discord_api_gateway`;
 * ``redeliver`` (``message_id``): a user's message already injected is dispatched again as a
   new ``MESSAGE_CREATE`` to every live session (a duplicate delivery, into whichever session is
   there now: a fresh process's included);
@@ -78,7 +78,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from oncewire.fakes.control import (
+from oncewire.replies.wire import (
+    DISCORD_LIKE,
+    Delivered,
+    Gone,
+    MaybeDelivered,
+    NotDelivered,
+    RejectedForGood,
+    WireOutcome,
+)
+from oncewire.storage.replies import SendRequest
+from oncewire.testing.control import (
     ControlHandler,
     FakeServer,
     PlatformFake,
@@ -89,7 +99,9 @@ from oncewire.fakes.control import (
     print_error,
     startup_faults,
 )
-from oncewire.fakes.discord_calls import (
+from oncewire.testing.fake_platform import ChatView, Fault
+from tests.support.discord_api_gateway import ALL_INTENTS, GatewayHub, serve_gateway
+from tests.support.discord_calls import (
     DISCORD_EPOCH_MS,
     Buckets,
     DiscordError,
@@ -100,18 +112,6 @@ from oncewire.fakes.discord_calls import (
     snowflake,
     unknown_message,
 )
-from oncewire.fakes.discord_gateway import ALL_INTENTS, GatewayHub, serve_gateway
-from oncewire.platforms.base import (
-    DISCORD_LIKE,
-    Delivered,
-    Gone,
-    MaybeDelivered,
-    NotDelivered,
-    RejectedForGood,
-    WireOutcome,
-)
-from oncewire.platforms.fake import ChatView, Fault
-from oncewire.storage.replies import SendRequest
 
 __all__ = ["BOT_ID", "DISCORD_EPOCH_MS", "DiscordFake", "main", "snowflake"]
 
@@ -552,7 +552,7 @@ class _Handler(ControlHandler):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = fake_parser("oncewire.fakes.discord_api", name="discord")
+    parser = fake_parser("tests.support.discord_api", name="discord")
     parser.add_argument("--token", required=True, help="the only bot token the fake accepts")
     parser.add_argument("--nonce-window-seconds", type=float, default=300.0)
     parser.add_argument("--heartbeat-ms", type=int, default=41250)

@@ -1,6 +1,6 @@
 """A fake OpenAI-compatible chat completions server, run as its own process.
 
-``python -m oncewire.fakes.openai_api --port 0 --journal DIR --script FILE [--host H]`` serves
+``python -m oncewire.testing.openai_api --port 0 --journal DIR --script FILE [--host H]`` serves
 ``POST /v1/chat/completions`` (an SSE stream when the request says ``"stream": true``, one JSON
 completion otherwise) and ``GET /v1/models``, then prints one line, ``ready port=N``, once it
 listens. Each request is appended to ``DIR/requests.jsonl`` and fsynced before any byte of the
@@ -68,7 +68,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from oncewire.fakes.control import JsonHandler, announce_and_serve, print_error
+from oncewire.testing.control import JsonHandler, announce_and_serve, print_error
 
 __all__ = ["Script", "main", "serve"]
 
@@ -436,7 +436,7 @@ def serve(host: str, port: int, journal: Path, script: Script) -> _Server:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncewire.fakes.openai_api")
+    parser = argparse.ArgumentParser(prog="python -m oncewire.testing.openai_api")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--journal", type=Path, required=True)

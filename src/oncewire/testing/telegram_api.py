@@ -1,6 +1,6 @@
 """A fake Telegram Bot API server, run as its own process, journaled like the fake platform.
 
-``python -m oncewire.fakes.telegram_api --port 0 --journal DIR --token TOKEN [--name fk_tg]
+``python -m oncewire.testing.telegram_api --port 0 --journal DIR --token TOKEN [--name fk_tg]
 [--fault JSON]... [--host H]`` serves ``/bot<TOKEN>/<method>`` (JSON, form or query
 parameters; method names in any case) and prints ``ready port=N`` once it listens:
 
@@ -25,8 +25,8 @@ parameters; method names in any case) and prints ``ready port=N`` once it listen
   answers the edit or delete "message to edit / delete not found".
 
 What the chats show lives in ``DIR/chat.jsonl``, written by a
-:class:`~oncewire.platforms.fake.FakePlatform` (fsync before the answer), so
-:class:`~oncewire.platforms.fake.ChatView` reads it and a restarted fake continues from it.
+:class:`~oncewire.testing.FakePlatform` (fsync before the answer), so
+:class:`~oncewire.testing.ChatView` reads it and a restarted fake continues from it.
 Inbound updates and confirmed offsets are in ``DIR/updates.jsonl`` (fsync), every call in
 ``DIR/calls.jsonl``. Bot messages are numbered by the journal, from 1 upwards across chats (so
 increasing in each chat); user messages injected without an id are numbered from
@@ -35,14 +35,14 @@ increasing in each chat); user messages injected without an id are numbered from
 Control routes (``POST /control/<action>``, JSON): ``inject`` a user message (``chat_id``,
 ``text``, optional ``message_id``, ``thread_id``, ``from``, ``chat_type``; ``edited: true``
 sends an ``edited_message`` of an injected ``message_id``) → ``{"update_id", "message_id"}``;
-``fault`` arms a :class:`~oncewire.platforms.fake.Fault` (JSON fields; ``conn_error`` is a
-listener blackout of ``blackout_seconds``, see :mod:`oncewire.fakes.control`); ``release``
+``fault`` arms a :class:`~oncewire.testing.Fault` (JSON fields; ``conn_error`` is a
+listener blackout of ``blackout_seconds``, see :mod:`oncewire.testing.control`); ``release``
 lets parked operations go on; ``state`` reports the confirmed offset, the pending updates, the
 long polls waiting now, the webhook's URL and every delivery attempt (``update_id``,
 ``status``, 0 when the URL could not be reached) and the faults fired.
 
-The update side (``getUpdates`` and the webhook) is :mod:`oncewire.fakes.telegram_updates`,
-how a call's parameters are read and its errors worded :mod:`oncewire.fakes.telegram_calls`.
+The update side (``getUpdates`` and the webhook) is :mod:`oncewire.testing.telegram_api_updates`,
+how a call's parameters are read and its errors worded :mod:`oncewire.testing.telegram_calls`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from oncewire.fakes.control import (
+from oncewire.replies.splitting import measure
+from oncewire.replies.wire import (
+    TELEGRAM_LIKE,
+    Delivered,
+    Gone,
+    MaybeDelivered,
+    NotDelivered,
+    RejectedForGood,
+    WireOutcome,
+)
+from oncewire.storage.replies import SendRequest
+from oncewire.testing.control import (
     ControlHandler,
     FakeServer,
     PlatformFake,
@@ -69,31 +80,22 @@ from oncewire.fakes.control import (
     print_error,
     startup_faults,
 )
-from oncewire.fakes.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
-from oncewire.fakes.telegram_updates import (
+from oncewire.testing.fake_platform import ChatView, Fault
+from oncewire.testing.telegram_api_updates import (
     CLIENT,
     WEBHOOK_ACTIVE,
     UpdateMethods,
     Updates,
     Webhook,
 )
-from oncewire.fakes.telegram_updates import CONFLICT as CONFLICT
-from oncewire.fakes.telegram_updates import DELIVERY_TIMEOUT_SECONDS as DELIVERY_TIMEOUT_SECONDS
-from oncewire.fakes.telegram_updates import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
-from oncewire.fakes.telegram_updates import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
-from oncewire.fakes.telegram_updates import SECRET_HEADER as SECRET_HEADER
-from oncewire.platforms.base import (
-    TELEGRAM_LIKE,
-    Delivered,
-    Gone,
-    MaybeDelivered,
-    NotDelivered,
-    RejectedForGood,
-    WireOutcome,
+from oncewire.testing.telegram_api_updates import CONFLICT as CONFLICT
+from oncewire.testing.telegram_api_updates import (
+    DELIVERY_TIMEOUT_SECONDS as DELIVERY_TIMEOUT_SECONDS,
 )
-from oncewire.platforms.fake import ChatView, Fault
-from oncewire.replies.splitting import measure
-from oncewire.storage.replies import SendRequest
+from oncewire.testing.telegram_api_updates import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
+from oncewire.testing.telegram_api_updates import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
+from oncewire.testing.telegram_api_updates import SECRET_HEADER as SECRET_HEADER
+from oncewire.testing.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
 
 __all__ = ["USER_IDS_FROM", "WEBHOOK_ACTIVE", "TelegramFake", "main", "serve"]
 
@@ -421,7 +423,7 @@ def serve(host: str, port: int, fake: TelegramFake) -> FakeServer[TelegramFake]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = fake_parser("oncewire.fakes.telegram_api", name="telegram")
+    parser = fake_parser("oncewire.testing.telegram_api", name="telegram")
     parser.add_argument("--token", required=True, help="the only bot token the fake accepts")
     args = parser.parse_args(argv)
     try:

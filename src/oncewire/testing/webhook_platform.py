@@ -1,6 +1,6 @@
 """A fake generic webhook platform (a chat that cannot edit), run as its own process.
 
-``python -m oncewire.fakes.webhook_platform --port 0 --journal DIR [--name noedit]
+``python -m oncewire.testing.webhook_platform --port 0 --journal DIR [--name noedit]
 [--secret-env VAR] [--deliver-to URL] [--honour-idempotency-key] [--fault JSON]... [--host H]``
 prints ``ready port=N`` once it listens. The contract is oncewire's own (see
 :mod:`oncewire.gateway.platforms.webhook`):
@@ -16,12 +16,13 @@ prints ``ready port=N`` once it listens. The contract is oncewire's own (see
   delivers one again (a platform's re-delivery). Deliveries not yet answered 2xx are resumed by a
   restarted fake.
 
-What the chat shows is journaled by a :class:`~oncewire.platforms.fake.FakePlatform` to
-``DIR/chat.jsonl`` (fsync before the answer; :class:`~oncewire.platforms.fake.ChatView` reads
+What the chat shows is journaled by a :class:`~oncewire.testing.FakePlatform` to
+``DIR/chat.jsonl`` (fsync before the answer; :class:`~oncewire.testing.ChatView` reads
 it); inbound messages and delivery attempts go to ``DIR/inbound.jsonl``, honoured keys to
 ``DIR/keys.jsonl`` (both fsync), every call to ``DIR/calls.jsonl``. Faults are armed with
-``--fault`` or ``/control/fault`` in the fake platform's vocabulary (:mod:`oncewire.fakes.control`:
-``rate_limit`` is a 429 with ``Retry-After``, ``rejected`` a 403, ``conn_error`` a blackout);
+``--fault`` or ``/control/fault`` in the fake platform's vocabulary
+(:mod:`oncewire.testing.control`: ``rate_limit`` is a 429 with ``Retry-After``, ``rejected`` a
+403, ``conn_error`` a blackout);
 ``/control/release`` lets parked requests go on; ``/control/state`` reports deliveries and the
 faults fired.
 """
@@ -44,7 +45,14 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
-from oncewire.fakes.control import (
+from oncewire.replies.wire import (
+    NON_EDITABLE,
+    Delivered,
+    NotDelivered,
+    RejectedForGood,
+)
+from oncewire.storage.replies import SendRequest
+from oncewire.testing.control import (
     ControlHandler,
     FakeServer,
     PlatformFake,
@@ -55,14 +63,7 @@ from oncewire.fakes.control import (
     print_error,
     startup_faults,
 )
-from oncewire.platforms.base import (
-    NON_EDITABLE,
-    Delivered,
-    NotDelivered,
-    RejectedForGood,
-)
-from oncewire.platforms.fake import ChatView, Fault
-from oncewire.storage.replies import SendRequest
+from oncewire.testing.fake_platform import ChatView, Fault
 
 __all__ = ["WebhookFake", "main", "serve"]
 
@@ -319,7 +320,7 @@ def serve(host: str, port: int, fake: WebhookFake) -> FakeServer[WebhookFake]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = fake_parser("oncewire.fakes.webhook_platform", name="noedit")
+    parser = fake_parser("oncewire.testing.webhook_platform", name="noedit")
     parser.add_argument("--secret-env", help="the environment variable holding the HMAC secret")
     parser.add_argument("--deliver-to", help="the URL inbound messages are POSTed to")
     parser.add_argument("--honour-idempotency-key", action="store_true")

@@ -1,6 +1,6 @@
 """The journaled fake platform as its own process, and the adapter that talks to it.
 
-``python -m oncewire.platforms.fake serve --journal J --profile telegram --name fk_tg
+``python -m oncewire.testing serve --journal J --profile telegram --name fk_tg
 --socket S [--fault JSON]...`` serves one :class:`FakePlatform` on a Unix socket and prints
 ``ready`` once it listens. Each connection carries one request (a JSON line) and at most one
 answer (a JSON line):
@@ -25,13 +25,11 @@ import json
 import os
 import socket
 import socketserver
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from oncewire.platforms.fake import FakePlatform, Fault
 from oncewire.replies.wire import (
     Delivered,
     Gone,
@@ -42,6 +40,7 @@ from oncewire.replies.wire import (
     WireOutcome,
 )
 from oncewire.storage.replies import SendRequest
+from oncewire.testing.fake_platform import FakePlatform, Fault
 
 __all__ = ["FakePlatformClient", "serve"]
 
@@ -189,7 +188,7 @@ def main(argv: list[str]) -> int:
     from oncewire.replies.wire import DISCORD_LIKE, NON_EDITABLE, TELEGRAM_LIKE
 
     profiles = {p.name: p for p in (TELEGRAM_LIKE, DISCORD_LIKE, NON_EDITABLE)}
-    parser = argparse.ArgumentParser(prog="python -m oncewire.platforms.fake serve")
+    parser = argparse.ArgumentParser(prog="python -m oncewire.testing serve")
     parser.add_argument("--journal", type=Path, required=True)
     parser.add_argument("--profile", choices=sorted(profiles), required=True)
     parser.add_argument("--name", required=True)
@@ -201,7 +200,3 @@ def main(argv: list[str]) -> int:
         args.journal, profiles[args.profile], name=args.name, socket_path=args.socket, faults=faults
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -8,8 +8,8 @@ oldest first, to a URL until a 2xx answer confirms it (the webhook is kept in
 ``getUpdates`` answers 409 :data:`WEBHOOK_ACTIVE`. The webhook is set, removed and read under
 the store's condition, so a long poll never serves an update while a webhook is set.
 
-Separate from the chats' methods (:mod:`oncewire.fakes.telegram_api`), which only add updates:
-:class:`UpdateMethods` is mixed into :class:`~oncewire.fakes.telegram_api.TelegramFake`.
+Separate from the chats' methods (:mod:`oncewire.testing.telegram_api`), which only add updates:
+:class:`UpdateMethods` is mixed into :class:`~oncewire.testing.telegram_api.TelegramFake`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oncewire.fakes.control import CallLog, fsynced_append
-from oncewire.fakes.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
+from oncewire.testing.control import CallLog, fsynced_append
+from oncewire.testing.telegram_calls import ApiError, Reply, bad, int_param, json_param, truthy
 
 __all__ = [
     "CLIENT",
