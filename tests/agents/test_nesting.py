@@ -55,7 +55,7 @@ def _steps(db: str, run_key: str) -> list[int]:
 def _effects(db: str) -> dict[str, tuple[EffectState, int]]:
     ledger = oncewire.Ledger(db)
     try:
-        return {e.key: (e.state, e.attempts) for e in ledger.store.iter_effects()}
+        return {e.key: (e.state, e.attempts) for e in ledger.effects.list(limit=1000)}
     finally:
         ledger.close()
 

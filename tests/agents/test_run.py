@@ -38,7 +38,7 @@ def test_an_uninterrupted_run_ends_as_the_plain_sdk_run_and_a_second_call_replay
     ledger = oncewire.Ledger(db)
     try:
         assert [s.step for s in ledger.store.agent_list_steps("run-1")] == [0, 1, 2]
-        effects = {e.key: e.state for e in ledger.store.iter_effects()}
+        effects = {e.key: e.state for e in ledger.effects.list(limit=1000)}
         assert effects == {
             "agents/run-1/call-1": EffectState.DONE,
             "agents/run-1/call-2": EffectState.DONE,

@@ -16,6 +16,7 @@ import pytest
 from oncewire import EffectState, Ledger
 from oncewire.core.errors import StoreUnreachable
 from tests.chaos.conftest import PrivateCluster
+from tests.support.claims import settle_and_claim
 from tests.support.pg import fresh_schema
 
 
@@ -54,8 +55,14 @@ def test_calls_fail_transient_while_the_server_is_down_and_work_again_after(
                 "accept": lambda: ledger.accept("during", "k", {"n": 2}),
                 "read": lambda: ledger.effects.get("before"),
                 "snapshot": lambda: _snapshot_read(ledger, "before"),
-                "claim": lambda: ledger.store.settle_and_claim(
-                    [], owner="o", now=ledger.clock.now(), lease_seconds=5, limit=5, kinds=None
+                "claim": lambda: settle_and_claim(
+                    ledger.store,
+                    [],
+                    owner="o",
+                    now=ledger.clock.now(),
+                    lease_seconds=5,
+                    limit=5,
+                    kinds=None,
                 ),
             }
             for name, call in calls.items():

@@ -24,6 +24,7 @@ import pytest
 from oncewire.storage import Store
 from oncewire.storage.records import Claim, Effect, EffectState, Settlement
 from oncewire.storage.sqlite import SQLiteStore
+from tests.support.claims import settle_and_claim
 from tests.support.pg import migrated_schema, server_url
 
 T0 = 1_800_000_000.0  # every contract test's "now": verbs take time as an argument
@@ -197,14 +198,20 @@ class Arrange:
         limit: int = 100,
         kinds: Sequence[str] | None = None,
     ) -> list[Claim]:
-        _, claims = self.store.settle_and_claim(
-            [], owner=owner, now=now, lease_seconds=lease_seconds, limit=limit, kinds=kinds
+        _, claims = settle_and_claim(
+            self.store,
+            [],
+            owner=owner,
+            now=now,
+            lease_seconds=lease_seconds,
+            limit=limit,
+            kinds=kinds,
         )
         return claims
 
     def settle(self, *settlements: Settlement, now: float = T0) -> list[bool]:
-        applied, claims = self.store.settle_and_claim(
-            settlements, owner="nobody", now=now, lease_seconds=30.0, limit=0
+        applied, claims = settle_and_claim(
+            self.store, settlements, owner="nobody", now=now, lease_seconds=30.0, limit=0
         )
         assert claims == []
         return applied

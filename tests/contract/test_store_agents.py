@@ -24,8 +24,7 @@ def test_a_recorded_step_is_read_back_as_it_was_written(store: Store, raw: RawDa
     stored, created = record(store, "run-1", 0, '{"output":[]}')
     assert created
     assert stored == AgentStep("run-1", 0, "a" * 64, '{"output":[]}', T0)
-    assert store.agent_get_step("run-1", 0) == stored
-    assert store.agent_get_step("run-1", 1) is None
+    assert store.agent_list_steps("run-1") == [stored]
     assert raw.query("SELECT run_key, step, response FROM oncewire_agent_steps") == [
         ("run-1", 0, '{"output":[]}')
     ]
@@ -49,22 +48,13 @@ def test_steps_are_listed_in_order_and_per_run(store: Store) -> None:
     assert store.agent_list_steps("run-3") == []
 
 
-def test_deleting_a_runs_steps_leaves_the_other_runs(store: Store) -> None:
-    record(store, "run-1", 0)
-    record(store, "run-1", 1)
-    record(store, "run-2", 0)
-    assert store.agent_delete_steps("run-1") == 2
-    assert store.agent_list_steps("run-1") == []
-    assert len(store.agent_list_steps("run-2")) == 1
-
-
 def test_a_step_recorded_in_a_transaction_that_fails_is_not_kept(store: Store) -> None:
     with pytest.raises(RuntimeError), store.transaction() as tx:
         store.agent_record_step_in_tx(
             tx, run_key="run-1", step=0, request_digest="a" * 64, response_json="{}", now=T0
         )
         raise RuntimeError("the caller's own write failed")
-    assert store.agent_get_step("run-1", 0) is None
+    assert store.agent_list_steps("run-1") == []
 
 
 def test_a_negative_step_is_refused_by_the_database(store: Store) -> None:

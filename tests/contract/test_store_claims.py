@@ -10,6 +10,7 @@ import pytest
 from oncewire.core.errors import EffectNotFound, InvalidState
 from oncewire.storage import Store
 from oncewire.storage.records import EffectState, Settlement
+from tests.support.claims import settle_and_claim
 
 from .conftest import T0, Arrange, RawDatabase
 
@@ -196,8 +197,8 @@ def test_settlements_are_applied_before_the_claim_in_the_same_call(
     arrange.add("k")
     (first,) = arrange.claim(now=T0)
     retry_now = Settlement(first.id, first.fence, S.PENDING, last_error="503", not_before=T0 + 1)
-    applied, claims = store.settle_and_claim(
-        [retry_now], owner="w1", now=T0 + 1, lease_seconds=30, limit=5
+    applied, claims = settle_and_claim(
+        store, [retry_now], owner="w1", now=T0 + 1, lease_seconds=30, limit=5
     )
     assert applied == [True]
     assert [(c.key, c.attempt, c.fence, c.redelivery) for c in claims] == [("k", 2, 2, False)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from oncewire.storage import Store
 from oncewire.storage.records import EffectState, Settlement
+from tests.support.claims import settle_and_claim
 
 from .conftest import T0, Arrange, RawDatabase
 
@@ -95,7 +96,8 @@ def test_the_keys_filter_claims_only_the_keys_given_and_of_the_kinds_given(
     arrange.add("d", kind="sms")
 
     def claimed(**kw: object) -> list[str]:
-        _, claims = store.settle_and_claim(
+        _, claims = settle_and_claim(
+            store,
             [],
             owner="w1",
             now=T0,

@@ -44,9 +44,8 @@ def test_append_chains_entries_and_moves_the_head(store: Store, raw: RawDatabase
     again = store.lg_append("t", [_writes("c1")], sealer=_sealer(), holder=None, now=T0)
     assert again is not None and again.head.head_seq == 3
     assert raw.query("SELECT idx, seq FROM oncewire_lg_writes ORDER BY idx") == [(-1, 3), (0, 2)]
-    found = store.lg_get_checkpoint("t", "", None)
-    assert found is not None
-    row, writes, head = found
+    row, writes, head = store.lg_read_checkpoint("t", "", None)
+    assert row is not None
     assert (row.checkpoint_id, row.checkpoint, row.entry.seq if row.entry else None) == (
         "c1",
         b"cp-c1",

@@ -26,6 +26,7 @@ from oncewire import Ledger, Receipts
 from oncewire.cli import cli
 from oncewire.storage.records import EffectState, Settlement
 from oncewire.testing import ManualClock
+from tests.support.claims import settle_and_claim
 
 BIN = Path(sys.executable).parent
 ONCEWIRE = shutil.which("oncewire", path=str(BIN)) or shutil.which("oncewire")
@@ -111,10 +112,17 @@ def store_db(tmp_path: Path) -> Path:
         ledger.accept("done-1", "charge", {"cents": 1999})
         ledger.accept("cancelled-1", "mail", {"to": "bob@example.com"})
         ledger.effects.cancel("cancelled-1")
-        (claim,) = ledger.store.settle_and_claim(
-            [], owner="t", now=clock.now(), lease_seconds=30, limit=1, kinds=["charge"]
+        (claim,) = settle_and_claim(
+            ledger.store,
+            [],
+            owner="t",
+            now=clock.now(),
+            lease_seconds=30,
+            limit=1,
+            kinds=["charge"],
         )[1]
-        ledger.store.settle_and_claim(
+        settle_and_claim(
+            ledger.store,
             [Settlement(claim.id, claim.fence, EffectState.DONE, '{"charge":"ch_1"}')],
             owner="t",
             now=clock.now(),

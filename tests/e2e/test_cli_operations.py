@@ -16,6 +16,7 @@ import pytest
 
 from oncewire import Ledger
 from oncewire.testing import ManualClock
+from tests.support.claims import settle_and_claim
 from tests.support.pg import fresh_schema, server_url
 
 APP = """
@@ -233,8 +234,8 @@ def test_doctor_warns_about_claims_past_their_lease(tmp_path: Path) -> None:
     earlier = time.time() - 1000
     with Ledger(str(db), clock=ManualClock(earlier)) as ledger:
         ledger.accept("stuck", "note", {})
-        _, claims = ledger.store.settle_and_claim(
-            [], owner="elsewhere:1:1:x", now=earlier, lease_seconds=1, limit=1
+        _, claims = settle_and_claim(
+            ledger.store, [], owner="elsewhere:1:1:x", now=earlier, lease_seconds=1, limit=1
         )
     assert [c.key for c in claims] == ["stuck"]
     ran = oncewire("doctor", "--db", str(db), cwd=tmp_path)

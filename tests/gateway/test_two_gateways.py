@@ -153,8 +153,11 @@ turn_lease_seconds = 6
 
     def lease_owners(self) -> dict[str, tuple[str | None, int]]:
         with self.ledger() as ledger:
-            leases = ledger.store.list_leases()
-        return {lease.name.split(":")[1]: (lease.owner, lease.fence) for lease in leases}
+            found = {
+                name: ledger.store.get_lease(f"bot:{name}:{token.split(':')[0]}")
+                for name, (token, _) in BOTS.items()
+            }
+        return {name: (lease.owner, lease.fence) for name, lease in found.items() if lease}
 
     def inbounds(self) -> dict[str, list[Any]]:
         with self.ledger() as ledger:

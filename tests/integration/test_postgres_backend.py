@@ -15,6 +15,7 @@ import pytest
 from oncewire import Dispatcher, Ledger, Receipts
 from oncewire.storage.postgres.driver import fresh_schema as fresh_schema_sql
 from oncewire.storage.postgres.driver import migrate, migrations
+from tests.support.claims import settle_and_claim
 from tests.support.pg import fresh_schema, server_url
 
 
@@ -118,20 +119,20 @@ def test_a_stale_fence_is_refused_across_connections(pg_url: str) -> None:
     with Ledger(pg_url) as ledger:
         ledger.accept("k", "note", {})
         now = time.time()
-        _, (first,) = ledger.store.settle_and_claim(
-            [], owner="a:1:1:x", now=now, lease_seconds=0.01, limit=1
+        _, (first,) = settle_and_claim(
+            ledger.store, [], owner="a:1:1:x", now=now, lease_seconds=0.01, limit=1
         )
         assert ledger.store.release_claims(now=now + 1) == 1
-        _, (second,) = ledger.store.settle_and_claim(
-            [], owner="b:1:1:x", now=now + 1, lease_seconds=30, limit=1
+        _, (second,) = settle_and_claim(
+            ledger.store, [], owner="b:1:1:x", now=now + 1, lease_seconds=30, limit=1
         )
         assert second.fence == first.fence + 1 and second.redelivery
         from oncewire.storage.records import EffectState, Settlement
 
         late = Settlement(first.id, first.fence, EffectState.DONE, '{"by":"a"}')
         fresh = Settlement(second.id, second.fence, EffectState.DONE, '{"by":"b"}')
-        applied, _ = ledger.store.settle_and_claim(
-            [late, fresh], owner="b:1:1:x", now=now + 2, lease_seconds=30, limit=0
+        applied, _ = settle_and_claim(
+            ledger.store, [late, fresh], owner="b:1:1:x", now=now + 2, lease_seconds=30, limit=0
         )
         assert applied == [False, True]
         assert ledger.effects.get("k").result == {"by": "b"}

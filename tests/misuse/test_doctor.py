@@ -19,6 +19,7 @@ from oncewire.cli import main
 from oncewire.storage.records import EffectState, Settlement
 from oncewire.testing import ManualClock
 from tests.contract.conftest import RawDatabase
+from tests.support.claims import settle_and_claim
 from tests.support.pg import fresh_schema, server_url
 
 
@@ -102,11 +103,12 @@ def test_dead_and_rejected_effects_are_warnings(
 ) -> None:
     ledger.accept("r", "mail", {})
     ledger.accept("d", "mail", {}, max_attempts=1)
-    _, claims = ledger.store.settle_and_claim(
-        [], owner="t", now=clock.now(), lease_seconds=30, limit=2
+    _, claims = settle_and_claim(
+        ledger.store, [], owner="t", now=clock.now(), lease_seconds=30, limit=2
     )
     states = {"r": EffectState.REJECTED, "d": EffectState.DEAD}
-    ledger.store.settle_and_claim(
+    settle_and_claim(
+        ledger.store,
         [Settlement(c.id, c.fence, states[c.key], last_error="no") for c in claims],
         owner="t",
         now=clock.now(),

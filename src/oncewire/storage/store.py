@@ -20,7 +20,7 @@ Each backend keeps its schema as numbered SQL files and translates its driver's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -31,7 +31,6 @@ from oncewire.storage.opening import (
     check_open_timeout,
     open_with_retries,
 )
-from oncewire.storage.records import Effect, EffectState
 from oncewire.storage.transaction import GuardedTransaction, Transaction, store_transaction
 from oncewire.storage.verbs.agents import AgentVerbs
 from oncewire.storage.verbs.agents_sessions import AgentSessionVerbs
@@ -221,14 +220,3 @@ class Store(
         """For ``oncewire doctor``: a write probe (always rolled back), the backend's integrity
         check, and the schema's objects compared with the packaged ``schema.sql``."""
         return self.db.inspect()
-
-    def iter_effects(
-        self, *, states: Sequence[EffectState] = (), page: int = 500
-    ) -> Iterator[Effect]:
-        after = 0
-        while True:
-            rows = self.list_effects(states=states, limit=page, after_id=after)
-            yield from rows
-            if len(rows) < page:
-                return
-            after = rows[-1].id

@@ -14,7 +14,3 @@ SELECT run_key, step, request_digest, response, created_at
 -- name: agent_list_steps
 SELECT run_key, step, request_digest, response, created_at
   FROM oncewire_agent_steps WHERE run_key = :run_key ORDER BY step
-
--- name: agent_delete_steps
--- A run's recorded steps, removed by an operator (its effects stay: they are the outbox's).
-DELETE FROM oncewire_agent_steps WHERE run_key = :run_key

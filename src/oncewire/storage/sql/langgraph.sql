@@ -54,21 +54,6 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SE
     channel = excluded.channel, type = excluded.type, value = excluded.value,
     task_path = excluded.task_path, seq = excluded.seq
 
--- name: lg_get_checkpoint
--- One checkpoint (the newest of the namespace when checkpoint_id is NULL) with the chain entry
--- that wrote it and its thread's head; a missing entry or head reads as NULLs (a broken
--- history, never a skipped row).
-SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.seq, c.type,
-       c.checkpoint, c.metadata_type, c.metadata, e.seq, e.kind, e.material, e.prev_hash, e.hash,
-       t.chain, t.key_id, t.head_seq, t.head_hash
-  FROM oncewire_lg_checkpoints c
-  LEFT JOIN oncewire_lg_chain e ON e.thread_id = c.thread_id AND e.seq = c.seq
-  LEFT JOIN oncewire_lg_threads t ON t.thread_id = c.thread_id
- WHERE c.thread_id = :thread_id AND c.checkpoint_ns = :checkpoint_ns
-   AND (CAST(:checkpoint_id AS TEXT) IS NULL OR c.checkpoint_id = :checkpoint_id)
- ORDER BY c.checkpoint_id DESC
- LIMIT 1
-
 -- name: lg_advance_held
 -- The fast append's compare and set: the head moves from (prev_seq, prev_hash), the head its
 -- writer last knew, only while :owner still holds the thread's lease under :fence. The lease row

@@ -31,6 +31,3 @@ UPDATE oncewire_leases SET owner = NULL, expires_at = :now, updated_at = :now
 
 -- name: get_lease
 SELECT name, owner, fence, expires_at, updated_at FROM oncewire_leases WHERE name = :name
-
--- name: list_leases
-SELECT name, owner, fence, expires_at, updated_at FROM oncewire_leases ORDER BY name

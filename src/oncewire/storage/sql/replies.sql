@@ -194,9 +194,6 @@ UPDATE oncewire_replies
    AND state IN ('open', 'committed')
 RETURNING {reply_columns}
 
--- name: reply_lease_holders
-SELECT DISTINCT lease_owner FROM oncewire_replies WHERE lease_owner IS NOT NULL
-
 -- name: release_reply
 -- Give a lease back (only its owner can); a NULL not_before or last_error keeps the stored one.
 UPDATE oncewire_replies

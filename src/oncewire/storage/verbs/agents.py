@@ -48,18 +48,7 @@ class AgentVerbs:
         assert row is not None  # inserted, or the row the insert conflicted with
         return AgentStep.from_row(row), bool(inserted)
 
-    def agent_get_step(self, run_key: str, step: int) -> AgentStep | None:
-        rows = self.db.read(self.db.queries.agent_get_step, run_key=run_key, step=step)
-        return AgentStep.from_row(rows[0]) if rows else None
-
     def agent_list_steps(self, run_key: str) -> list[AgentStep]:
         """Every recorded step of ``run_key``, in order."""
         rows = self.db.read(self.db.queries.agent_list_steps, run_key=run_key)
         return [AgentStep.from_row(row) for row in rows]
-
-    def agent_delete_steps(self, run_key: str) -> int:
-        """Remove the recorded steps of ``run_key`` (operator-only: a run started again with
-        that key then calls its model anew); how many were removed."""
-        db = self.db
-        with db.write("deleting an agent run's steps") as conn:
-            return db.run(conn, db.queries.agent_delete_steps, run_key=run_key)

@@ -262,44 +262,6 @@ class EffectVerbs:
         return counts
 
     # -- claiming and settling ---------------------------------------------------------------
-    def settle_and_claim(
-        self,
-        settlements: Sequence[Settlement],
-        *,
-        owner: str,
-        now: float,
-        lease_seconds: float,
-        limit: int,
-        kinds: Sequence[str] | None = None,
-        keys: Sequence[str] | None = None,
-    ) -> tuple[list[bool], list[Claim]]:
-        """In one transaction: apply ``settlements``, then claim up to ``limit`` due effects,
-        every claim recorded as starting (its sink is to be called as soon as this returns).
-
-        ``kinds`` limits the claim to effects this worker has sinks for (None: any kind);
-        ``keys`` to the effects with those keys (None: any key), for a worker that may perform
-        only some of a kind's effects (the MCP proxy: the calls its own client waits for).
-
-        Each settlement applies only if its effect is still claimed under its fence; the first
-        list says which did. Claiming bumps the fence and the attempt count and leases the
-        effect to ``owner`` until ``now + lease_seconds``. Past-deadline effects are not claimed.
-        An effect an owner died on while its sink ran (``recoveries``) is claimed alone, before
-        anything else that is due.
-
-        A claimed payload stored around oncewire that is not UTF-8 is returned as undecodable
-        text where the driver cannot read it otherwise (:meth:`Driver.tolerant`)."""
-        step = self.dispatch_step(
-            settlements,
-            owner=owner,
-            now=now,
-            lease_seconds=lease_seconds,
-            limit=limit,
-            kinds=kinds,
-            keys=keys,
-            mark=limit,
-        )
-        return step.applied, step.claims
-
     def dispatch_step(
         self,
         settlements: Sequence[Settlement],
@@ -327,8 +289,17 @@ class EffectVerbs:
         without, none is claimed (a batch never takes one).
 
         ``starting`` is fenced like a settlement: a claim released or cancelled meanwhile is
-        left out of :attr:`DispatchStep.started`, and its sink must not be called. ``kinds``
-        and ``keys`` limit what is claimed, suspects included (:meth:`settle_and_claim`)."""
+        left out of :attr:`DispatchStep.started`, and its sink must not be called.
+
+        Each settlement applies only if its effect is still claimed under its fence
+        (:attr:`DispatchStep.applied` says which did). Claiming bumps the fence and the attempt
+        count and leases the effect to ``owner`` until ``now + lease_seconds``; past-deadline
+        effects are not claimed. ``kinds`` limits the claim, suspects included, to effects this
+        worker has sinks for (None: any kind); ``keys`` to the effects with those keys (None:
+        any key), for a worker that may perform only some of a kind's effects (the MCP proxy:
+        the calls its own client waits for). A claimed payload stored around oncewire that is
+        not UTF-8 is returned as undecodable text where the driver cannot read it otherwise
+        (:meth:`Driver.tolerant`)."""
         scope = _scope(kinds, keys)
         return self.db.tolerant(
             lambda: self._dispatch_step(

@@ -363,33 +363,6 @@ class LangGraphVerbs:
         rows = self.db.read(self.db.queries.lg_thread_page, after=after, limit=limit)
         return [ThreadSummary.from_row(r) for r in rows]
 
-    def lg_get_checkpoint(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
-    ) -> tuple[CheckpointRow, list[WriteRow], ThreadHead | None] | None:
-        """One checkpoint (the namespace's newest when ``checkpoint_id`` is None), its pending
-        writes and its thread's chain head, read at one moment of the store."""
-        db, q = self.db, self.db.queries
-        with db.translate_errors("reading a LangGraph checkpoint"), db.snapshot() as conn:
-            row = db.one(
-                conn,
-                q.lg_get_checkpoint,
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                checkpoint_id=checkpoint_id,
-            )
-            if row is None:
-                return None
-            found = CheckpointRow.from_row(row)
-            writes = db.all(
-                conn,
-                q.lg_get_writes,
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                checkpoint_id=found.checkpoint_id,
-            )
-        head = None if row[16] is None else ThreadHead.from_row(thread_id, row[14:18])
-        return found, [WriteRow.from_row(w) for w in writes], head
-
     def lg_list_checkpoints(
         self,
         *,

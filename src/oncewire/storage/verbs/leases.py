@@ -147,6 +147,3 @@ class LeaseVerbs:
     def get_lease(self, name: str) -> Lease | None:
         rows = self.db.read(self.db.queries.get_lease, name=name)
         return Lease.from_row(rows[0]) if rows else None
-
-    def list_leases(self) -> list[Lease]:
-        return [Lease.from_row(row) for row in self.db.read(self.db.queries.list_leases)]

@@ -244,9 +244,6 @@ class ReplyVerbs:
             )
         return Reply.from_row(row) if row is not None else None
 
-    def reply_lease_holders(self) -> list[str]:
-        return [row[0] for row in self.db.read(self.db.queries.reply_lease_holders)]
-
     def release_reply(
         self,
         reply_id: int,
@@ -268,11 +265,6 @@ class ReplyVerbs:
                 reply_id=reply_id,
                 owner=owner,
             )
-
-    def set_reply_marked(self, reply_id: int, *, now: float) -> None:
-        db = self.db
-        with db.write("recording the marker decision") as conn:
-            db.run(conn, db.queries.mark_reply, reply_id=reply_id, now=now)
 
     def _finish_reply_in(
         self, conn: Any, reply_id: int, state: ReplyState, now: float, last_error: str | None
