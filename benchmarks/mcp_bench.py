@@ -213,8 +213,56 @@ def print_table(results: dict[str, Any], n: int) -> None:
             print(f"{'':10} {server:8} {'split':7} p50 ms: {split}")
 
 
+# What each segment of a proxied call holds, on the proxy's code path (oncewire.mcp.proxy and
+# oncewire.mcp.proxy_dispatch): the closing note names them with their measured share.
+SEGMENT_PATH = {
+    "to_accept": "the client's line into the proxy, parsed, the tools/list check, the accept "
+    "transaction begun on a worker thread",
+    "accept_to_call": "the accept's commit, the dispatcher thread woken, the claim and its "
+    "start mark committed",
+    "server_call": "the hop from the dispatcher thread to the event loop, the request to the "
+    "server, its work and its answer back",
+    "settle_to_client": "the settle's commit, the waiting call woken, the effect read back "
+    "and the answer written to the client",
+}
+COMMITS_PER_CALL = 3  # accept; claim with its start mark; settle
+
+
+def closing_note(results: dict[str, Any]) -> list[str]:
+    """Where the proxy's added time goes: what each segment of the split holds on the proxy's
+    code path, then per backend and server the added p50 as the sum of its parts (the server's
+    call counted only beyond the direct call's p50) and the share of the store's commits."""
+    lines = ["", "Where the proxy's added time goes (p50 ms; the split by the store's stamps):"]
+    lines += [f"  {name:16} {SEGMENT_PATH[name]}" for name in SEGMENTS]
+    for backend, figures in results.items():
+        for server in ("log", "tickets"):
+            f = figures[server]
+            split = {name: v["p50"] for name, v in f["segments_ms"].items()}
+            if set(split) != set(SEGMENTS):
+                continue
+            beyond = split["server_call"] - f["direct"]["p50_ms"]
+            commits = split["accept_to_call"] + split["settle_to_client"]
+            added = f["added_p50_ms"]
+            share = f" ({commits / added:.0%} of it)" if added > 0 else ""
+            lines.append(
+                f"  {backend}/{server}: +{added:.2f} ~ to_accept {split['to_accept']:.2f}"
+                f" + accept_to_call {split['accept_to_call']:.2f}"
+                f" + server_call beyond the direct call {beyond:.2f}"
+                f" + settle_to_client {split['settle_to_client']:.2f};"
+                f" the segments with the commits {commits:.2f}{share}"
+            )
+    lines.append(
+        f"  Per call the proxy commits {COMMITS_PER_CALL} transactions (the accept, the claim "
+        "with its start mark, the settle) and reads the effect back once, each through a thread "
+        "hand-off; the rest is one more process hop each way (client to proxy to server)."
+    )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n", 1)[0].split()),
+    )
     parser.add_argument("-n", type=int, default=200, help="counted calls per loop")
     parser.add_argument("--warmup", type=int, default=10, help="uncounted calls first")
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="sqlite")
@@ -227,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             results[backend] = run_backend(backend, args.db, Path(folder), args.n, args.warmup)
     print_table(results, args.n)
+    note = closing_note(results)
+    print("\n".join(note))
     if args.json is not None:
         document = {
             "benchmark": "mcp_proxy",
@@ -236,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             "n": args.n,
             "warmup": args.warmup,
             "results": results,
+            "note": "\n".join(note).strip(),
         }
         args.json.write_text(json.dumps(document, indent=2), encoding="utf-8")
     return 0

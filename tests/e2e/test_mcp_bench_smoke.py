@@ -58,3 +58,9 @@ def test_mcp_bench_with_a_tiny_count_reports_every_figure(tmp_path: Path) -> Non
             assert set(figure["segments_ms"]) == SEGMENTS, (backend, server)
     for word in ("floor", "direct", "proxy", "split", "tickets", "log"):
         assert word in done.stdout, word
+    # The closing note: where the added time goes, for every backend and server.
+    assert "Where the proxy's added time goes" in done.stdout
+    assert document["note"].startswith("Where the proxy's added time goes")
+    for backend in ("sqlite", "postgresql"):
+        for server in ("log", "tickets"):
+            assert f"{backend}/{server}: +" in document["note"], (backend, server)

@@ -29,6 +29,10 @@ def text(result: object) -> str:
 def test_lists_resources_and_prompts_pass_through_unchanged(shared: Shared) -> None:
     async def scenario(session: ClientSession) -> None:
         async with direct(shared.log) as plain:
+            # The handshake's result as the server gave it: protocol version, capabilities,
+            # serverInfo and instructions, nothing added or taken away by the proxy.
+            assert plain.initialize_result is not None and session.initialize_result is not None
+            assert session.initialize_result.model_dump() == plain.initialize_result.model_dump()
             expected = (
                 (await plain.list_tools()).model_dump(),
                 (await plain.list_resources()).model_dump(),
@@ -49,6 +53,22 @@ def test_lists_resources_and_prompts_pass_through_unchanged(shared: Shared) -> N
 
     shared.run(scenario)
     assert shared.effects() == []
+
+
+@SQLITE_BY_DEFAULT
+def test_a_servers_experimental_capabilities_reach_the_client_unchanged(
+    db_url: str, upstream_log: Path
+) -> None:
+    """The deduplicates capability the proxy reads is the client's to read too: the proxy
+    relays the handshake, it does not answer it."""
+
+    async def scenario() -> None:
+        async with proxied(db_url, upstream_log, UPSTREAM_DEDUP="1") as session:
+            assert session.initialize_result is not None
+            experimental = session.initialize_result.capabilities.experimental
+            assert experimental == {"io.oncewire/deduplicates": {"version": 1}}
+
+    anyio.run(scenario)
 
 
 def test_a_call_is_one_effect_and_a_repeat_is_answered_from_the_store(shared: Shared) -> None:

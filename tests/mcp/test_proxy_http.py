@@ -220,3 +220,29 @@ def test_a_bad_listen_address_is_refused_before_the_store_is_opened(tmp_path: Pa
         assert ran.returncode == 1, (bad, ran.stderr)
         assert ran.stderr.startswith("error: --listen takes HOST:PORT"), ran.stderr
         assert not db.exists()
+
+
+@SQLITE_BY_DEFAULT
+def test_a_streamable_http_server_that_dies_with_the_call_in_flight_is_an_unknown_outcome(
+    db_url: str, raw: Raw, upstream_log: Path, http_upstream: str
+) -> None:
+    """The server's process exits after the request reached it: the SDK's transport resolves
+    the request with its connection-closed error (-32000), which does not say the call did not
+    run. The call is answered "outcome unknown" and recorded dead, maybe sent, never refused."""
+    import mcp_types
+
+    from oncewire.mcp.proxy_calls import CONNECTION_CLOSED
+
+    assert mcp_types.CONNECTION_CLOSED == CONNECTION_CLOSED  # the code the proxy reads so
+
+    async def scenario() -> None:
+        async with proxied(db_url, upstream_log, "--upstream", http_upstream) as session:
+            with anyio.fail_after(60):
+                result = await session.call_tool("exit_now", {}, meta={KEY: "hx-1"})
+            assert result.is_error
+            assert text(result).startswith("outcome unknown: the tool may or may not have run")
+
+    anyio.run(scenario)
+    [effect] = raw.effects()
+    assert (effect["key"], effect["state"], effect["maybe_sent"]) == ("hx-1", "dead", True)
+    assert [c["tool"] for c in calls_logged(upstream_log)] == ["exit_now"]

@@ -1,7 +1,8 @@
 """What the operator's tools see of a proxied call: ``oncewire mcp proxy --otel`` makes the
 spans of its effect (the proxy a real child process, OpenTelemetry's global provider set in it
-as ``opentelemetry-instrument`` would, every span written to a file as it ends), and
-``oncewire effects show`` prints its payload and result."""
+as ``opentelemetry-instrument`` would, every span written to a file as it ends),
+``oncewire effects show`` prints its payload and result, and the dashboard (``oncewire ui``, a
+real child process fetched over plain HTTP) lists it under its kind and opens it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -17,6 +19,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.mcp.conftest import ROOT, SQLITE_BY_DEFAULT, Raw, Shared, calls_logged, child_env
+from tests.ui.support import fetch, server
 
 pytest.importorskip("opentelemetry.sdk", reason="needs the otel extra")
 
@@ -87,6 +90,26 @@ def test_effects_show_prints_a_proxied_calls_payload_and_result(shared: Shared) 
     table = subprocess.run(show, capture_output=True, text=True, check=True).stdout
     assert '"arguments": {"amount": 6, "note": "for show"}' in table
     assert '"text": "charged 6"' in table
+
+
+def test_the_dashboard_lists_a_proxied_call_under_its_kind_and_opens_it(shared: Shared) -> None:
+    key = shared.key("dashboard-1")
+
+    async def scenario(session: ClientSession) -> None:
+        await session.call_tool(
+            "charge", {"amount": 8, "note": "on the dashboard"}, meta={KEY: key}
+        )
+
+    shared.run(scenario)
+    with server(shared.url) as ui:
+        listed = fetch(f"{ui.url}/effects?kind=mcp.pay.charge")
+        assert listed.status == 200, listed.text[:500]
+        assert f'data-key="{key}"' in listed.text
+        opened = fetch(f"{ui.url}/effects/{quote(key, safe='')}")
+        assert opened.status == 200, opened.text[:500]
+        assert 'id="effect-key"' in opened.text and key in opened.text
+        for shown in ("mcp.pay.charge", "done", "on the dashboard", "charged 8"):
+            assert shown in opened.text, shown
 
 
 def test_otel_from_the_environment_says_when_no_provider_is_configured(tmp_path: Path) -> None:

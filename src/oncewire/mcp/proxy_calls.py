@@ -24,8 +24,9 @@ The conventions (the integrator's docs/mcp.md repeats them):
   without calling the server. A JSON-RPC error from the server is ``rejected`` (the server
   refused the call): the live call is answered with that error, a repeat with an ``isError``
   result saying the tool refused it; but an internal error (-32603, which the SDK's HTTP
-  transport also gives for an HTTP 5xx) or a parse error (-32700) does not say the call did not
-  run: its outcome is unknown.
+  transport also gives for an HTTP 5xx), a parse error (-32700) or a connection-closed error
+  (-32000, which the SDK's HTTP transport gives when the response stream ends without an
+  answer) does not say the call did not run: its outcome is unknown.
 * **outcome unknown** (the proxy died after forwarding, the server exited or timed out with the
   call in flight, the client cancelled it after it left): the effect ends ``dead`` (or
   ``cancelled``) with the store's ``maybe_sent``, and the call, and every repeat of its key, is
@@ -184,10 +185,15 @@ def accept(ledger: Ledger, key: str, kind: str, payload: dict[str, Any], attempt
         raise BadCall(f"the call cannot be recorded, so it was not forwarded: {exc}") from exc
 
 
+# The error the SDK's streamable HTTP transport resolves a request with when the response
+# stream ends without an answer (the server died or the connection broke after the request
+# left): mcp_types.CONNECTION_CLOSED.
+CONNECTION_CLOSED = -32000
 # JSON-RPC errors that do not say the call did not run: the server failed while handling it
-# (internal error; the SDK's transports also answer it for an HTTP 5xx), or its answer could not
-# be read (parse error). Every other code is the server refusing the call.
-MAYBE_RAN_CODES = frozenset({INTERNAL_ERROR, -32700})
+# (internal error; the SDK's transports also answer it for an HTTP 5xx), its answer could not
+# be read (parse error), or the connection ended before it came (connection closed). Every
+# other code is the server refusing the call.
+MAYBE_RAN_CODES = frozenset({INTERNAL_ERROR, -32700, CONNECTION_CLOSED})
 
 
 def error_outcome(error: Any) -> MaybeSent | Rejected:
