@@ -1,9 +1,12 @@
 """The examples of docs/agents.md run as shown, in a child process in a fresh folder, and twice:
 the second run answers from the record (nothing asked of the model, no second ticket). The MCP
-example runs through a real ``oncewire mcp proxy`` and docs/mcp.md's server."""
+example runs through a real ``oncewire mcp proxy`` and docs/mcp.md's server. The example with a
+real model needs a key, so it is not run: it is checked to be the scripted one with its model
+swapped."""
 
 from __future__ import annotations
 
+import ast
 import os
 import sqlite3
 import subprocess
@@ -40,6 +43,47 @@ def test_the_documented_example_runs_as_shown(tmp_path: Path) -> None:
 
 def _block(page: str, first: str) -> str:
     return code_block(f"docs/{page}", first)
+
+
+def _statements(code: str) -> dict[str, str]:
+    """The example's top-level statements by what they bind or do, as AST dumps."""
+    found: dict[str, str] = {}
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = ast.dump(node)
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = ast.dump(node.value)
+        else:
+            found.setdefault("other", "")
+            found["other"] += ast.dump(node)
+    return found
+
+
+def test_the_real_model_example_is_the_scripted_one_with_its_model_swapped() -> None:
+    scripted = _statements(_example())
+    real = _statements(_block("agents.md", "# The same clerk with a real model"))
+    # The tool, the receiver, the ledger and the durable run are the scripted example's.
+    for name in ("open_ticket", "receipts", "ledger", "result"):
+        assert real[name] == scripted[name], name
+    assert "model" not in real  # no script
+    agent = ast.parse(_block("agents.md", "# The same clerk with a real model"))
+    [call] = [
+        node.value
+        for node in agent.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "agent"
+    ]
+    assert isinstance(call, ast.Call)
+    keywords = {k.arg: k.value for k in call.keywords}
+    assert isinstance(keywords["model"], ast.Constant) and keywords["model"].value == "gpt-5-mini"
+    scripted_agent = ast.parse(_example())
+    [scripted_call] = [
+        node.value
+        for node in scripted_agent.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "agent"
+    ]
+    assert isinstance(scripted_call, ast.Call)
+    others = {k.arg: ast.dump(k.value) for k in scripted_call.keywords if k.arg != "model"}
+    assert {k: ast.dump(v) for k, v in keywords.items() if k != "model"} == others
 
 
 def test_the_documented_mcp_example_runs_as_shown_through_the_proxy(tmp_path: Path) -> None:

@@ -180,3 +180,44 @@ def test_a_handoff_and_an_agent_used_as_a_tool_are_durable_and_replayed(db: str)
 def test_current_attempt_outside_a_durable_tool_says_there_is_no_key() -> None:
     with pytest.raises(oncewire.errors.InvalidState, match=r"oncewire\.agents\.run"):
         durable.current_attempt()
+
+
+def test_a_local_shell_tool_is_not_an_effect_and_runs_again_when_its_step_is_replayed(
+    db: str,
+) -> None:
+    # docs/agents.md: the SDK's local tools that are not function tools (here ShellTool with a
+    # local executor) run outside the invocation oncewire sees, so they are not durable.
+    from agents import ShellTool
+    from agents.testing import ModelStep
+    from openai.types.responses import ResponseFunctionShellToolCall
+
+    ran: list[Any] = []
+
+    def answer(call: Any) -> Any:
+        items = call.input if isinstance(call.input, list) else []
+        if any(isinstance(i, dict) and i.get("type") == "shell_call_output" for i in items):
+            return [assistant_message("done")]
+        shell = ResponseFunctionShellToolCall(
+            id="sh-1",
+            call_id="shell-1",
+            type="shell_call",
+            status="completed",
+            action={"commands": ["echo hi"]},  # type: ignore[arg-type]
+        )
+        return [shell]
+
+    def build() -> Agent[Any]:
+        model = ScriptedModel([ModelStep.respond(answer) for _ in range(4)])
+        shell = ShellTool(executor=lambda request: ran.append(request) or "ok")
+        return Agent(name="ops", model=model, tools=[shell])
+
+    ledger = oncewire.Ledger(db)
+    try:
+        for _ in range(2):
+            result = durable.run_sync(build(), "go", ledger=ledger, run_key="shell-1")
+            assert result.final_output == "done"
+        assert len(ran) == 2  # the replayed step ran the command again
+        assert list(ledger.store.iter_effects()) == []
+        assert [s.step for s in ledger.store.agent_list_steps("shell-1")] == [0, 1]
+    finally:
+        ledger.close()

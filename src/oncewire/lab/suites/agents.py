@@ -9,8 +9,12 @@ lab's backend (SQLite files, or PostgreSQL schemas with ``--backend postgresql``
 
 * ``MODE/uninterrupted``: the run without a crash; its final output is the reference;
 * ``MODE/armed[POINT]``: each crash point of the run's path (:data:`POINTS`: the run's own
-  ``agents.*`` windows, the dispatcher's ``dispatch.after_sink_before_record`` and the lab's
-  ``lab.agents.ticket_written``, inside the tool once its ticket is committed) armed in turn and
+  ``agents.*`` windows; the ledger's ``effects.accept_before_commit``, in the transaction that
+  records a step and accepts its tool calls; the dispatcher's ``dispatch.after_claim``,
+  ``dispatch.after_sink_before_record`` and ``dispatch.after_record``; the receiver's
+  ``receipts.after_work_before_commit`` and ``receipts.after_commit_before_reply``, and the
+  lab's ``lab.agents.ticket_written``, inside the tool once its ticket is committed) armed in
+  turn and
   fired once in the scenario's processes, at its first hit and again at the hit of the run's
   last step (``POINT@N``, :data:`LAST_HIT`: the tools of the first step settled, no race
   between two tools of one step);
@@ -60,6 +64,7 @@ from oncewire.lab.framework import (
 __all__ = [
     "CHILD",
     "DEFAULT_CELLS",
+    "MAY_ASK_AGAIN",
     "POINTS",
     "SUITE",
     "Scenario",
@@ -87,9 +92,19 @@ POINTS: dict[str, int] = {
     "agents.tool_performing": 3,
     "agents.tool_returned": 3,
     "agents.tool_settled": 3,
+    "effects.accept_before_commit": 2,  # once per step that asks for tools: the second's
+    "dispatch.after_claim": 2,  # once per batch claimed: the first step's is one or two
     "dispatch.after_sink_before_record": 2,  # once per wave: the first step's is one or two
+    "dispatch.after_record": 2,  # once per wave recorded
+    "receipts.after_work_before_commit": 2,  # once per ticket: the second's
+    "receipts.after_commit_before_reply": 2,
     "lab.agents.ticket_written": 2,
 }
+# The points a kill at which may find a model call made and its record not committed, so that
+# the resumed run asks the model for that step once more: the transaction recording a step,
+# before its commit; and the dispatcher's thread once it recorded a call's end, which the run's
+# thread may already have read and gone on to the next model call with.
+MAY_ASK_AGAIN = frozenset({"effects.accept_before_commit", "dispatch.after_record"})
 # What the resumed run meets after a kill at a point's last-step hit.
 LAST_HIT = {
     "agents.step_recorded": "replayed",
@@ -97,7 +112,12 @@ LAST_HIT = {
     "agents.tool_performing": "redelivered",
     "agents.tool_returned": "redelivered",
     "agents.tool_settled": "answered",
+    "effects.accept_before_commit": "answered",
+    "dispatch.after_claim": "replayed",
     "dispatch.after_sink_before_record": "redelivered",
+    "dispatch.after_record": "answered",
+    "receipts.after_work_before_commit": "redelivered",
+    "receipts.after_commit_before_reply": "redelivered",
     "lab.agents.ticket_written": "redelivered",
 }
 
@@ -291,6 +311,7 @@ def run_scenario(
         kills=len(runs.killed),
         armed=scenario.kind == "armed",
         outcome=scenario.outcome,
+        may_ask_again=(scenario.point or "").partition("@")[0] in MAY_ASK_AGAIN,
     )
     if scenario.mode == "streamed" and runs.last is not None:
         summary.update(checks.check_stream(result, runs.folder, runs.last.pid))
