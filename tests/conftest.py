@@ -1,5 +1,11 @@
-"""Fixtures shared by every test layer: real SQLite files in tmp_path, a manual clock, and
-helpers for reading a database around oncewire and for starting real child processes.
+"""Fixtures shared by every test layer: real SQLite files in tmp_path, a store location on
+each backend, a manual clock, and helpers for reading a database around oncewire and for starting
+real child processes.
+
+``store_url`` is where a test's store lives, once on each backend: a SQLite file not yet created
+(``db_path``), or a PostgreSQL schema of the test's own, already migrated (from the pool of
+:mod:`tests.support.pg`), or empty for a test marked ``empty_store``. Its tables are read and
+written around oncewire with :mod:`tests.support.tables` (``?`` placeholders on both).
 
 Soak runs: a test marked ``slow`` is left out of the default run (``make test``) and runs with
 ``--soak`` or ``ONCEWIRE_SOAK=1`` (``make soak``), or when ``-m`` names the marker. A module
@@ -22,10 +28,13 @@ import pytest
 
 from oncewire import Ledger, Receipts
 from oncewire.testing import ManualClock
+from tests.support.pg import fresh_schema, migrated_schema, server_url
 
 Rows = list[tuple[Any, ...]]
 
 SOAK_ENV = "ONCEWIRE_SOAK"
+
+BACKENDS = ("sqlite", "postgresql")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,6 +80,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def db_path(tmp_path: Path) -> Path:
     """Where the caller's database (and its outbox) lives; not created yet."""
     return tmp_path / "app.db"
+
+
+@pytest.fixture(params=BACKENDS, ids=BACKENDS)
+def store_url(request: pytest.FixtureRequest, db_path: Path) -> Iterator[str]:
+    """A store location on each backend, nothing stored in it yet: ``db_path`` on SQLite; on
+    PostgreSQL a schema of this test's own (skipped without a server), named after the test's
+    module, holding oncewire's current schema, or nothing at all for a test marked
+    ``empty_store`` (one about creating or migrating a store)."""
+    if request.param == "sqlite":
+        yield str(db_path)
+        return
+    module = request.node.module.__name__.rpartition(".")[2].removeprefix("test_")
+    empty = request.node.get_closest_marker("empty_store") is not None
+    schema = fresh_schema if empty else migrated_schema
+    with schema(server_url(), module[:24].lower()) as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Fixtures for the OpenAI Agents SDK tests: ``db`` is a fresh caller store on each backend (a
-SQLite file in ``tmp_path``, or a new PostgreSQL schema dropped after the test).
+"""Fixtures for the OpenAI Agents SDK tests: ``db`` is a fresh caller store on each backend,
+``store_url`` of tests/conftest.py (a SQLite file in ``tmp_path``, or a PostgreSQL schema of the
+test's own).
 
 Every module here needs the ``agents`` extra; without it they are skipped, with the reason."""
 
@@ -8,22 +9,15 @@ from __future__ import annotations
 import asyncio
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-from tests.support.pg import migrated_schema, server_url
 
 pytest.importorskip("agents", reason="needs the agents extra")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "caller.sqlite")
-        return
-    with migrated_schema(server_url(), "agents") as url:
-        yield url
+@pytest.fixture
+def db(store_url: str) -> str:
+    return store_url
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ from oncewire.effects.attempt import Attempt
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.mcp import IDEMPOTENCY_KEY, REDELIVERY
 from tests.conftest import _child_env
-from tests.support.pg import migrated_schema, server_url
 
 from .mcp_agent import CALL_ID, RUN_KEY
 
@@ -119,13 +117,11 @@ class Stores:
         return (self.folder / name).read_text().split()[0]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
-    if request.param == "sqlite":
-        yield Stores(tmp_path, str(tmp_path / "agent.db"), str(tmp_path / "proxy.db"))
-        return
-    with migrated_schema(server_url(), "agentsmcp") as url:
-        yield Stores(tmp_path, url, url)
+@pytest.fixture
+def stores(store_url: str, tmp_path: Path) -> Stores:
+    if dialect_of(store_url) == "sqlite":
+        return Stores(tmp_path, store_url, str(tmp_path / "proxy.db"))
+    return Stores(tmp_path, store_url, store_url)
 
 
 def _sent(redelivery: bool) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 ``STORE_FACTORIES``. ``raw`` is a second connection to the same database that goes around the
 store: contract tests use it to check what a verb really wrote, and that the schema's
 constraints hold, by reading and writing the tables directly. Raw SQL in contract tests uses
-``?`` placeholders and portable SQL; a backend whose driver wants another style translates.
+``?`` placeholders and portable SQL; :mod:`tests.support.tables` translates for a driver that
+wants another style.
 
 Adding a backend (the PostgreSQL one, for instance) means one factory in ``STORE_FACTORIES``
 that returns a fresh store (a new database or schema per test) and one opener in
@@ -13,7 +14,6 @@ that returns a fresh store (a new database or schema per test) and one opener in
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,6 +24,7 @@ import pytest
 from oncewire.storage import Store
 from oncewire.storage.records import Claim, Effect, EffectState, Settlement
 from oncewire.storage.sqlite import SQLiteStore
+from tests.support import tables
 from tests.support.claims import settle_and_claim
 from tests.support.pg import migrated_schema, server_url
 
@@ -32,19 +33,8 @@ T0 = 1_800_000_000.0  # every contract test's "now": verbs take time as an argum
 Row = tuple[Any, ...]
 
 
-class RawDatabase:
+class RawDatabase(tables.Connection):
     """A connection to the store's database that bypasses the store (autocommit)."""
-
-    integrity_errors: tuple[type[BaseException], ...] = ()
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        raise NotImplementedError
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
 
     def effect_row(self, key: str) -> dict[str, Any]:
         names = (
@@ -60,48 +50,13 @@ class RawDatabase:
         return int(self.query(f"SELECT COUNT(*) FROM {table}")[0][0])
 
 
-class SQLiteRaw(RawDatabase):
-    integrity_errors = (sqlite3.IntegrityError,)
-
-    def __init__(self, path: str) -> None:
-        self._conn = sqlite3.connect(path, isolation_level=None, timeout=10)
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        return [tuple(row) for row in self._conn.execute(sql, params).fetchall()]
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._conn.execute(sql, params).rowcount
-
-    def close(self) -> None:
-        self._conn.close()
-
-
 def _sqlite_store(tmp_path: Path) -> Store:
     return SQLiteStore(str(tmp_path / "contract.db"))
 
 
 def _sqlite_raw(store: Store) -> RawDatabase:
     assert isinstance(store, SQLiteStore)
-    return SQLiteRaw(store.path)
-
-
-class PostgresRaw(RawDatabase):
-    def __init__(self, url: str) -> None:
-        import psycopg
-
-        # A boolean column refuses an integer by type, before any constraint is consulted.
-        self.integrity_errors = (psycopg.IntegrityError, psycopg.errors.DatatypeMismatch)
-        self._conn = psycopg.connect(url, autocommit=True)
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        rows = self._conn.execute(sql.replace("?", "%s"), tuple(params) or None).fetchall()  # type: ignore[arg-type]
-        return [tuple(row) for row in rows]
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return int(self._conn.execute(sql.replace("?", "%s"), tuple(params) or None).rowcount)  # type: ignore[arg-type]
-
-    def close(self) -> None:
-        self._conn.close()
+    return RawDatabase(store.path)
 
 
 def _postgres_store(tmp_path: Path) -> Store:
@@ -112,7 +67,7 @@ def _postgres_store(tmp_path: Path) -> Store:
 
 
 def _postgres_raw(store: Store) -> RawDatabase:
-    return PostgresRaw(store.url)
+    return RawDatabase(store.url)
 
 
 STORE_FACTORIES: dict[str, Callable[[Path], Store]] = {

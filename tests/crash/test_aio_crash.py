@@ -17,16 +17,16 @@ import sqlite3
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import wait_for
-from tests.support.pg import fresh_schema, server_url
+from tests.support import tables
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.empty_store]
 
 APP = r"""
 import asyncio, sys
@@ -86,30 +86,19 @@ print("idle", flush=True)
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "app.db")
-        return
-    with fresh_schema(server_url(), "aiocrash") as schema_url:
-        yield schema_url
-
-
 def raw(url: str, *queries: str) -> list[list[tuple[Any, ...]]]:
     """The rows of each query, all read in one snapshot by a connection of the test's own.
 
     One snapshot matters on PostgreSQL: a COMMIT the killed client had already sent still
     completes on the server, and two separate reads could straddle it."""
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            return [[tuple(r) for r in conn.execute(q).fetchall()] for q in queries]
-    conn = sqlite3.connect(url, timeout=10, isolation_level=None)
+    conn = tables.connect(url)
     try:
+        if tables.dialect_of(url) == "postgresql":
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return [[tuple(r) for r in tables.run(conn, q).fetchall()] for q in queries]
         conn.execute("BEGIN")
-        return [[tuple(r) for r in conn.execute(q).fetchall()] for q in queries]
+        return [[tuple(r) for r in tables.run(conn, q).fetchall()] for q in queries]
     finally:
         conn.close()
 
@@ -121,12 +110,12 @@ def sigkill(child: subprocess.Popen[str]) -> None:
 
 
 def test_an_async_app_killed_midway_keeps_every_effect_with_its_rows_and_each_ships_once(
-    url: str, tmp_path: Path, python_child: Callable[..., subprocess.Popen[str]]
+    store_url: str, tmp_path: Path, python_child: Callable[..., subprocess.Popen[str]]
 ) -> None:
-    app_url = url
-    if url.startswith("postgresql://"):
+    app_url = store_url
+    if store_url.startswith("postgresql://"):
         app_name = f"oncewire-aio-app-{os.getpid()}-{time.monotonic_ns()}"
-        app_url = url + ("&" if "?" in url else "?") + f"application_name={app_name}"
+        app_url = store_url + ("&" if "?" in store_url else "?") + f"application_name={app_name}"
     app = python_child(APP, app_url)
     assert app.stdout is not None
     assert app.stdout.readline().strip() == "ready", app.stderr and app.stderr.read()
@@ -137,18 +126,20 @@ def test_an_async_app_killed_midway_keeps_every_effect_with_its_rows_and_each_sh
         committed.add(int(line.split()[1]))
     sigkill(app)
     committed.update(int(line.split()[1]) for line in app.stdout.read().splitlines())
-    if app_url != url:
+    if app_url != store_url:
         # A COMMIT the killed client had already sent still completes on the server: read
         # once the server has ended every session of the app.
         def gone() -> bool:
             sessions = raw(
-                url, f"SELECT 1 FROM pg_stat_activity WHERE application_name = '{app_name}'"
+                store_url, f"SELECT 1 FROM pg_stat_activity WHERE application_name = '{app_name}'"
             )
             return not sessions[0]
 
         wait_for(gone, timeout=60, what="the killed app's sessions to end")
 
-    order_rows, effect_rows = raw(url, "SELECT id FROM orders", "SELECT key FROM oncewire_effects")
+    order_rows, effect_rows = raw(
+        store_url, "SELECT id FROM orders", "SELECT key FROM oncewire_effects"
+    )
     orders = {int(r[0]) for r in order_rows}
     effects = {r[0] for r in effect_rows}
     assert {f"order-{n}" for n in orders} == effects, "an effect without its row, or a row alone"
@@ -164,17 +155,17 @@ def test_an_async_app_killed_midway_keeps_every_effect_with_its_rows_and_each_sh
             return []
         return [json.loads(line) for line in journal.read_text().splitlines() if line]
 
-    first = python_child(DISPATCH, url, str(receiver), str(journal))
+    first = python_child(DISPATCH, store_url, str(receiver), str(journal))
     wait_for(lambda: len(calls()) >= 8 or first.poll() is not None, timeout=60, what="calls")
     assert first.poll() is None, "the dispatcher finished before it could be killed"
     sigkill(first)
     killed_after = len(calls())
 
-    second = python_child(DISPATCH, url, str(receiver), str(journal))
+    second = python_child(DISPATCH, store_url, str(receiver), str(journal))
     out, err = second.communicate(timeout=110)
     assert second.returncode == 0 and out.strip() == "idle", err
 
-    (state_rows,) = raw(url, "SELECT key, state FROM oncewire_effects")
+    (state_rows,) = raw(store_url, "SELECT key, state FROM oncewire_effects")
     states = dict(state_rows)
     assert set(states.values()) == {"done"}, Counter(states.values())
     with sqlite3.connect(receiver) as conn:

@@ -15,17 +15,17 @@ import signal
 import sqlite3
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from oncewire import Effect, EffectState, Ledger
-from tests.support.pg import fresh_schema, server_url
 
 pytestmark = [
     pytest.mark.crash,
+    pytest.mark.empty_store,
     pytest.mark.skipif(
         not Path("/proc/self/stat").exists(), reason="process identity needs Linux /proc"
     ),
@@ -71,16 +71,6 @@ with Ledger(caller) as ledger:
     print("ready", flush=True)
     dispatcher.run(until_idle=True)
 """
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def caller(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The caller's store: a SQLite file or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "caller.db")
-        return
-    with fresh_schema(server_url(), "crashloop") as url:
-        yield url
 
 
 def _deliveries(path: Path) -> list[tuple[str, bool, int]]:
@@ -189,10 +179,10 @@ def _check_innocents(caller: str, tmp_path: Path, exposed: list[int]) -> None:
 
 
 def test_a_crash_loop_uses_up_no_innocent_effect(
-    caller: str, tmp_path: Path, python_child: Child
+    store_url: str, tmp_path: Path, python_child: Child
 ) -> None:
     exposed, _ = _crash_loop(
-        caller,
+        store_url,
         tmp_path,
         python_child,
         effects=400,
@@ -202,15 +192,15 @@ def test_a_crash_loop_uses_up_no_innocent_effect(
         seed=14,
     )
     assert len(exposed) == 12
-    _check_innocents(caller, tmp_path, exposed)
+    _check_innocents(store_url, tmp_path, exposed)
 
 
 @pytest.mark.slow
 def test_a_long_crash_loop_uses_up_no_innocent_effect(
-    caller: str, tmp_path: Path, python_child: Child
+    store_url: str, tmp_path: Path, python_child: Child
 ) -> None:
     exposed, _ = _crash_loop(
-        caller,
+        store_url,
         tmp_path,
         python_child,
         effects=3000,
@@ -220,12 +210,14 @@ def test_a_long_crash_loop_uses_up_no_innocent_effect(
         seed=40,
     )
     assert len(exposed) == 40
-    _check_innocents(caller, tmp_path, exposed)
+    _check_innocents(store_url, tmp_path, exposed)
 
 
-def test_a_poison_effect_ends_dead_alone(caller: str, tmp_path: Path, python_child: Child) -> None:
+def test_a_poison_effect_ends_dead_alone(
+    store_url: str, tmp_path: Path, python_child: Child
+) -> None:
     exposed, _ = _crash_loop(
-        caller,
+        store_url,
         tmp_path,
         python_child,
         effects=60,
@@ -235,8 +227,8 @@ def test_a_poison_effect_ends_dead_alone(caller: str, tmp_path: Path, python_chi
         seed=3,
     )
     assert len(exposed) == 3  # the poison killed its process three times, nothing else did
-    _check_innocents(caller, tmp_path, exposed)
-    poison = _effects(caller)[POISON]
+    _check_innocents(store_url, tmp_path, exposed)
+    poison = _effects(store_url)[POISON]
     assert poison.state is EffectState.DEAD
     assert poison.last_error == (
         "its dispatcher died while its sink ran, 3 times; the outcome of the last attempt is "

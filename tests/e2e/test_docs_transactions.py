@@ -14,7 +14,6 @@ transaction in any page fails it until a test here (or the one named) runs it.
 from __future__ import annotations
 
 import re
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import tables
 from tests.support.docs import code_blocks
 from tests.support.pg import migrated_schema, server_url
 
@@ -198,16 +198,7 @@ class Databases:
         return ran.stdout.splitlines()
 
     def rows(self, name: str, sql: str) -> list[tuple[Any, ...]]:
-        if self.postgres:
-            import psycopg
-
-            with psycopg.connect(self.url(name), autocommit=True) as conn:
-                return [tuple(r) for r in conn.execute(sql).fetchall()]  # type: ignore[arg-type]
-        conn = sqlite3.connect(self.folder / name)
-        try:
-            return [tuple(r) for r in conn.execute(sql).fetchall()]
-        finally:
-            conn.close()
+        return tables.rows(self.url(name) if self.postgres else str(self.folder / name), sql)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -27,17 +27,8 @@ from oncewire.replies.engine import DEFAULT_NOTICE
 from oncewire.testing.fake_platform import ChatView
 from tests.conftest import wait_for
 from tests.gateway.push_rig import NE, TG, PushRig, by_token
-from tests.support.pg import fresh_schema, server_url
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "gwbeyond") as url:
-        yield url
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 
 @pytest.fixture

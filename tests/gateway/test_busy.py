@@ -20,7 +20,8 @@ from oncewire.replies import TELEGRAM_LIKE, ReplyState
 from oncewire.runs import TurnSession
 from tests.conftest import wait_for
 from tests.gateway.test_runner import Rig, assert_answered_once, bot_messages
-from tests.support.pg import fresh_schema, server_url
+
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 FIRST_PARTIAL = "The first answer, which never gets to finish."
 SECOND = "The answer to the second message."
@@ -41,16 +42,6 @@ def rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     yield make
     for one in made:
         one.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "gwbusy") as url:
-        yield url
 
 
 def stalled_first() -> dict[str, Any]:

@@ -20,7 +20,8 @@ from tests.conftest import wait_for
 from tests.gateway.conftest import FakeOpenAI
 from tests.gateway.test_discord_wire import CHAT, PLATFORM, TOKEN, FakeDiscord
 from tests.gateway.test_runner import Gateway
-from tests.support.pg import fresh_schema, server_url
+
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 THREAD = "500000000000000077"
 
@@ -113,16 +114,6 @@ def rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     yield make
     for one in made:
         one.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "gwdc") as url:
-        yield url
 
 
 def assert_answered_once(rig: Rig, message_id: str, text: str) -> None:

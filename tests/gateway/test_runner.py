@@ -23,7 +23,8 @@ from oncewire.replies import TELEGRAM_LIKE, OpKind, OpState, ReplyState
 from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import FakeOpenAI
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
-from tests.support.pg import fresh_schema, server_url
+
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 PLATFORM = "fk_tg"  # the gateway's platform name, and the fake's journal name
 RESUME_PHRASE = "previous turn was interrupted"
@@ -199,16 +200,6 @@ def assert_answered_once(rig: Rig, inbound_id: int, text: str) -> None:
         run = ledger.runs.get(f"turn:{inbound_id}")
         assert run.status == "answered" and run.state["steps"] == 1
         assert all(v.ok for v in ledger.runs.verify())
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "gw") as url:
-        yield url
 
 
 def test_one_message_gets_exactly_one_reply_with_the_model_text(

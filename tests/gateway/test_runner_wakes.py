@@ -36,7 +36,8 @@ from oncewire.gateway.runner import Runner
 from oncewire.inbound import InboundState
 from tests.conftest import _child_env, wait_for
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
-from tests.support.pg import fresh_schema, server_url
+
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 BOT = TOKEN.split(":")[0]
 AN_HOUR = 3600.0
@@ -67,15 +68,6 @@ class Model:
         return ModelResponse(f"echo: {text}", (), "stop", None, None, None)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    with fresh_schema(server_url(), "wakes") as url:
-        yield url
-
-
 @pytest.fixture
 def telegram(tmp_path: Path) -> Iterator[FakeTelegram]:
     fake = FakeTelegram(tmp_path / "tg")
@@ -85,7 +77,7 @@ def telegram(tmp_path: Path) -> Iterator[FakeTelegram]:
 
 @pytest.fixture
 def gateway(
-    tmp_path: Path, db: str, telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store_url: str, telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Runner, Model]]:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
     monkeypatch.setattr(runner_module, "SAFETY_LOOK_SECONDS", AN_HOUR)
@@ -94,7 +86,7 @@ def gateway(
     config.write_text(
         f"""
 [store]
-db = {json.dumps(db)}
+db = {json.dumps(store_url)}
 
 [model]
 base_url = "http://127.0.0.1:9/v1"
@@ -162,27 +154,27 @@ def _status(db: str, inbound_id: int) -> str:
 
 
 def test_a_message_another_process_admits_is_answered_at_its_commit(
-    gateway: tuple[Runner, Model], db: str, telegram: FakeTelegram
+    gateway: tuple[Runner, Model], store_url: str, telegram: FakeTelegram
 ) -> None:
     telegram.inject(text="first")  # the fake knows a chat once a user wrote in it
     _shown(telegram, "echo: first")
-    _admit_elsewhere(db, "900", "from another process")
+    _admit_elsewhere(store_url, "900", "from another process")
     _shown(telegram, "echo: first", "echo: from another process")
 
 
 def test_an_interrupt_another_process_records_stops_the_running_turn(
-    gateway: tuple[Runner, Model], db: str, telegram: FakeTelegram
+    gateway: tuple[Runner, Model], store_url: str, telegram: FakeTelegram
 ) -> None:
     _, model = gateway
     telegram.inject(text="please wait for ever")
     wait_for(model.waiting.is_set, what="the turn to be waiting on the model", timeout=120)
-    _admit_elsewhere(db, "901", "never mind", interrupt=True)
+    _admit_elsewhere(store_url, "901", "never mind", interrupt=True)
     _shown(telegram, "echo: never mind")
-    assert _status(db, 1) == InboundState.SUPERSEDED
+    assert _status(store_url, 1) == InboundState.SUPERSEDED
 
 
 def test_a_reply_rate_limited_for_a_while_goes_out_when_its_time_comes(
-    gateway: tuple[Runner, Model], db: str, telegram: FakeTelegram
+    gateway: tuple[Runner, Model], store_url: str, telegram: FakeTelegram
 ) -> None:
     # Longer than the engine waits inline (5 s): the reply is given back with a retry time,
     # and the reply thread, asleep until then, delivers it.

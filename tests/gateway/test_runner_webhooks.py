@@ -22,19 +22,10 @@ from oncewire.inbound import InboundState
 from tests.conftest import _child_env, wait_for
 from tests.gateway.push_rig import ENV, NE, TG, PushRig, by_token
 from tests.gateway.test_telegram_wire import TOKEN
-from tests.support.pg import fresh_schema, server_url
+
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 BOT = TOKEN.split(":")[0]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "gwpush") as url:
-        yield url
 
 
 @pytest.fixture

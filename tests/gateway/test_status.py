@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,28 +15,11 @@ from oncewire.inbound import InboundState
 from oncewire.replies import ReplyState
 from tests.conftest import _child_env, wait_for
 from tests.gateway.push_rig import TG, PushRig, by_token
-from tests.support.pg import fresh_schema, server_url
+from tests.support.tables import rows
+
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 ANSWER = "An answer nobody will see."
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    with fresh_schema(server_url(), "gwstatus") as url:
-        yield url
-
-
-def rows(db: str, sql: str) -> list[tuple[Any, ...]]:
-    if db.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(db) as conn:
-            return [tuple(row) for row in conn.execute(sql.encode()).fetchall()]
-    with closing(sqlite3.connect(db, timeout=10)) as conn:
-        return [tuple(row) for row in conn.execute(sql).fetchall()]
 
 
 def status(db: str, *options: str) -> subprocess.CompletedProcess[str]:

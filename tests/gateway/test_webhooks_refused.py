@@ -11,9 +11,7 @@ admitted, and why."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -22,30 +20,17 @@ import pytest
 from oncewire.gateway.platforms.webhook import SIGNATURE_HEADER, sign
 from oncewire.gateway.webhooks import TELEGRAM_SECRET_HEADER
 from tests.gateway.push_rig import HOOK_SECRET, TG_SECRET, PushRig, by_token
-from tests.support.pg import fresh_schema, server_url
+from tests.support import tables
+
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 ALLOWED_USER = 1001
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "gateway.db")
-        return
-    with fresh_schema(server_url(), "gwrefused") as url:
-        yield url
 
 
 def inbound_rows(db: str) -> list[tuple[Any, ...]]:
     """(platform, chat, platform_message_id) of every admitted message, read directly."""
     sql = "SELECT platform, chat, platform_message_id FROM oncewire_inbound ORDER BY id"
-    if db.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(db) as conn:
-            return [tuple(row) for row in conn.execute(sql.encode()).fetchall()]
-    with closing(sqlite3.connect(db, timeout=10)) as conn:
-        return [tuple(row) for row in conn.execute(sql).fetchall()]
+    return tables.rows(db, sql)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ own), never from what the async API says about itself.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -20,59 +19,35 @@ import pytest
 from oncewire.aio import AsyncLedger, AsyncReceipts, ThreadTransaction
 from oncewire.core.errors import ConfigurationError, InvalidState, PayloadConflict
 from oncewire.storage.records import EffectState
+from tests.support import tables
 from tests.support.pg import migrated_schema, server_url
 
 ORDERS = "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)"
 INSERT = "INSERT INTO orders (id, total) VALUES (:id, :total)"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "app.db")
-        return
-    with migrated_schema(server_url(), "aio") as schema_url:
-        yield schema_url
-
-
-def raw(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Rows read by a connection of the test's own (``?`` placeholders)."""
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params).fetchall()]
-    conn = sqlite3.connect(url, timeout=10)
-    try:
-        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
-    finally:
-        conn.close()
-
-
 def effect_keys(url: str) -> list[str]:
-    return [r[0] for r in raw(url, "SELECT key FROM oncewire_effects ORDER BY key")]
+    return [r[0] for r in tables.rows(url, "SELECT key FROM oncewire_effects ORDER BY key")]
 
 
 def order_ids(url: str) -> list[int]:
-    return [int(r[0]) for r in raw(url, "SELECT id FROM orders ORDER BY id")]
+    return [int(r[0]) for r in tables.rows(url, "SELECT id FROM orders ORDER BY id")]
 
 
 @contextmanager
 def write_lock(url: str) -> Iterator[None]:
     """Hold, from outside oncewire, what makes the next write into orders wait: SQLite's write
     lock (BEGIN IMMEDIATE), PostgreSQL's lock on the orders table."""
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-            conn.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
-            yield
-        return
-    conn = sqlite3.connect(url, isolation_level=None, timeout=10)
+    conn = tables.connect(url)
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        yield
-        conn.execute("ROLLBACK")
+        if tables.dialect_of(url) == "postgresql":
+            with conn.transaction():
+                conn.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+                yield
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            yield
+            conn.execute("ROLLBACK")
     finally:
         conn.close()
 
@@ -82,9 +57,9 @@ async def _prepare(ledger: AsyncLedger) -> None:
         await tx.execute(ORDERS)
 
 
-def test_rows_and_effects_commit_together(url: str) -> None:
+def test_rows_and_effects_commit_together(store_url: str) -> None:
     async def main() -> None:
-        async with AsyncLedger(url) as ledger:
+        async with AsyncLedger(store_url) as ledger:
             await _prepare(ledger)
             async with ledger.transaction() as tx:
                 await tx.execute(INSERT, {"id": 1, "total": 100})
@@ -93,7 +68,7 @@ def test_rows_and_effects_commit_together(url: str) -> None:
                 assert rows.fetchall() == [(100,)]
                 assert [e.key for e in tx.accepted] == ["order-1/charge"]
                 # Not committed yet: a connection of our own sees neither.
-                assert order_ids(url) == [] and effect_keys(url) == []
+                assert order_ids(store_url) == [] and effect_keys(store_url) == []
             assert effect.state is EffectState.PENDING
             assert (await ledger.effects.get("order-1/charge")).payload_json == '{"order":1}'
             assert await ledger.effects.find("missing") is None
@@ -110,15 +85,17 @@ def test_rows_and_effects_commit_together(url: str) -> None:
             assert [e.key for e in await ledger.effects.list("pending")] == ["order-1/charge"]
 
     asyncio.run(main())
-    assert order_ids(url) == [1]
-    assert effect_keys(url) == ["order-1/charge"]
-    state = raw(url, "SELECT state FROM oncewire_effects WHERE key = ?", ("order-1/charge",))
+    assert order_ids(store_url) == [1]
+    assert effect_keys(store_url) == ["order-1/charge"]
+    state = tables.rows(
+        store_url, "SELECT state FROM oncewire_effects WHERE key = ?", ("order-1/charge",)
+    )
     assert state == [("pending",)]
 
 
-def test_an_exception_in_the_block_rolls_back_rows_and_effects(url: str) -> None:
+def test_an_exception_in_the_block_rolls_back_rows_and_effects(store_url: str) -> None:
     async def main() -> None:
-        async with AsyncLedger(url) as ledger:
+        async with AsyncLedger(store_url) as ledger:
             await _prepare(ledger)
             with pytest.raises(RuntimeError, match="changed my mind"):
                 async with ledger.transaction() as tx:
@@ -132,16 +109,16 @@ def test_an_exception_in_the_block_rolls_back_rows_and_effects(url: str) -> None
                     await tx.accept("", "charge", {})
 
     asyncio.run(main())
-    assert order_ids(url) == []
-    assert effect_keys(url) == []
+    assert order_ids(store_url) == []
+    assert effect_keys(store_url) == []
 
 
-def test_a_task_cancelled_inside_a_transaction_leaves_nothing(url: str) -> None:
+def test_a_task_cancelled_inside_a_transaction_leaves_nothing(store_url: str) -> None:
     """Cancelled between statements: rolled back before CancelledError leaves the block, and
     the one worker is free for the next transaction (no transaction left open on it)."""
 
     async def main() -> None:
-        async with AsyncLedger(url, max_transactions=1) as ledger:
+        async with AsyncLedger(store_url, max_transactions=1) as ledger:
             await _prepare(ledger)
             inside = asyncio.Event()
 
@@ -158,21 +135,21 @@ def test_a_task_cancelled_inside_a_transaction_leaves_nothing(url: str) -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
             # Read at once, around oncewire: nothing of it is there.
-            assert order_ids(url) == [] and effect_keys(url) == []
+            assert order_ids(store_url) == [] and effect_keys(store_url) == []
             async with ledger.transaction() as tx:  # the same (only) worker, usable again
                 await tx.execute(INSERT, {"id": 8, "total": 80})
 
     asyncio.run(main())
-    assert order_ids(url) == [8]
-    assert effect_keys(url) == []
+    assert order_ids(store_url) == [8]
+    assert effect_keys(store_url) == []
 
 
-def test_a_cancellation_during_a_blocked_statement_never_blocks_the_loop(url: str) -> None:
+def test_a_cancellation_during_a_blocked_statement_never_blocks_the_loop(store_url: str) -> None:
     """The transaction's write waits on a lock held outside oncewire. The loop keeps ticking
     meanwhile; the cancellation is delivered once the statement has ended, rolled back."""
 
     async def main() -> None:
-        async with AsyncLedger(url) as ledger:
+        async with AsyncLedger(store_url) as ledger:
             await _prepare(ledger)
             ticks = 0
             started = asyncio.Event()
@@ -194,7 +171,7 @@ def test_a_cancellation_during_a_blocked_statement_never_blocks_the_loop(url: st
             held = threading.Event()
 
             def hold() -> None:
-                with write_lock(url):
+                with write_lock(store_url):
                     held.set()
                     release.wait(60)
 
@@ -215,8 +192,8 @@ def test_a_cancellation_during_a_blocked_statement_never_blocks_the_loop(url: st
             ticker.cancel()
 
     asyncio.run(main())
-    assert order_ids(url) == []
-    assert effect_keys(url) == []
+    assert order_ids(store_url) == []
+    assert effect_keys(store_url) == []
 
 
 def test_concurrent_transactions_on_sqlite_each_keep_their_own_thread(tmp_path: Path) -> None:
@@ -368,7 +345,7 @@ def test_accept_in_on_a_sqlite_ledger_is_refused(tmp_path: Path) -> None:
     assert effect_keys(str(tmp_path / "app.db")) == []
 
 
-def test_async_receipts_commit_the_work_with_its_receipt(url: str) -> None:
+def test_async_receipts_commit_the_work_with_its_receipt(store_url: str) -> None:
     calls: list[str] = []
 
     async def work(tx: ThreadTransaction) -> int:
@@ -383,9 +360,9 @@ def test_async_receipts_commit_the_work_with_its_receipt(url: str) -> None:
         raise RuntimeError("the receiver failed")
 
     async def main() -> None:
-        async with AsyncLedger(url) as ledger:
+        async with AsyncLedger(store_url) as ledger:
             await _prepare(ledger)  # the receiver's own table, in the same database
-        async with AsyncReceipts(url) as receipts:
+        async with AsyncReceipts(store_url) as receipts:
             first = await receipts.run_once("r-11", {"id": 11}, work)
             again = await receipts.run_once("r-11", {"id": 11}, work)
             assert (first.result, first.replayed) == (110, False)
@@ -412,5 +389,5 @@ def test_async_receipts_commit_the_work_with_its_receipt(url: str) -> None:
 
     asyncio.run(main())
     assert calls == ["work"]
-    assert order_ids(url) == [11]
-    assert [r[0] for r in raw(url, "SELECT key FROM oncewire_receipts")] == ["r-11"]
+    assert order_ids(store_url) == [11]
+    assert [r[0] for r in tables.rows(store_url, "SELECT key FROM oncewire_receipts")] == ["r-11"]

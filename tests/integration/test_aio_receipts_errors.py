@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,32 +20,11 @@ from oncewire.aio import AsyncReceipts, ThreadTransaction
 from oncewire.core.errors import StatementError, StorageError, StoreUnreachable
 from oncewire.receipts import Receipts
 from oncewire.storage import Transaction
+from tests.support import tables
 from tests.support.pg import migrated_schema, server_url
 
 CHARGES = "CREATE TABLE charges (id INTEGER PRIMARY KEY, cents INTEGER NOT NULL)"
 INSERT = "INSERT INTO charges (id, cents) VALUES (:id, :cents)"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "payments.db")
-        return
-    with migrated_schema(server_url(), "aio_errors") as schema_url:
-        yield schema_url
-
-
-def raw(url: str, sql: str) -> list[tuple[Any, ...]]:
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            return [tuple(r) for r in conn.execute(sql).fetchall()]  # type: ignore[arg-type]
-    conn = sqlite3.connect(url, timeout=10)
-    try:
-        return [tuple(r) for r in conn.execute(sql).fetchall()]
-    finally:
-        conn.close()
 
 
 def driver_errors(url: str) -> tuple[type[BaseException], ...]:
@@ -58,11 +36,11 @@ def driver_errors(url: str) -> tuple[type[BaseException], ...]:
 
 
 @pytest.fixture
-def receiver(url: str) -> Iterator[str]:
-    with Receipts(url) as receipts, receipts.store.transaction() as tx:
+def receiver(store_url: str) -> Iterator[str]:
+    with Receipts(store_url) as receipts, receipts.store.transaction() as tx:
         tx.execute(CHARGES)
         tx.execute(INSERT, {"id": 1, "cents": 100})
-    yield url
+    yield store_url
 
 
 # Each failure twice: as the synchronous work, and as the same work awaited.
@@ -95,8 +73,8 @@ def _async_error(url: str, work: Callable[[ThreadTransaction], Awaitable[int]]) 
 
 
 def _nothing_stored(url: str) -> None:
-    assert raw(url, "SELECT id, cents FROM charges") == [(1, 100)]
-    assert raw(url, "SELECT key FROM oncewire_receipts") == []
+    assert tables.rows(url, "SELECT id, cents FROM charges") == [(1, 100)]
+    assert tables.rows(url, "SELECT key FROM oncewire_receipts") == []
 
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
@@ -143,8 +121,8 @@ def test_work_that_catches_its_own_failure_and_returns_is_still_refused(receiver
         _nothing_stored(receiver)
     else:
         assert asyncio.run(main()).result == 7
-        assert raw(receiver, "SELECT id FROM charges ORDER BY id") == [(1,), (11,)]
-        assert raw(receiver, "SELECT key FROM oncewire_receipts") == [("caught",)]
+        assert tables.rows(receiver, "SELECT id FROM charges ORDER BY id") == [(1,), (11,)]
+        assert tables.rows(receiver, "SELECT key FROM oncewire_receipts") == [("caught",)]
 
 
 def test_a_connection_dropped_under_the_work_is_store_unreachable() -> None:
@@ -165,8 +143,8 @@ def test_a_connection_dropped_under_the_work_is_store_unreachable() -> None:
         raised = _async_error(url, work)
         assert isinstance(raised, StoreUnreachable), repr(raised)
         assert isinstance(raised.__cause__, psycopg.Error)
-        assert raw(url, "SELECT id FROM charges") == []
-        assert raw(url, "SELECT key FROM oncewire_receipts") == []
+        assert tables.rows(url, "SELECT id FROM charges") == []
+        assert tables.rows(url, "SELECT key FROM oncewire_receipts") == []
 
         async def after(tx: ThreadTransaction) -> int:  # the pool's next run gets a connection
             await tx.execute(INSERT, {"id": 7, "cents": 700})
@@ -177,4 +155,4 @@ def test_a_connection_dropped_under_the_work_is_store_unreachable() -> None:
                 return (await receipts.run_once("after", {}, after)).result
 
         assert asyncio.run(again()) == 7
-        assert raw(url, "SELECT id FROM charges") == [(7,)]
+        assert tables.rows(url, "SELECT id FROM charges") == [(7,)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from oncewire.lab.suites.replies_rig import LONG_BODY, Rig, deltas, footer, head
 from oncewire.replies import PlatformProfile, ReplyState, SendRequest, WireOutcome
 from oncewire.testing import ManualClock
 from oncewire.testing.fake_platform import FakePlatform, Fault
-from tests.support.pg import migrated_schema, server_url
 
 
 class AsyncFake:
@@ -58,15 +57,6 @@ async def model(parts: list[str]) -> AsyncIterator[str]:
         yield part
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "app.db")
-        return
-    with migrated_schema(server_url(), "aioreplies") as url:
-        yield url
-
-
 # fault id -> (fault kind, the rig checker's expectation)
 FAULTS = {
     "clean": (None, "exact"),
@@ -79,13 +69,13 @@ FAULTS = {
 @pytest.mark.parametrize("platform", ["fk_tg", "fk_ne"])
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_an_async_adapter_and_an_async_stream_deliver_the_reply_once(
-    tmp_path: Path, db: str, platform: str, fault: str
+    tmp_path: Path, store_url: str, platform: str, fault: str
 ) -> None:
     kind, expect = FAULTS[fault]
     aid = f"A-{platform}-{fault}"
     chat = f"c-{fault}"
     faults = [] if kind is None else [Fault(kind, platform=platform, contains=footer(aid))]
-    with Rig(tmp_path / "rig", clock=ManualClock(), faults=faults, db=db) as rig:
+    with Rig(tmp_path / "rig", clock=ManualClock(), faults=faults, db=store_url) as rig:
         adapters = {name: AsyncFake(fake) for name, fake in rig.platforms.items()}
         admission = rig.admit(platform, chat, "in-1")
         text = reply_text(aid, LONG_BODY)  # over both caps: a preview, a seal, a final edit

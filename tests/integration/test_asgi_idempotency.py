@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ from oncewire.core.errors import ConfigurationError
 from oncewire.receipts import Receipts
 from oncewire.storage import Transaction
 from tests.conftest import wait_for
-from tests.support.pg import migrated_schema, server_url
+from tests.support import tables
 
 httpx2 = pytest.importorskip("httpx2")
 pytest.importorskip("starlette")
@@ -46,18 +45,12 @@ from oncewire.asgi import IdempotencyKeyMiddleware  # noqa: E402
 class Backend:
     """The receiver's database, read around oncewire."""
 
-    def __init__(self, url: str, postgres: bool) -> None:
+    def __init__(self, url: str) -> None:
         self.url = url
-        self.postgres = postgres
+        self.postgres = tables.dialect_of(url) == "postgresql"
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        if self.postgres:
-            import psycopg
-
-            with psycopg.connect(self.url, autocommit=True) as conn:
-                return [tuple(row) for row in conn.execute(sql).fetchall()]  # type: ignore[arg-type]
-        with sqlite3.connect(self.url) as conn:
-            return conn.execute(sql).fetchall()
+        return tables.rows(self.url, sql)
 
     def charges(self) -> list[tuple[Any, ...]]:
         return self.rows("SELECT idem_key, cents FROM charges ORDER BY id")
@@ -66,25 +59,17 @@ class Backend:
         return [row[0] for row in self.rows("SELECT key FROM oncewire_receipts ORDER BY key")]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "sqlite":
-        path = str(tmp_path / "receiver.db")
-        Receipts(path).close()  # creates oncewire's tables
-        with sqlite3.connect(path) as conn:
-            conn.execute(
-                "CREATE TABLE charges (id INTEGER PRIMARY KEY, idem_key TEXT, cents INTEGER)"
-            )
-        yield Backend(path, postgres=False)
-        return
-    pytest.importorskip("psycopg")
-    import psycopg
+CHARGES = {
+    "sqlite": "CREATE TABLE charges (id INTEGER PRIMARY KEY, idem_key TEXT, cents INTEGER)",
+    "postgresql": "CREATE TABLE charges (id SERIAL PRIMARY KEY, idem_key TEXT, cents INT)",
+}
 
-    with migrated_schema(server_url(), "asgi") as url:
-        Receipts(url).close()
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE charges (id SERIAL PRIMARY KEY, idem_key TEXT, cents INT)")
-        yield Backend(url, postgres=True)
+
+@pytest.fixture
+def backend(store_url: str) -> Backend:
+    Receipts(store_url).close()  # creates oncewire's tables
+    tables.execute(store_url, CHARGES[tables.dialect_of(store_url)])
+    return Backend(store_url)
 
 
 class Handlers:
@@ -322,15 +307,13 @@ def test_two_servers_on_one_store_do_the_work_of_a_key_once(backend: Backend) ->
     assert backend.receipts() == ["k-8"]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def recipe_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """An empty receiver database for the documented recipe, which creates its own table."""
-    if request.param == "sqlite":
-        yield Backend(str(tmp_path / "payments.db"), postgres=False)
-        return
-    pytest.importorskip("psycopg")
-    with migrated_schema(server_url(), "asgi") as url:
-        yield Backend(url, postgres=True)
+@pytest.fixture
+def recipe_db(store_url: str, tmp_path: Path) -> Backend:
+    """An empty receiver database for the documented recipe, which creates its own table: the
+    file the recipe names on SQLite, the test's schema on PostgreSQL."""
+    if tables.dialect_of(store_url) == "sqlite":
+        return Backend(str(tmp_path / "payments.db"))
+    return Backend(store_url)
 
 
 def test_the_documented_recipe_runs_as_shown(

@@ -14,44 +14,18 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from oncewire import Ledger, Receipts
 from oncewire.storage import Transaction
-from tests.support.pg import migrated_schema, server_url
+from tests.support import tables
 
 NOTES = "CREATE TABLE notes (who TEXT PRIMARY KEY, backend TEXT)"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "app.db")
-        return
-    with migrated_schema(server_url(), "fork") as schema_url:
-        yield schema_url
-
-
 def postgres(url: str) -> bool:
     return url.startswith("postgresql://")
-
-
-def raw(url: str, sql: str) -> list[tuple[Any, ...]]:
-    if postgres(url):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            return [tuple(r) for r in conn.execute(sql).fetchall()]  # type: ignore[arg-type]
-    conn = sqlite3.connect(url, timeout=10)
-    try:
-        return [tuple(r) for r in conn.execute(sql).fetchall()]
-    finally:
-        conn.close()
 
 
 def backend_id(url: str) -> str:
@@ -94,19 +68,19 @@ def _note(tx: Any, url: str, who: str) -> None:
     )
 
 
-def test_a_ledger_opened_before_a_fork_works_in_both_processes(url: str) -> None:
-    ledger = Ledger(url)
+def test_a_ledger_opened_before_a_fork_works_in_both_processes(store_url: str) -> None:
+    ledger = Ledger(store_url)
     try:
         with ledger.transaction() as tx:
             tx.execute(NOTES)
-            _note(tx, url, "parent-before")
+            _note(tx, store_url, "parent-before")
             tx.accept("parent-before", "mail", {"n": 1})
         parents = ledger.store.db.conn()
 
         def child() -> dict[str, Any]:
             mine = ledger.store.db.conn()
             with ledger.transaction() as tx:
-                _note(tx, url, "child")
+                _note(tx, store_url, "child")
                 tx.accept("child", "mail", {"n": 2})
             ledger.close()  # closes the child's own connections, never the parent's
             return {"same_connection": mine is parents}
@@ -114,51 +88,54 @@ def test_a_ledger_opened_before_a_fork_works_in_both_processes(url: str) -> None
         assert in_child(child) == {"same_connection": False}
         assert ledger.store.db.conn() is parents  # the parent's connection, still open
         with ledger.transaction() as tx:
-            _note(tx, url, "parent-after")
+            _note(tx, store_url, "parent-after")
             tx.accept("parent-after", "mail", {"n": 3})
         assert [e.key for e in ledger.effects.list()] == ["parent-before", "child", "parent-after"]
     finally:
         ledger.close()
-    assert raw(url, "SELECT key FROM oncewire_effects ORDER BY id") == [
+    assert tables.rows(store_url, "SELECT key FROM oncewire_effects ORDER BY id") == [
         ("parent-before",),
         ("child",),
         ("parent-after",),
     ]
-    sessions = dict(raw(url, "SELECT who, backend FROM notes"))
+    sessions = dict(tables.rows(store_url, "SELECT who, backend FROM notes"))
     assert sorted(sessions) == ["child", "parent-after", "parent-before"]
-    if postgres(url):  # the child's own session; the parent's survived the child's close
+    if postgres(store_url):  # the child's own session; the parent's survived the child's close
         assert sessions["parent-before"] == sessions["parent-after"] != sessions["child"]
 
 
 def test_a_child_that_only_closes_the_ledger_leaves_the_parents_connection_open(
-    url: str,
+    store_url: str,
 ) -> None:
-    ledger = Ledger(url)
+    ledger = Ledger(store_url)
     try:
         ledger.accept("before", "mail", {})
         parents = ledger.store.db.conn()
         assert in_child(lambda: (ledger.close(), {})[1]) == {}
-        if postgres(url):  # the server still has the parent's session (no Terminate was sent)
+        if postgres(store_url):  # the server still has the parent's session (no Terminate was sent)
             session = parents.info.backend_pid
-            assert raw(url, f"SELECT pid FROM pg_stat_activity WHERE pid = {session}") == [
-                (session,)
-            ]
+            assert tables.rows(
+                store_url, f"SELECT pid FROM pg_stat_activity WHERE pid = {session}"
+            ) == [(session,)]
         assert ledger.store.db.conn() is parents
         ledger.accept("after", "mail", {})
     finally:
         ledger.close()
-    assert raw(url, "SELECT key FROM oncewire_effects ORDER BY id") == [("before",), ("after",)]
+    assert tables.rows(store_url, "SELECT key FROM oncewire_effects ORDER BY id") == [
+        ("before",),
+        ("after",),
+    ]
 
 
-def test_receipts_opened_before_a_fork_work_in_the_child(url: str) -> None:
-    receipts = Receipts(url)
+def test_receipts_opened_before_a_fork_work_in_the_child(store_url: str) -> None:
+    receipts = Receipts(store_url)
     try:
         with receipts.store.transaction() as tx:
             tx.execute(NOTES)
 
         def work(who: str) -> Callable[[Transaction], str]:
             def write(tx: Transaction) -> str:
-                _note(tx, url, who)
+                _note(tx, store_url, who)
                 return who
 
             return write
@@ -171,11 +148,11 @@ def test_receipts_opened_before_a_fork_work_in_the_child(url: str) -> None:
         assert receipts.run_once("r-child", {}, work("again")).replayed
     finally:
         receipts.close()
-    assert sorted(raw(url, "SELECT key, result FROM oncewire_receipts")) == [
+    assert sorted(tables.rows(store_url, "SELECT key, result FROM oncewire_receipts")) == [
         ("r-child", '"child"'),
         ("r-parent", '"parent"'),
     ]
-    sessions = dict(raw(url, "SELECT who, backend FROM notes"))
+    sessions = dict(tables.rows(store_url, "SELECT who, backend FROM notes"))
     assert sorted(sessions) == ["child", "parent"]
-    if postgres(url):
+    if postgres(store_url):
         assert sessions["child"] != sessions["parent"]  # the child's own session

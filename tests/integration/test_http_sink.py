@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -38,7 +37,6 @@ from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
 from oncewire.testing import ManualClock
 from tests.conftest import _child_env, _python_child, wait_for
-from tests.support.pg import migrated_schema, server_url
 from tests.support.runs_db import RunsDatabase
 
 pytest.importorskip("httpx2")
@@ -339,16 +337,6 @@ def test_the_url_may_be_a_function_of_the_attempt(server: tuple[str, Journal]) -
     sink = HttpSink(lambda a: f"{base}/json?order={a.payload['order']}")
     assert send(sink, attempt("order-3")) == Done({"id": 7, "ok": True})
     assert [r["path"] for r in journal.on("/json")] == ["/json?order=order-3"]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "http.db")
-        return
-    pytest.importorskip("psycopg")
-    with migrated_schema(server_url(), "http") as url:
-        yield url
 
 
 FAST = RetryPolicy(base_seconds=0.05, cap_seconds=0.2)

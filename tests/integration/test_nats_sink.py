@@ -16,7 +16,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +28,6 @@ from oncewire.effects.outcomes import Done, MaybeSent, NotSent, Rejected
 from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
 from tests.conftest import _child_env, _python_child
-from tests.support.pg import fresh_schema, server_url
 
 nats = pytest.importorskip("nats")
 from oncewire.sinks.nats import NatsJetStreamSink  # noqa: E402
@@ -45,7 +43,10 @@ def _nats_answers() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not _nats_answers(), reason="no NATS server on 127.0.0.1:4222")
+pytestmark = [
+    pytest.mark.skipif(not _nats_answers(), reason="no NATS server on 127.0.0.1:4222"),
+    pytest.mark.empty_store,
+]
 
 
 class Stream:
@@ -185,16 +186,6 @@ def unused_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     return port
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "nats.db")
-        return
-    pytest.importorskip("psycopg")
-    with fresh_schema(server_url(), "nats") as url:
-        yield url
 
 
 def test_a_dispatcher_publishes_every_accepted_effect_once(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.attempt import Attempt
 from oncewire.otel import Instrumentation, instrument
 from tests.conftest import wait_for
-from tests.support.pg import migrated_schema, server_url
+from tests.support import tables
 
 
 class Telemetry:
@@ -85,38 +84,15 @@ def telemetry() -> Iterator[Telemetry]:
     assert observe.LISTENERS == []
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "app.db")
-        return
-    with migrated_schema(server_url(), "otel") as schema_url:
-        yield schema_url
-
-
-def raw(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Rows read by a connection of the test's own (``?`` placeholders)."""
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params).fetchall()]
-    conn = sqlite3.connect(url, timeout=10)
-    try:
-        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
-    finally:
-        conn.close()
-
-
 def traceparent_of(span: Any) -> str:
     context = span.get_span_context()
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
 def test_an_attempt_continues_the_trace_its_effect_was_accepted_under(
-    url: str, telemetry: Telemetry
+    store_url: str, telemetry: Telemetry
 ) -> None:
-    with Ledger(url) as ledger:
+    with Ledger(store_url) as ledger:
         with ledger.transaction() as tx:
             tx.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
         with (
@@ -127,7 +103,7 @@ def test_an_attempt_continues_the_trace_its_effect_was_accepted_under(
             tx.accept("charge-1", "charge", {"order": 1})
         ledger.accept("untraced", "charge", {"order": 2})  # no span current
 
-        stored = dict(raw(url, "SELECT key, traceparent FROM oncewire_effects"))
+        stored = dict(tables.rows(store_url, "SELECT key, traceparent FROM oncewire_effects"))
         assert stored == {"charge-1": traceparent_of(checkout), "untraced": None}
 
         calls: list[str] = []
@@ -139,7 +115,7 @@ def test_an_attempt_continues_the_trace_its_effect_was_accepted_under(
         Dispatcher(ledger, {"charge": charge}).run(until_idle=True, handle_signals=False)
 
     assert sorted(calls) == ["charge-1", "untraced"]
-    assert raw(url, "SELECT key, state FROM oncewire_effects ORDER BY key") == [
+    assert tables.rows(store_url, "SELECT key, state FROM oncewire_effects ORDER BY key") == [
         ("charge-1", "done"),
         ("untraced", "done"),
     ]
@@ -161,8 +137,10 @@ def test_an_attempt_continues_the_trace_its_effect_was_accepted_under(
     assert untraced.parent is None and untraced.context.trace_id != trace_id
 
 
-def test_counters_by_outcome_match_the_attempt_history(url: str, telemetry: Telemetry) -> None:
-    with Ledger(url) as ledger:
+def test_counters_by_outcome_match_the_attempt_history(
+    store_url: str, telemetry: Telemetry
+) -> None:
+    with Ledger(store_url) as ledger:
         ledger.accept("ok", "tool", {"do": "ok"})
         ledger.accept("no", "tool", {"do": "refuse"})
         ledger.accept("boom", "tool", {"do": "raise"}, max_attempts=2)
@@ -179,7 +157,7 @@ def test_counters_by_outcome_match_the_attempt_history(url: str, telemetry: Tele
         dispatcher = Dispatcher(ledger, {"tool": tool}, poll_seconds=0.05, retry=retry)
         dispatcher.run(until_idle=True, handle_signals=False)
 
-    history = raw(url, "SELECT outcome, redelivery FROM oncewire_attempts")
+    history = tables.rows(store_url, "SELECT outcome, redelivery FROM oncewire_attempts")
     expected: dict[tuple[str, bool], int] = {}
     for outcome, redelivery in history:
         key = (str(outcome), bool(redelivery))
@@ -207,13 +185,15 @@ def test_counters_by_outcome_match_the_attempt_history(url: str, telemetry: Tele
     assert len(failed) == 2 and all(
         "the tool crashed" in (s.status.description or "") for s in failed
     )
-    states = dict(raw(url, "SELECT key, state FROM oncewire_effects"))
+    states = dict(tables.rows(store_url, "SELECT key, state FROM oncewire_effects"))
     assert states == {"ok": "done", "no": "rejected", "boom": "dead"}
 
 
-def test_the_oldest_pending_effect_gauge_reads_the_store(url: str, telemetry: Telemetry) -> None:
+def test_the_oldest_pending_effect_gauge_reads_the_store(
+    store_url: str, telemetry: Telemetry
+) -> None:
     clock = ManualClock(1_800_000_000.0)
-    with Ledger(url, clock=clock) as ledger:
+    with Ledger(store_url, clock=clock) as ledger:
         telemetry.instrumentation.watch(ledger)
         assert telemetry.points("oncewire.effects.oldest_pending_age") == []
         ledger.accept("a", "mail", {})
@@ -232,7 +212,7 @@ def test_the_oldest_pending_effect_gauge_reads_the_store(url: str, telemetry: Te
             for a, v in telemetry.points("oncewire.effects.oldest_pending_age")
         }
         assert ages == {"sms": 12.0}
-    assert dict(raw(url, "SELECT key, state FROM oncewire_effects")) == {
+    assert dict(tables.rows(store_url, "SELECT key, state FROM oncewire_effects")) == {
         "a": "done",
         "b": "done",
         "c": "pending",
@@ -240,15 +220,17 @@ def test_the_oldest_pending_effect_gauge_reads_the_store(url: str, telemetry: Te
 
 
 def test_run_commands_are_spans_by_workflow_command_and_result(
-    url: str, telemetry: Telemetry
+    store_url: str, telemetry: Telemetry
 ) -> None:
-    with Ledger(url) as ledger:
+    with Ledger(store_url) as ledger:
         runs = ledger.runs
         runs.start("r1", key="start-1", scope="s1")
         runs.start("r1", key="start-1", scope="s1")  # replayed
         with pytest.raises(TransitionRefused):
             runs.execute("r1", "terminate", {"outcome": "approved"}, key="t-1")
-    events = raw(url, "SELECT type FROM oncewire_run_events WHERE run_id = ?", ("r1",))
+    events = tables.rows(
+        store_url, "SELECT type FROM oncewire_run_events WHERE run_id = ?", ("r1",)
+    )
     assert len(events) == 1
     seen = [
         (s.name, s.attributes["oncewire.run.result"], s.attributes["oncewire.run.workflow"])
@@ -271,12 +253,12 @@ def test_run_commands_are_spans_by_workflow_command_and_result(
 
 
 def test_reply_operations_are_spans_one_per_platform_call(
-    url: str, tmp_path: Path, telemetry: Telemetry
+    store_url: str, tmp_path: Path, telemetry: Telemetry
 ) -> None:
     from oncewire.lab.suites.replies_rig import Rig, reply_text
 
     text = reply_text("A-otel", "a streamed answer " * 20)
-    with Rig(tmp_path / "rig", clock=ManualClock(), db=url) as rig:
+    with Rig(tmp_path / "rig", clock=ManualClock(), db=store_url) as rig:
         admitted = rig.admit("fk_tg", "chat-otel", "in-1")
         rig.answer(admitted.inbound.id, text, mode="many")
         journal = rig.platforms["fk_tg"].journal
@@ -311,27 +293,34 @@ Dispatcher(Ledger(url), {"charge": hang}, batch_size=1, poll_seconds=0.05).run()
 
 
 def test_an_attempt_redelivered_after_a_sigkill_is_a_span_with_redelivery(
-    url: str,
+    store_url: str,
     tmp_path: Path,
     telemetry: Telemetry,
     python_child: Callable[..., subprocess.Popen[str]],
 ) -> None:
-    with Ledger(url) as ledger, telemetry.tracer.start_as_current_span("checkout") as checkout:
+    with (
+        Ledger(store_url) as ledger,
+        telemetry.tracer.start_as_current_span("checkout") as checkout,
+    ):
         ledger.accept("charge-9", "charge", {"order": 9})
     marker = tmp_path / "started"
-    child = python_child(HANGING_WORKER, url, str(marker))
+    child = python_child(HANGING_WORKER, store_url, str(marker))
     wait_for(marker.exists, timeout=60, what="the child's sink to be called")
     child.send_signal(signal.SIGKILL)
     child.communicate(timeout=30)
     assert child.returncode == -signal.SIGKILL
-    assert raw(url, "SELECT state FROM oncewire_effects") == [("claimed",)]
+    assert tables.rows(store_url, "SELECT state FROM oncewire_effects") == [("claimed",)]
 
-    with Ledger(url) as ledger:
+    with Ledger(store_url) as ledger:
         Dispatcher(ledger, {"charge": lambda a: {"charged": a.redelivery}}).run(
             until_idle=True, handle_signals=False
         )
-    assert raw(url, "SELECT state, result FROM oncewire_effects") == [("done", '{"charged":true}')]
-    history = raw(url, "SELECT fence, outcome, redelivery FROM oncewire_attempts ORDER BY fence")
+    assert tables.rows(store_url, "SELECT state, result FROM oncewire_effects") == [
+        ("done", '{"charged":true}')
+    ]
+    history = tables.rows(
+        store_url, "SELECT fence, outcome, redelivery FROM oncewire_attempts ORDER BY fence"
+    )
     assert [(o, bool(r)) for _, o, r in history] == [("owner_died", False), ("done", True)]
     (span,) = telemetry.spans("oncewire.attempt")
     assert span.attributes["oncewire.attempt.redelivery"] is True

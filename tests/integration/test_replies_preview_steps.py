@@ -11,28 +11,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-
-import pytest
 
 from oncewire.inbound import InboundState
 from oncewire.lab.suites.replies_rig import Rig, footer, header, reply_text
 from oncewire.replies import OpKind, OpState, PreviewPass, ReplyState
 from oncewire.testing import ManualClock
 from oncewire.testing.fake_platform import Fault
-from tests.support.pg import migrated_schema, server_url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
-    if request.param == "sqlite":
-        yield None  # the rig's own SQLite file
-        return
-    pytest.importorskip("psycopg")
-    with migrated_schema(server_url(), "preview") as url:
-        yield url
 
 
 def _wait_for(predicate: Callable[[], bool], what: str) -> None:
@@ -44,13 +31,15 @@ def _wait_for(predicate: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def test_a_parked_preview_never_blocks_the_commit(tmp_path: Path, db: str | None) -> None:
+def test_a_parked_preview_never_blocks_the_commit(tmp_path: Path, store_url: str) -> None:
     aid = "A-park"
     text = reply_text(aid, "the whole answer, committed while a preview is parked")
     # The second preview (an edit) parks on the platform until released.
     faults = [Fault("hold", op="edit", contains=header(aid), hold_seconds=60.0)]
     with ExitStack() as stack:
-        rig = stack.enter_context(Rig(tmp_path / "rig", clock=ManualClock(), faults=faults, db=db))
+        rig = stack.enter_context(
+            Rig(tmp_path / "rig", clock=ManualClock(), faults=faults, db=store_url)
+        )
         inbound = rig.admit("fk_tg", "c1", "in-1").inbound
         reply = rig.engine.open(inbound.id)
         assert reply.state is ReplyState.OPEN and reply.lease_owner in (None, rig.engine.owner)

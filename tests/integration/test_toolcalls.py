@@ -5,39 +5,15 @@ is told read from the store. Effects and rows are read around oncewire."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from oncewire import Attempt, Dispatcher, Ledger, Rejected, toolcalls
-from tests.support.pg import migrated_schema, server_url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "app.db")
-        return
-    with migrated_schema(server_url(), "tools") as schema_url:
-        yield schema_url
-
-
-def raw(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params).fetchall()]
-    conn = sqlite3.connect(url, timeout=10)
-    try:
-        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
-    finally:
-        conn.close()
+from tests.support import tables
 
 
 def sdk_call(call_id: str, name: str, arguments: str) -> Any:
@@ -78,9 +54,9 @@ class Tools:
 
 
 @pytest.fixture
-def dispatching(url: str) -> Iterator[tuple[Ledger, Tools]]:
+def dispatching(store_url: str) -> Iterator[tuple[Ledger, Tools]]:
     tools = Tools()
-    with Ledger(url) as ledger:
+    with Ledger(store_url) as ledger:
         with ledger.transaction() as tx:
             tx.execute("CREATE TABLE turns (id TEXT PRIMARY KEY, response TEXT NOT NULL)")
         dispatcher = Dispatcher(ledger, tools.sinks(), poll_seconds=0.05)
@@ -95,7 +71,7 @@ def dispatching(url: str) -> Iterator[tuple[Ledger, Tools]]:
 
 
 def test_each_call_is_one_effect_accepted_with_the_turn_and_answered_from_the_store(
-    url: str, dispatching: tuple[Ledger, Tools]
+    store_url: str, dispatching: tuple[Ledger, Tools]
 ) -> None:
     ledger, tools = dispatching
     response = [
@@ -122,13 +98,15 @@ def test_each_call_is_one_effect_accepted_with_the_turn_and_answered_from_the_st
     ]
     messages = toolcalls.results(ledger, accepted, wait_seconds=60)
 
-    stored = raw(url, "SELECT key, kind, payload, state FROM oncewire_effects ORDER BY key")
+    stored = tables.rows(
+        store_url, "SELECT key, kind, payload, state FROM oncewire_effects ORDER BY key"
+    )
     assert [(k, kind, json.loads(p), s) for k, kind, p, s in stored] == [
         ("turn-1/call_a", "tool.weather", {"city": "Oslo"}, "done"),
         ("turn-1/call_b", "tool.refund", {"amount": 500}, "rejected"),
         ("turn-1/call_c", "tool.charge", {"amount": 5}, "dead"),
     ]
-    assert raw(url, "SELECT id FROM turns") == [("turn-1",)]
+    assert tables.rows(store_url, "SELECT id FROM turns") == [("turn-1",)]
     assert sorted(tools.calls) == ["turn-1/call_a", "turn-1/call_b", "turn-1/call_c"]
     assert [m["tool_call_id"] for m in messages] == ["call_a", "call_b", "call_c", "call_d"]
     assert {m["role"] for m in messages} == {"tool"}
@@ -142,19 +120,19 @@ def test_each_call_is_one_effect_accepted_with_the_turn_and_answered_from_the_st
     # found, nothing runs again, and the model is told the same.
     again = toolcalls.call(ledger, "turn-1", response[:3], max_attempts=1, wait_seconds=60)
     assert again == messages[:3]
-    assert raw(url, "SELECT COUNT(*) FROM oncewire_effects") == [(3,)]
+    assert tables.rows(store_url, "SELECT COUNT(*) FROM oncewire_effects") == [(3,)]
     assert sorted(tools.calls) == ["turn-1/call_a", "turn-1/call_b", "turn-1/call_c"]
 
 
-def test_a_rolled_back_turn_leaves_no_effect(url: str) -> None:
-    with Ledger(url) as ledger, pytest.raises(RuntimeError), ledger.transaction() as tx:
+def test_a_rolled_back_turn_leaves_no_effect(store_url: str) -> None:
+    with Ledger(store_url) as ledger, pytest.raises(RuntimeError), ledger.transaction() as tx:
         toolcalls.accept_in_tx(tx, "turn-2", [sdk_call("call_x", "weather", "{}")])
         raise RuntimeError("the model response could not be recorded")
-    assert raw(url, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
+    assert tables.rows(store_url, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
 
 
-def test_a_call_cancelled_before_it_ran_did_not_run_and_a_wait_can_end(url: str) -> None:
-    with Ledger(url) as ledger:
+def test_a_call_cancelled_before_it_ran_did_not_run_and_a_wait_can_end(store_url: str) -> None:
+    with Ledger(store_url) as ledger:
         with ledger.transaction() as tx:
             accepted = toolcalls.accept_in_tx(tx, "turn-3", [sdk_call("call_y", "weather", "{}")])
         with pytest.raises(toolcalls.ToolCallPending) as waited:
@@ -162,7 +140,7 @@ def test_a_call_cancelled_before_it_ran_did_not_run_and_a_wait_can_end(url: str)
         assert waited.value.key == "turn-3/call_y"
         ledger.effects.cancel("turn-3/call_y", reason="the user withdrew the request")
         (message,) = toolcalls.results(ledger, accepted, wait_seconds=10)
-    assert raw(url, "SELECT state FROM oncewire_effects") == [("cancelled",)]
+    assert tables.rows(store_url, "SELECT state FROM oncewire_effects") == [("cancelled",)]
     assert message["content"] == ("error: the tool did not run: the user withdrew the request")
 
 
@@ -196,24 +174,24 @@ def _refused_and_nothing_stored(url: str, tool_calls: Any, message: str) -> None
             tx.execute("INSERT INTO turns (id) VALUES (:id)", {"id": "turn-9"})
     assert message in str(caught.value), str(caught.value)
     assert "accept_in_tx" in str(caught.value)
-    assert raw(url, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
-    assert raw(url, "SELECT id FROM turns") == [("turn-9",)]
+    assert tables.rows(url, "SELECT COUNT(*) FROM oncewire_effects") == [(0,)]
+    assert tables.rows(url, "SELECT id FROM turns") == [("turn-9",)]
 
 
 @pytest.mark.parametrize("case", sorted(NOT_A_LIST))
 def test_tool_calls_that_are_not_a_list_are_a_type_error_and_store_nothing(
-    url: str, case: str
+    store_url: str, case: str
 ) -> None:
     tool_calls, message = NOT_A_LIST[case]
-    _refused_and_nothing_stored(url, tool_calls, message)
+    _refused_and_nothing_stored(store_url, tool_calls, message)
 
 
 @pytest.mark.parametrize("case", sorted(NOT_A_CALL))
 def test_an_item_that_is_not_a_tool_call_is_a_type_error_and_stores_nothing(
-    url: str, case: str
+    store_url: str, case: str
 ) -> None:
     item, message = NOT_A_CALL[case]
-    _refused_and_nothing_stored(url, [ONE_CALL, item], message)
+    _refused_and_nothing_stored(store_url, [ONE_CALL, item], message)
 
 
 def test_a_transaction_that_is_not_the_ledgers_is_a_type_error() -> None:

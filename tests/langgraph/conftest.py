@@ -1,7 +1,7 @@
 """Fixtures for the LangGraph tests: a receiver store the tools write to, a graph builder with
-a scripted chat model (no network), and ``db_url``, a fresh store's URL on each backend (a SQLite
-file in ``tmp_path``, or a new PostgreSQL schema dropped after the test) with ``raw`` to read
-and write its tables around oncewire.
+a scripted chat model (no network), and ``db_url``, a fresh store's URL on each backend
+(``store_url`` of tests/conftest.py: a SQLite file in ``tmp_path``, or a PostgreSQL schema of
+the test's own) with ``raw`` to read and write its tables around oncewire.
 
 Every module here starts with ``pytest.importorskip`` for LangGraph, so a checkout without the
 ``langgraph`` extra reports these tests as skipped, with the reason."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.pg import migrated_schema, server_url
+from tests.support.tables import Connection as Raw
 
 pytest.importorskip("langgraph.prebuilt", reason="needs the langgraph extra")
 pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs langgraph-checkpoint-sqlite")
@@ -70,41 +70,9 @@ def shown(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     return [message.model_dump(exclude={"id"}) for message in messages]
 
 
-BACKENDS = ["sqlite", "postgresql"]
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "lg.db")
-        return
-    with migrated_schema(server_url(), "lg") as url:
-        yield url
-
-
-class Raw:
-    """The store's database read and written around oncewire (autocommit; ``?`` placeholders)."""
-
-    def __init__(self, url: str) -> None:
-        self.pg = url.startswith("postgresql")
-        if self.pg:
-            import psycopg
-
-            self.conn: Any = psycopg.connect(url, autocommit=True)
-        else:
-            self.conn = sqlite3.connect(url, isolation_level=None, timeout=10)
-
-    def _sql(self, sql: str) -> str:
-        return sql.replace("?", "%s") if self.pg else sql
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in self.conn.execute(self._sql(sql), tuple(params)).fetchall()]
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return int(self.conn.execute(self._sql(sql), tuple(params)).rowcount)
-
-    def close(self) -> None:
-        self.conn.close()
+@pytest.fixture
+def db_url(store_url: str) -> str:
+    return store_url
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """A run-ledger database on either backend, read and edited around oncewire.
 
 ``RunsDatabase`` is what the run ledger's integration tests hold: the URL a ``Ledger`` opens,
-and the plain driver (sqlite3 or psycopg) to read the tables and to edit them as someone with
-database access would. SQL is written with ``?`` placeholders; PostgreSQL's get translated.
+and the plain driver (sqlite3 or psycopg, connected by :mod:`tests.support.tables`) to read the
+tables and to edit them as someone with database access would. SQL is written with ``?``
+placeholders; PostgreSQL's get translated.
 Rows answer both ``row["column"]`` and ``row[0]``.
 """
 
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support import tables
 from tests.support.pg import migrated_schema, server_url
 
 __all__ = ["BACKENDS", "Row", "RunsDatabase", "runs_database"]
@@ -45,22 +47,10 @@ class RunsDatabase:
         self.dialect = dialect
         self.url = url
 
-    def _run(self, conn: Any, sql: str, params: Sequence[Any]) -> Any:
-        if self.dialect == "postgresql":
-            return conn.execute(sql.replace("?", "%s"), tuple(params) or None)
-        return conn.execute(sql, tuple(params))
-
-    def _connect(self) -> Any:
-        if self.dialect == "sqlite":
-            return sqlite3.connect(self.url, isolation_level=None)
-        import psycopg
-
-        return psycopg.connect(self.url, autocommit=True)
-
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        conn = self._connect()
+        conn = tables.connect(self.url)
         try:
-            cursor = self._run(conn, sql, params)
+            cursor = tables.run(conn, sql, params)
             names = tuple(d[0] for d in cursor.description)
             return [Row(names, values) for values in cursor.fetchall()]
         finally:
@@ -68,11 +58,11 @@ class RunsDatabase:
 
     def execute(self, *statements: tuple[str, Sequence[Any]]) -> None:
         """Run ``statements`` in one transaction, going around oncewire (triggers kept)."""
-        conn = self._connect()
+        conn = tables.connect(self.url)
         try:
             conn.execute("BEGIN")
             for sql, params in statements:
-                self._run(conn, sql, params)
+                tables.run(conn, sql, params)
             conn.execute("COMMIT")
         finally:
             conn.close()

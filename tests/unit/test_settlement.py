@@ -27,13 +27,13 @@ from oncewire import (
     RetryPolicy,
 )
 from oncewire.testing import ManualClock
-from tests.contract.conftest import SQLiteRaw
+from tests.contract.conftest import RawDatabase
 
 
 @pytest.fixture
-def raw(db_path: Path) -> Iterator[SQLiteRaw]:
+def raw(db_path: Path) -> Iterator[RawDatabase]:
     """The stored row, read around oncewire."""
-    conn = SQLiteRaw(str(db_path))
+    conn = RawDatabase(str(db_path))
     try:
         yield conn
     finally:
