@@ -9,6 +9,10 @@ does exactly what it did:
 * a function tool's invocation (``agents.run_internal.tool_execution``'s
   ``_invoke_function_tool_with_metadata``) is an effect performed once
   (:func:`oncewire.agents.tools.call_tool`);
+* a local tool's action (``agents.run_internal.tool_actions``: ``ShellAction``,
+  ``LocalShellAction`` and ``ApplyPatchAction``'s ``execute``) first gives the tool a durable
+  executor or editor (:mod:`oncewire.agents.local`), so that each call of it is an effect
+  performed once;
 * every run (``AgentRunner.run`` and ``run_streamed``, which ``Runner.run``, ``run_sync`` and
   ``run_streamed`` call) records in the scope :meth:`~oncewire.agents.scope.Scope.begin_run`
   gives it, until it ends: the current one when none of its runs is in progress, else a scope
@@ -31,11 +35,12 @@ try:
     from agents import tool as sdk_tool
     from agents.guardrail import InputGuardrail, OutputGuardrail
     from agents.run import AgentRunner
-    from agents.run_internal import run_loop, tool_execution
+    from agents.run_internal import run_loop, tool_actions, tool_execution
     from agents.tool_guardrails import ToolInputGuardrail, ToolOutputGuardrail
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise refusal("agents", "oncewire.agents", exc) from exc
 
+from oncewire.agents import local
 from oncewire.agents import scope as scopes
 from oncewire.agents.tools import call_tool
 
@@ -151,6 +156,37 @@ def _install_guardrails() -> None:
     )
 
 
+def _install_local_tools() -> None:
+    shell, local_shell = tool_actions.ShellAction, tool_actions.LocalShellAction
+    apply_patch = tool_actions.ApplyPatchAction
+    shell_execute, local_execute = shell.execute, local_shell.execute
+    patch_execute = apply_patch.execute
+
+    async def execute_shell(cls: Any, /, *, call: Any, **kwargs: Any) -> Any:
+        if scopes.current_scope() is not None:
+            local.wrap_executor(call.shell_tool, local=False)
+        return await shell_execute(call=call, **kwargs)
+
+    async def execute_local_shell(cls: Any, /, *, call: Any, **kwargs: Any) -> Any:
+        if scopes.current_scope() is not None:
+            local.wrap_executor(call.local_shell_tool, local=True)
+        return await local_execute(call=call, **kwargs)
+
+    async def execute_apply_patch(cls: Any, /, *, call: Any, **kwargs: Any) -> Any:
+        if scopes.current_scope() is None:
+            return await patch_execute(call=call, **kwargs)
+        local.wrap_editor(call.apply_patch_tool)
+        token = local.patch_call(str(local.field_of(call.tool_call, "call_id") or ""))
+        try:
+            return await patch_execute(call=call, **kwargs)
+        finally:
+            local.patch_call_done(token)
+
+    shell.execute = classmethod(execute_shell)  # type: ignore[method-assign,assignment]
+    local_shell.execute = classmethod(execute_local_shell)  # type: ignore[method-assign,assignment]
+    apply_patch.execute = classmethod(execute_apply_patch)  # type: ignore[method-assign,assignment]
+
+
 def install() -> None:
     """Route the SDK's places (see the module docstring) through the durable scope, once."""
     global _installed
@@ -182,4 +218,5 @@ def install() -> None:
         setattr(tool_execution, _INVOKE, invoke)
         _install_runs()
         _install_guardrails()
+        _install_local_tools()
         _installed = True

@@ -10,7 +10,8 @@ the SDK is untouched):
   :class:`~oncewire.agents.scope.DurableModel`: each response recorded under
   ``(run_key, step)`` before anything acts on it, and a recorded step returned instead of
   calling the model again;
-* a function tool's invocation is an effect performed once (:mod:`oncewire.agents.tools`);
+* a function tool's invocation is an effect performed once (:mod:`oncewire.agents.tools`),
+  and so is a call of the SDK's local shell and apply-patch tools (:mod:`oncewire.agents.local`);
 * each ``Runner.run`` records in the scope the durable run gives it: a run started while
   another of the same scope is in progress (a guardrail's agent) has steps of its own.
 

@@ -21,10 +21,12 @@ tool is durable too. What the tool does decides the outcome:
   failing is what the store knows (:func:`oncewire.toolcalls.effect_content`, "outcome
   unknown" when the tool may have run).
 
-The run waits for the effect to end (on its own loop, so that cancelling the run ends the
-wait), then gives the SDK the stored answer, or what :mod:`oncewire.toolcalls` tells a model of
-an effect that did not end ``done``. Hosted tools (web search, file search, code interpreter,
-...) run at the provider and are not touched; nor are handoffs, which are not tools that act.
+The run waits for the effect to end (on its own loop, so that cancelling the run ends the wait),
+then gives the SDK the stored answer, or what :mod:`oncewire.toolcalls` tells a model of an
+effect that did not end ``done``. The SDK's local shell and apply-patch tools are performed the
+same way (:func:`perform`, :mod:`oncewire.agents.local`). Hosted tools (web search, file search,
+code interpreter, ...) run at the provider and are not touched; nor are handoffs, which are not
+tools that act.
 
 Which dispatcher performs a call (:func:`inline_for`): one per ledger, run settings
 (``concurrency``, ``retry``, ``lease_seconds``) and depth, the depth being how many tool calls'
@@ -77,6 +79,7 @@ __all__ = [
     "TOOL_SETTLED",
     "call_tool",
     "inline_for",
+    "perform",
 ]
 
 TOOL_ACCEPTED = crash.register(
@@ -111,11 +114,11 @@ Setting = tuple[Hashable, ...]  # which inline dispatcher performs a call (see i
 
 @dataclass
 class HeldCall:
-    """What the run knows of one call it waits for: the tool and how to run it, and which
-    dispatcher of this process performs it."""
+    """What the run knows of one call it waits for: how to run the tool and store its answer,
+    and which dispatcher of this process performs it."""
 
-    tool: FunctionTool
     invoke: Callable[[], Awaitable[Any]]
+    encode: Callable[[Any], Any]  # the tool's answer as the effect's result
     loop: asyncio.AbstractEventLoop
     context: contextvars.Context
     scope: Scope
@@ -225,7 +228,7 @@ def _sink(attempt: Attempt) -> Any:
     except ModelBehaviorError as exc:
         return Rejected(f"the tool's arguments were refused: {exc}")
     TOOL_RETURNED.hit()
-    return responses.encode_output(held.tool, value)
+    return held.encode(value)
 
 
 SINKS = {KIND: _sink}
@@ -295,14 +298,35 @@ async def call_tool(scope: Scope, tool: FunctionTool, context: Any, arguments: s
         problem = "the tool call has no id"
     if problem is not None:
         return _answer(None, problem)
-    key = call_key(scope.key, call_id)
-    effect = await asyncio.to_thread(_find_or_accept, scope, key, tool.name, parsed)
+    invoker = _inner_invoker(tool)
+    effect = await perform(
+        scope,
+        call_key(scope.key, call_id),
+        tool.name,
+        parsed,
+        lambda: invoker(context, arguments),
+        lambda value: responses.encode_output(tool, value),
+    )
+    return _answer(effect, None)
+
+
+async def perform(
+    scope: Scope,
+    key: str,
+    name: str,
+    arguments: dict[str, Any],
+    invoke: Callable[[], Awaitable[Any]],
+    encode: Callable[[Any], Any],
+) -> Effect:
+    """The effect ``key`` of the tool ``name`` in ``scope`` once it has ended: accepted if it
+    was not, and performed by the inline dispatcher (``invoke`` running the tool, ``encode``
+    storing its answer) unless it had ended already."""
+    effect = await asyncio.to_thread(_find_or_accept, scope, key, name, arguments)
     if effect.state not in TERMINAL_STATES:
-        invoker = _inner_invoker(tool)
         setting, inline = inline_for(scope)
         held = HeldCall(
-            tool=tool,
-            invoke=lambda: invoker(context, arguments),
+            invoke=invoke,
+            encode=encode,
             loop=asyncio.get_running_loop(),
             context=contextvars.copy_context(),
             scope=scope,
@@ -319,7 +343,7 @@ async def call_tool(scope: Scope, tool: FunctionTool, context: Any, arguments: s
         finally:
             CALLS.release(key, held)
         TOOL_SETTLED.hit()
-    return _answer(effect, None)
+    return effect
 
 
 async def _settled(scope: Scope, inline: InlineDispatch, key: str) -> Effect:
