@@ -29,13 +29,12 @@ from tests.gateway.test_runner import (
     bot_messages,
     rig,
     run_events,
-    store_url,
 )
 from tests.gateway.test_tools import executions, tool_rig
 
-__all__ = ["rig", "store_url", "tool_rig"]  # the fixtures, imported for these tests
+__all__ = ["rig", "tool_rig"]  # the fixtures, imported for these tests
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.empty_store]  # the gateway creates its store
 
 REGISTERING = (admission, turn)  # the modules that register the gateway.* crash points
 

@@ -18,9 +18,10 @@ from oncewire.inbound import InboundState
 from oncewire.storage.records import EffectState
 from tests.conftest import _child_env, wait_for
 from tests.gateway import test_runner
-from tests.gateway.test_runner import Rig, bot_messages, rig, run_events, store_url
+from tests.gateway.test_runner import Rig, bot_messages, rig, run_events
 
-__all__ = ["rig", "store_url"]  # the fixtures, imported for these tests
+__all__ = ["rig"]  # the fixture, imported for these tests
+pytestmark = pytest.mark.empty_store  # the gateway creates its store
 
 TOOLS_MODULE = """
 import json
