@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from oncewire import Ledger, Receipts
@@ -156,3 +159,43 @@ def test_receipts_opened_before_a_fork_work_in_the_child(store_url: str) -> None
     assert sorted(sessions) == ["child", "parent"]
     if postgres(store_url):
         assert sessions["child"] != sessions["parent"]  # the child's own session
+
+
+def test_a_fork_while_another_thread_holds_the_write_lock_leaves_the_child_able_to_write(
+    tmp_path: Path,
+) -> None:
+    # SQLite records the locks a process holds in memory all its connections share, and a
+    # fork copies it: a child forked mid-transaction of another thread inherited "one of my
+    # connections holds the write lock" from a connection it never sees, and every write of
+    # its own waited out the busy timeout. The fork now waits for that commit.
+    db = str(tmp_path / "app.db")
+    ledger = Ledger(db)
+    holding, done = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with ledger.transaction() as tx:
+            tx.accept("held", "mail", {"n": 1})
+            holding.set()
+            time.sleep(0.5)  # the fork is asked for meanwhile
+        done.set()
+
+    holder = threading.Thread(target=hold_the_lock)
+    try:
+        holder.start()
+        assert holding.wait(10)
+
+        def child() -> dict[str, Any]:
+            started = time.monotonic()
+            ledger.accept("child", "mail", {"n": 2})
+            ledger.close()
+            return {"waited_under": time.monotonic() - started < 5}
+
+        assert in_child(child) == {"waited_under": True}
+        assert done.is_set()  # the fork was held back until the holder committed
+    finally:
+        holder.join(10)
+        ledger.close()
+    assert tables.rows(db, "SELECT key FROM oncewire_effects ORDER BY id") == [
+        ("held",),
+        ("child",),
+    ]

@@ -36,7 +36,7 @@ from oncewire.storage.driver import Driver, ErrorTranslation
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
 from oncewire.storage.sqlguard import caller_statement
-from oncewire.storage.sqlite import files
+from oncewire.storage.sqlite import files, forkgate
 from oncewire.storage.sqlite.errors import translate_errors, translated
 from oncewire.storage.sqlite.files import path_from_url
 from oncewire.storage.sqlite.group import GroupCommit
@@ -145,29 +145,37 @@ class SQLiteTransaction(GuardedTransaction):
     def begin(self) -> None:
         if self.conn.in_transaction:
             raise InvalidState("a transaction is already open on this thread")
+        forkgate.enter()  # no fork copies this process while it holds the write lock
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            forkgate.leave()
             raise translated(f"{self.what}: beginning", exc, self.store) from exc
+        except BaseException:
+            forkgate.leave()
+            raise
         self.is_open = True
 
     def end(self, failed: bool) -> None:
         conn = self.conn
         self.is_open = False
-        if failed:
-            self._rollback()
-            return
-        if not conn.in_transaction:
-            raise InvalidState(
-                "the transaction ended before its with block did; nothing more was committed"
-            )
         try:
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            self._rollback()
-            if isinstance(exc, sqlite3.Error):
-                raise translated(f"{self.what}: committing", exc, self.store) from exc
-            raise
+            if failed:
+                self._rollback()
+                return
+            if not conn.in_transaction:
+                raise InvalidState(
+                    "the transaction ended before its with block did; nothing more was committed"
+                )
+            try:
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback()
+                if isinstance(exc, sqlite3.Error):
+                    raise translated(f"{self.what}: committing", exc, self.store) from exc
+                raise
+        finally:
+            forkgate.leave()
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:
