@@ -1,6 +1,8 @@
 """``oncewire mcp proxy --upstream URL``: the server on streamable HTTP (the SDK's
 ``streamable_http_client``), the client on stdio; the same effects as with a child server.
-The transport does not depend on the store: SQLite by default, both backends under ``--soak``."""
+The transport does not depend on the store: the server behind the proxy and the clients in
+front of it run on both backends in every run, the rest on SQLite by default and on both under
+``--soak``."""
 
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ from tests.mcp.conftest import (
 )
 
 KEY = "io.oncewire/idempotency-key"
+
+
+# The two transports' main cases, on both backends in every run (the rest of the file runs on
+# PostgreSQL under --soak).
+BOTH_BACKENDS = pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 
 
 def _free_port() -> int:
@@ -61,7 +68,7 @@ def text(result: object) -> str:
     return " ".join(getattr(c, "text", "") for c in getattr(result, "content", []))
 
 
-@SQLITE_BY_DEFAULT
+@BOTH_BACKENDS
 def test_a_streamable_http_server_behind_the_proxy(
     db_url: str, raw: Raw, upstream_log: Path, http_upstream: str
 ) -> None:
@@ -114,7 +121,7 @@ def _wait_listening(process: subprocess.Popen[bytes], port: int) -> None:
             time.sleep(0.1)
 
 
-@SQLITE_BY_DEFAULT
+@BOTH_BACKENDS
 def test_clients_on_streamable_http_in_front_of_a_stdio_server(
     db_url: str, raw: Raw, upstream_log: Path, listening: str
 ) -> None:
