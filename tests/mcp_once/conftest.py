@@ -1,7 +1,7 @@
-"""Fixtures for the tests of tools that run once (``oncewire.mcp.once``): ``store_url``, a fresh
-receiver store on each backend (a SQLite file in ``tmp_path``, or a new PostgreSQL schema
-dropped after the test), and readers that look at its tables and at side files with plain
-drivers, not through oncewire.
+"""Fixtures for the tests of tools that run once (``oncewire.mcp.once``): ``receiver``, the
+receipts of a store on each backend (``store_url`` of tests/conftest.py: a SQLite file in
+``tmp_path``, or a PostgreSQL schema of the test's own), and readers that look at its tables
+and at side files with plain drivers, not through oncewire.
 
 Every module here needs the ``mcp`` extra; without it they are reported as skipped."""
 
@@ -16,8 +16,6 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
-from tests.support.pg import fresh_schema, server_url
-
 pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra")
 
 from oncewire.lab.fixtures import dialect_of, rows
@@ -25,17 +23,7 @@ from oncewire.receipts import Receipts
 
 T = TypeVar("T")
 
-BACKENDS = ["sqlite", "postgresql"]
 SERVERS = "oncewire.lab.children.mcp_servers"
-
-
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "receiver.db")
-        return
-    with fresh_schema(server_url(), "mcp") as url:
-        yield url
 
 
 @pytest.fixture
