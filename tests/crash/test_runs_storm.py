@@ -11,12 +11,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from oncewire import Ledger
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 
 pytestmark = pytest.mark.crash
 
@@ -112,9 +111,9 @@ print("done", flush=True)
 """
 
 
-@pytest.fixture(params=BACKENDS)
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def db(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

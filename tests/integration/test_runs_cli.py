@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from oncewire import Ledger
 from oncewire.cli import main
 from oncewire.testing import ManualClock
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         clock = ManualClock()
         with Ledger(opened.url, clock=clock) as ledger:
             ledger.runs.start("run-a", key="start", scope="scope-a", owner="w", lease_seconds=5)

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +15,7 @@ from oncewire import Dispatcher, Done, Ledger
 from oncewire.core.errors import PayloadConflict, RunConflict, StaleFence, TransitionRefused
 from oncewire.core.ids import process_start_ticks, this_process_owner
 from oncewire.testing import ManualClock
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 
 CANDIDATE = {
     "candidate_id": "c-1",
@@ -31,9 +30,9 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=BACKENDS)
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def db(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

@@ -13,7 +13,6 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from oncewire.core.errors import (
 )
 from oncewire.runs import artifact_manifest
 from oncewire.testing import ManualClock
-from tests.support.runs_db import BACKENDS, Row, RunsDatabase, runs_database
+from tests.support.runs_db import Row, RunsDatabase, runs_database
 
 SCOPE = "session-1"
 LEASE = 30.0
@@ -59,9 +58,9 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=BACKENDS)
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def db(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from oncewire import Ledger
 from oncewire.core.errors import ConfigurationError, HistoryTampered, TransitionRefused
 from oncewire.testing import ManualClock
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 
 SCOPE = "scope-t"
 KEY = b"held-outside-the-database"
@@ -30,9 +29,9 @@ CANDIDATE: dict[str, Any] = {
 }
 
 
-@pytest.fixture(params=BACKENDS)
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def db(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

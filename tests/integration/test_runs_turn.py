@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,7 @@ from oncewire.core.errors import BranchBusy, TransitionRefused
 from oncewire.replies import TELEGRAM_LIKE
 from oncewire.runs import TurnSession
 from oncewire.testing import ManualClock
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 
 SESSION = TurnSession("telegram", "bot-1", "chat-42")
 LEASE = 30.0
@@ -30,9 +29,9 @@ DIGEST = "5" * 64
 Child = Callable[..., subprocess.Popen[str]]
 
 
-@pytest.fixture(params=BACKENDS)
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def db(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

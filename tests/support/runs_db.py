@@ -12,15 +12,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from tests.support import tables
-from tests.support.pg import migrated_schema, server_url
 
-__all__ = ["BACKENDS", "Row", "RunsDatabase", "runs_database"]
-
-BACKENDS = ("sqlite", "postgresql")
+__all__ = ["Row", "RunsDatabase", "runs_database"]
 
 
 class Row(tuple[Any, ...]):
@@ -96,10 +92,7 @@ class RunsDatabase:
 
 
 @contextmanager
-def runs_database(dialect: str, tmp_path: Path) -> Iterator[RunsDatabase]:
-    """A fresh database: a file on SQLite, a new schema on PostgreSQL (skipped without one)."""
-    if dialect == "sqlite":
-        yield RunsDatabase("sqlite", str(tmp_path / "runs.db"))
-        return
-    with migrated_schema(server_url(), "runs") as url:
-        yield RunsDatabase("postgresql", url)
+def runs_database(url: str) -> Iterator[RunsDatabase]:
+    """The run-ledger database at ``url`` (the suite's ``store_url``: a file on SQLite, a
+    schema of the test's own on PostgreSQL), read and edited around oncewire."""
+    yield RunsDatabase("postgresql" if url.startswith("postgresql") else "sqlite", url)

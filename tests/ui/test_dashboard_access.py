@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 from tests.ui.support import ONCEWIRE, artifacts, browser, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,9 +28,9 @@ pytestmark = pytest.mark.timeout(300)
 TOKEN = "s3cret-token-for-the-dashboard"
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         with Ledger(opened.url) as ledger:
             ledger.accept("stopped", "mail", {"n": 1})
             ledger.effects.cancel("stopped", "held by the operator")

@@ -36,7 +36,7 @@ from oncewire.dispatch.dispatcher import Dispatcher
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.outcomes import Done, MaybeSent, Rejected
 from oncewire.lab.suites.replies_rig import BOT, Rig
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 from tests.ui.support import artifacts, browser, server
 
 pytestmark = pytest.mark.timeout(600)
@@ -94,9 +94,9 @@ document.addEventListener("securitypolicyviolation", function (e) {
 """
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

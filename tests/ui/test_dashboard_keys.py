@@ -13,13 +13,12 @@ effect or run, and retry and cancel act on it (read back in the store); typed ad
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from oncewire import Ledger
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 from tests.ui.support import browser, fetch, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -47,9 +46,9 @@ PATHLIKE = (
 CANNOT_BE_A_PATH = {"..", ".", "%2e%2e"}  # a browser resolves these segments away
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

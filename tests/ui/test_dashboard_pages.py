@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 from tests.ui.support import artifacts, browser, prepare, server
 
 pytestmark = pytest.mark.timeout(400)
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

@@ -22,7 +22,7 @@ from oncewire.dispatch.dispatcher import Dispatcher
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.outcomes import Done, MaybeSent, Rejected
 from oncewire.lab.suites.replies_rig import Rig, reply_text
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 from tests.ui.support import artifacts, browser, fetch, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,9 +42,9 @@ document.addEventListener("DOMContentLoaded", function () {
 """
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

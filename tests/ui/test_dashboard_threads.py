@@ -25,7 +25,7 @@ from oncewire.langgraph import OncewireSaver
 from oncewire.ledger import Ledger
 from oncewire.ui.headers import HEADERS
 from oncewire.ui.threads import THREADS_PAGE
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 from tests.ui.support import fetch, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -36,9 +36,9 @@ ROW = re.compile(r'<tr data-thread="([^"]*)" data-ok="(yes|no)">(.*?)</tr>', re.
 CELL = re.compile(r'<td class="(good|bad)">(.*?)</td>', re.S)
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 

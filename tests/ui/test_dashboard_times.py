@@ -14,12 +14,11 @@ import re
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from oncewire import Dispatcher, Ledger, MaybeSent
-from tests.support.runs_db import BACKENDS, RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase, runs_database
 from tests.ui.support import server
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,9 +26,9 @@ pytestmark = pytest.mark.timeout(300)
 ABSURD = {"year-3170900": 99_999_999_999_999.0, "1e300": 1e300, "inf": math.inf}
 
 
-@pytest.fixture(params=BACKENDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunsDatabase]:
-    with runs_database(request.param, tmp_path) as opened:
+@pytest.fixture
+def database(store_url: str) -> Iterator[RunsDatabase]:
+    with runs_database(store_url) as opened:
         yield opened
 
 
