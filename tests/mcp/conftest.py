@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from tests.support import tables
 from tests.support.pg import fresh_schema, server_url
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
@@ -53,21 +53,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-class Raw:
+class Raw(tables.Connection):
     """The store's database read around oncewire (autocommit; ``?`` placeholders)."""
-
-    def __init__(self, url: str) -> None:
-        self.pg = url.startswith("postgresql")
-        if self.pg:
-            import psycopg
-
-            self.conn: Any = psycopg.connect(url, autocommit=True)
-        else:
-            self.conn = sqlite3.connect(url, isolation_level=None, timeout=10)
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        sql = sql.replace("?", "%s") if self.pg else sql
-        return [tuple(r) for r in self.conn.execute(sql, tuple(params)).fetchall()]
 
     def effects(self, after_id: int = 0) -> list[dict[str, Any]]:
         """Every effect (after the one with ``after_id``), oldest first, with its payload and
@@ -99,9 +86,6 @@ class Raw:
 
     def last_id(self) -> int:
         return int(self.query("SELECT COALESCE(MAX(id), 0) FROM oncewire_effects")[0][0])
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 @pytest.fixture
