@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from oncewire import Ledger
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 
 pytestmark = pytest.mark.crash
 
@@ -113,8 +113,8 @@ print("done", flush=True)
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def test_a_storm_of_processes_with_kills_leaves_every_run_verifiable(

@@ -394,8 +394,7 @@ def test_a_huge_retry_after_parks_the_effect_a_day_and_the_drain_returns(
         ledger.accept("order-2", "charge", {"order": "order-2"})
         Dispatcher(ledger, {"charge": sink}).run(until_idle=True, handle_signals=False)
     assert len(journal.on("/status/429")) == 1
-    dialect = "sqlite" if "://" not in store_url else "postgresql"
-    (row,) = RunsDatabase(dialect, store_url).query(
+    (row,) = RunsDatabase(store_url).query(
         "SELECT state, attempts, fence, not_before, updated_at FROM oncewire_effects"
     )
     assert (row["state"], row["attempts"], row["fence"]) == ("pending", 0, 1)

@@ -11,17 +11,17 @@ import pytest
 from oncewire import Ledger
 from oncewire.cli import main
 from oncewire.testing import ManualClock
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        clock = ManualClock()
-        with Ledger(opened.url, clock=clock) as ledger:
-            ledger.runs.start("run-a", key="start", scope="scope-a", owner="w", lease_seconds=5)
-            ledger.runs.start("run-b", key="start", scope="scope-b", owner="w", lease_seconds=1e9)
-        yield opened
+    opened = RunsDatabase(store_url)
+    clock = ManualClock()
+    with Ledger(opened.url, clock=clock) as ledger:
+        ledger.runs.start("run-a", key="start", scope="scope-a", owner="w", lease_seconds=5)
+        ledger.runs.start("run-b", key="start", scope="scope-b", owner="w", lease_seconds=1e9)
+    yield opened
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 
 COMMANDS = 300
 
@@ -39,8 +39,8 @@ print("done", flush=True)
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def _appender(db: RunsDatabase, python_child: Callable[..., subprocess.Popen[str]]) -> Any:

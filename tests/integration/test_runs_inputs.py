@@ -18,13 +18,13 @@ from oncewire.core.errors import (
     TransitionRefused,
 )
 from oncewire.testing import ManualClock
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from oncewire import Dispatcher, Done, Ledger
 from oncewire.core.errors import PayloadConflict, RunConflict, StaleFence, TransitionRefused
 from oncewire.core.ids import process_start_ticks, this_process_owner
 from oncewire.testing import ManualClock
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 
 CANDIDATE = {
     "candidate_id": "c-1",
@@ -32,8 +32,8 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from oncewire.core.errors import (
 )
 from oncewire.runs import artifact_manifest
 from oncewire.testing import ManualClock
-from tests.support.runs_db import Row, RunsDatabase, runs_database
+from tests.support.runs_db import Row, RunsDatabase
 
 SCOPE = "session-1"
 LEASE = 30.0
@@ -60,8 +60,8 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from oncewire import Ledger
 from oncewire.core.errors import ConfigurationError, HistoryTampered, TransitionRefused
 from oncewire.testing import ManualClock
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 
 SCOPE = "scope-t"
 KEY = b"held-outside-the-database"
@@ -31,8 +31,8 @@ CANDIDATE: dict[str, Any] = {
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def open_ledger(db: RunsDatabase, key: bytes | None = None) -> Ledger:

@@ -20,7 +20,7 @@ from oncewire.core.errors import BranchBusy, TransitionRefused
 from oncewire.replies import TELEGRAM_LIKE
 from oncewire.runs import TurnSession
 from oncewire.testing import ManualClock
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 
 SESSION = TurnSession("telegram", "bot-1", "chat-42")
 LEASE = 30.0
@@ -31,8 +31,8 @@ Child = Callable[..., subprocess.Popen[str]]
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 @pytest.fixture

@@ -10,13 +10,12 @@ Rows answer both ``row["column"]`` and ``row[0]``.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from tests.support import tables
 
-__all__ = ["Row", "RunsDatabase", "runs_database"]
+__all__ = ["Row", "RunsDatabase"]
 
 
 class Row(tuple[Any, ...]):
@@ -39,9 +38,9 @@ class Row(tuple[Any, ...]):
 
 
 class RunsDatabase:
-    def __init__(self, dialect: str, url: str) -> None:
-        self.dialect = dialect
+    def __init__(self, url: str) -> None:
         self.url = url
+        self.dialect = tables.dialect_of(url)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         conn = tables.connect(self.url)
@@ -89,10 +88,3 @@ class RunsDatabase:
             tables = ("events", "phases", "findings", "actions")
             drop = "ALTER TABLE oncewire_run_{0} DROP CONSTRAINT oncewire_run_{0}_run_id_fkey"
             self.execute(*((drop.format(t), ()) for t in tables))
-
-
-@contextmanager
-def runs_database(url: str) -> Iterator[RunsDatabase]:
-    """The run-ledger database at ``url`` (the suite's ``store_url``: a file on SQLite, a
-    schema of the test's own on PostgreSQL), read and edited around oncewire."""
-    yield RunsDatabase("postgresql" if url.startswith("postgresql") else "sqlite", url)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from oncewire import Ledger
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 from tests.ui.support import ONCEWIRE, artifacts, browser, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,12 +30,12 @@ TOKEN = "s3cret-token-for-the-dashboard"
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        with Ledger(opened.url) as ledger:
-            ledger.accept("stopped", "mail", {"n": 1})
-            ledger.effects.cancel("stopped", "held by the operator")
-            ledger.accept("waiting", "mail", {"n": 2})
-        yield opened
+    opened = RunsDatabase(store_url)
+    with Ledger(opened.url) as ledger:
+        ledger.accept("stopped", "mail", {"n": 1})
+        ledger.effects.cancel("stopped", "held by the operator")
+        ledger.accept("waiting", "mail", {"n": 2})
+    yield opened
 
 
 def _row(database: RunsDatabase, key: str) -> tuple[Any, ...]:

@@ -36,7 +36,7 @@ from oncewire.dispatch.dispatcher import Dispatcher
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.outcomes import Done, MaybeSent, Rejected
 from oncewire.lab.suites.replies_rig import BOT, Rig
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 from tests.ui.support import artifacts, browser, server
 
 pytestmark = pytest.mark.timeout(600)
@@ -96,8 +96,8 @@ document.addEventListener("securitypolicyviolation", function (e) {
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def _store_hostile(database: RunsDatabase, folder: Path) -> None:

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 
 from oncewire import Ledger
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 from tests.ui.support import browser, fetch, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -48,8 +48,8 @@ CANNOT_BE_A_PATH = {"..", ".", "%2e%2e"}  # a browser resolves these segments aw
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def test_every_key_and_run_id_opens(database: RunsDatabase) -> None:

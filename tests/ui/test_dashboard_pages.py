@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 from tests.ui.support import artifacts, browser, prepare, server
 
 pytestmark = pytest.mark.timeout(400)
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.timeout(400)
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def _cells(page: Any, selector: str) -> list[str]:

@@ -22,7 +22,7 @@ from oncewire.dispatch.dispatcher import Dispatcher
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.effects.outcomes import Done, MaybeSent, Rejected
 from oncewire.lab.suites.replies_rig import Rig, reply_text
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 from tests.ui.support import artifacts, browser, fetch, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,8 +44,8 @@ document.addEventListener("DOMContentLoaded", function () {
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def _prepare(database: RunsDatabase, folder: Path) -> int:

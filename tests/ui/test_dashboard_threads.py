@@ -25,7 +25,7 @@ from oncewire.langgraph import OncewireSaver
 from oncewire.ledger import Ledger
 from oncewire.ui.headers import HEADERS
 from oncewire.ui.threads import THREADS_PAGE
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 from tests.ui.support import fetch, server
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,8 +38,8 @@ CELL = re.compile(r'<td class="(good|bad)">(.*?)</td>', re.S)
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def _graph() -> Any:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from oncewire import Dispatcher, Ledger, MaybeSent
-from tests.support.runs_db import RunsDatabase, runs_database
+from tests.support.runs_db import RunsDatabase
 from tests.ui.support import server
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,8 +28,8 @@ ABSURD = {"year-3170900": 99_999_999_999_999.0, "1e300": 1e300, "inf": math.inf}
 
 @pytest.fixture
 def database(store_url: str) -> Iterator[RunsDatabase]:
-    with runs_database(store_url) as opened:
-        yield opened
+    opened = RunsDatabase(store_url)
+    yield opened
 
 
 def _get(url: str) -> tuple[int, str]:
