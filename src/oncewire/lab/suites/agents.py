@@ -14,9 +14,8 @@ lab's backend (SQLite files, or PostgreSQL schemas with ``--backend postgresql``
   ``dispatch.after_sink_before_record`` and ``dispatch.after_record``; the receiver's
   ``receipts.after_work_before_commit`` and ``receipts.after_commit_before_reply``, and the
   lab's ``lab.agents.ticket_written``, inside the tool once its ticket is committed) armed in
-  turn and
-  fired once in the scenario's processes, at its first hit and again at the hit of the run's
-  last step (``POINT@N``, :data:`LAST_HIT`: the tools of the first step settled, no race
+  turn and fired once in the scenario's processes, at its first hit and again at the hit of
+  the run's last step (``POINT@N``, :data:`LAST_HIT`: the tools of the first step settled, no race
   between two tools of one step);
 * ``MODE/random_kills``: the process killed from outside after seeded random delays (``--kills``
   of them at most), each drawn within the first 60% of how long the uninterrupted run's work
