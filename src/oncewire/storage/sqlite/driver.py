@@ -148,11 +148,10 @@ class SQLiteTransaction(GuardedTransaction):
         forkgate.enter()  # no fork copies this process while it holds the write lock
         try:
             self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             forkgate.leave()
-            raise translated(f"{self.what}: beginning", exc, self.store) from exc
-        except BaseException:
-            forkgate.leave()
+            if isinstance(exc, sqlite3.Error):
+                raise translated(f"{self.what}: beginning", exc, self.store) from exc
             raise
         self.is_open = True
 
