@@ -44,6 +44,7 @@ from oncewire.core.errors import OncewireError
 from oncewire.core.extras import refusal
 from oncewire.dispatch.retry import RetryPolicy
 from oncewire.ledger import Ledger
+from oncewire.storage import AgentStore
 from oncewire.storage.agents import AgentStep
 from oncewire.toolcalls import parse_arguments
 
@@ -193,7 +194,7 @@ class Scope:
         """Record ``response`` as step ``step`` and accept its function tool calls' effects,
         in one transaction; the step as stored (another process's, if it was first)."""
         names = {tool.name for tool in tools if isinstance(tool, FunctionTool)}
-        store = self.ledger.store
+        store: AgentStore = self.ledger.store
         session = self.session
         response_json = responses.encode_response(response)
         if session is not None and step == 0:

@@ -33,7 +33,7 @@ from oncewire.core.canonical import canonical_json, loads
 from oncewire.core.clock import Clock, SystemClock
 from oncewire.core.errors import WrongType
 from oncewire.ledger import Ledger
-from oncewire.storage import Store, Transaction
+from oncewire.storage import AgentStore, Store, Transaction
 from oncewire.storage.verbs.agents_sessions import AgentSessionItem
 
 __all__ = ["OncewireSession"]
@@ -94,7 +94,7 @@ class OncewireSession:
         if not isinstance(session_id, str) or not session_id:
             raise WrongType(f"session_id must be a non-empty string, not {session_id!r}")
         if isinstance(ledger, Ledger):
-            self.store: Store = ledger.store
+            self.store: AgentStore = ledger.store
             self.clock: Clock = clock or ledger.clock
         elif isinstance(ledger, Store):
             self.store, self.clock = ledger, clock or SystemClock()

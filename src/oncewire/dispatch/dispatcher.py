@@ -57,6 +57,7 @@ from oncewire.dispatch.stopping import (
 )
 from oncewire.effects.attempt import Attempt
 from oncewire.ledger import Ledger
+from oncewire.storage import EffectStore
 from oncewire.storage.records import Claim, Settlement
 
 __all__ = ["DispatchStats", "Dispatcher", "Sink"]
@@ -141,6 +142,7 @@ class Dispatcher:
         claimable: Callable[[], Collection[str]] | None = None,
     ) -> None:
         check_ledger(ledger)
+        self._store: EffectStore = ledger.store  # the outbox's seam: no other verb is called
         self.specs: dict[str, SinkSpec] = inspect_sinks(
             sinks, attempt_timeout=attempt_timeout, attempt_timeouts=attempt_timeouts
         )
@@ -233,13 +235,13 @@ class Dispatcher:
         heartbeat = threading.Thread(
             target=leases.renew_until,
             # Renews through the grace period too: attempts still running keep their leases.
-            args=(self._finished_run, self.ledger.store, self._inflight),
+            args=(self._finished_run, self._store, self._inflight),
             kwargs={"owner": self.owner, "lease_seconds": self.lease_seconds, "clock": self.clock},
             name="oncewire-lease",
             daemon=True,
         )
         heartbeat.start()
-        unsubscribe = self.ledger.store.subscribe(self.wake)
+        unsubscribe = self._store.subscribe(self.wake)
         try:
             self._loop(until_idle, grace, horizon)
         finally:
@@ -293,7 +295,7 @@ class Dispatcher:
                     self._reap()
                     last_reap = now
                 if now - last_kinds >= WAITING_KINDS_EVERY_SECONDS:
-                    kinds = self.ledger.store.waiting_kinds()
+                    kinds = self._store.waiting_kinds()
                     warn_waiting_kinds(
                         kinds, handled=self.kinds, warned=self._warned_kinds, clock=self.clock
                     )
@@ -310,7 +312,7 @@ class Dispatcher:
                         continue
                     # One reading of the backlog decides both whether to leave and how long
                     # to sleep.
-                    backlog = self.ledger.store.backlog(self.kinds, self._keys())
+                    backlog = self._store.backlog(self.kinds, self._keys())
                     if until_idle and drained(backlog, self.clock.now(), horizon):
                         return
                     self._sleep_until_due(backlog.next_due)
@@ -377,7 +379,7 @@ class Dispatcher:
             return []  # nothing to record and nothing to look for: no transaction at all
         look = claim and self._suspects.due(began)
         try:
-            step = self.ledger.store.dispatch_step(
+            step = self._store.dispatch_step(
                 settlements,
                 owner=self.owner,
                 now=self.clock.now(),
@@ -576,11 +578,9 @@ class Dispatcher:
 
     # -- recovery and waiting ----------------------------------------------------------------
     def _reap(self) -> int:
+        now, max_recoveries = self.clock.now(), self.retry.max_recoveries
         released, dead = leases.reap(
-            self.ledger.store,
-            owner=self.owner,
-            now=self.clock.now(),
-            max_recoveries=self.retry.max_recoveries,
+            self._store, owner=self.owner, now=now, max_recoveries=max_recoveries
         )
         if released:
             self._suspects.look_soon()

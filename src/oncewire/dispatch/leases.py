@@ -21,7 +21,7 @@ from oncewire.core.ids import owner_is_dead_locally
 if TYPE_CHECKING:
     from oncewire.core.clock import Clock
     from oncewire.storage.records import Claim
-    from oncewire.storage.store import Store
+    from oncewire.storage.store import EffectStore
 
 __all__ = ["InFlight", "reap", "renew_until"]
 
@@ -58,7 +58,7 @@ class InFlight:
 
 def renew_until(
     finished: threading.Event,
-    store: Store,
+    store: EffectStore,
     held: InFlight,
     *,
     owner: str,
@@ -80,7 +80,9 @@ def renew_until(
             log.warning("lease renewal failed: %s", exc)
 
 
-def reap(store: Store, *, owner: str, now: float, max_recoveries: int) -> tuple[int, list[str]]:
+def reap(
+    store: EffectStore, *, owner: str, now: float, max_recoveries: int
+) -> tuple[int, list[str]]:
     """Release the claims of owners seen dead on this host and of leases that ran out, and
     move waiting effects past their deadline to ``dead``: how many, and the dead owners."""
     dead = [

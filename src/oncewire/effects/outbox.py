@@ -38,7 +38,7 @@ from oncewire.core.limits import (
 )
 from oncewire.core.observe import ACCEPTED, LISTENERS, current_traceparent, emit
 from oncewire.core.states import coerce_states
-from oncewire.storage import Store, Transaction
+from oncewire.storage import EffectStore, Transaction
 from oncewire.storage.records import AttemptRecord, Effect, EffectState
 
 __all__ = ["ACCEPT_BEFORE_COMMIT", "DEFAULT_MAX_ATTEMPTS", "Effects", "check_accept"]
@@ -98,7 +98,11 @@ class Effects:
     """
 
     def __init__(
-        self, store: Store, clock: Clock, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+        self,
+        store: EffectStore,
+        clock: Clock,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self._store = store
         self._clock = clock

@@ -24,7 +24,7 @@ from oncewire.core.clock import Clock
 from oncewire.core.errors import InboundNotFound
 from oncewire.core.limits import MAX_KEY_CHARS, check_name
 from oncewire.core.states import coerce_states
-from oncewire.storage import Store, Transaction
+from oncewire.storage import InboundStore, Transaction
 from oncewire.storage.replies import Inbound, InboundState
 from oncewire.storage.twins import own_transaction
 
@@ -55,7 +55,7 @@ def _text_field(name: str, value: object, *, empty: bool = False) -> str:
 class Inbox:
     """Inbound messages, admitted once: ``ledger.inbound``."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: InboundStore, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 

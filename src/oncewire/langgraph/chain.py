@@ -25,7 +25,7 @@ from typing import Any
 
 from oncewire.core.errors import CheckpointTampered, ConfigurationError
 from oncewire.runs.keys import KEY_ENV, key_id
-from oncewire.storage import Store
+from oncewire.storage import LangGraphStore
 from oncewire.storage.langgraph import ChainEntry, CheckpointRow, ThreadHead, WriteRow, blob_digest
 from oncewire.storage.verbs.langgraph import Sealer
 
@@ -264,7 +264,7 @@ def _live_rows(
     return erased, checkpoints, writes
 
 
-def verify_thread(store: Store, thread_id: str, key: bytes | None) -> ThreadVerdict:
+def verify_thread(store: LangGraphStore, thread_id: str, key: bytes | None) -> ThreadVerdict:
     """Verify everything stored for ``thread_id``: the chain from its genesis to its head, every
     row against its entry, and every row the chain says is stored (not erased) being there. A
     key that does not fit is :class:`ConfigurationError`, not a verdict."""

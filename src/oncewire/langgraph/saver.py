@@ -59,7 +59,7 @@ from oncewire.langgraph.saver_barrier import WriteBarrier
 from oncewire.langgraph.saver_cache import EMPTY, ChainCache
 from oncewire.langgraph.saver_leases import DEFAULT_HOLD_SECONDS, ThreadLeases
 from oncewire.ledger import Ledger, LedgerTransaction
-from oncewire.storage import Transaction
+from oncewire.storage import LangGraphStore, Transaction
 from oncewire.storage.langgraph import (
     CheckpointRow,
     NewCheckpoint,
@@ -108,7 +108,7 @@ class OncewireSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         self.ledger = ledger
-        self.store = ledger.store
+        self.store: LangGraphStore = ledger.store
         self.key = ledger.runs.key
         self.lease_seconds = float(lease_seconds)
         self.owner = owner or this_process_owner()

@@ -29,7 +29,7 @@ import weakref
 
 from oncewire.core.clock import Clock
 from oncewire.core.errors import OncewireError, StaleFence, ThreadBusy, ThreadLeaseLost
-from oncewire.storage import Store
+from oncewire.storage import LangGraphStore
 from oncewire.storage.langgraph import lease_name
 from oncewire.storage.verbs.leases import Lease
 
@@ -45,7 +45,7 @@ class ThreadLeases:
 
     def __init__(
         self,
-        store: Store,
+        store: LangGraphStore,
         clock: Clock,
         *,
         owner: str,

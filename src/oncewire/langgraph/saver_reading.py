@@ -23,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from oncewire.core.errors import CheckpointTampered, CheckpointUnreadable
 from oncewire.langgraph import chain
 from oncewire.langgraph.saver_cache import ChainCache
-from oncewire.storage import Store
+from oncewire.storage import LangGraphStore
 from oncewire.storage.langgraph import CheckpointRow, ThreadHead, WriteRow
 
 __all__ = ["checkpoint_tuple", "loads", "verify"]
@@ -43,7 +43,7 @@ def loads(serde: SerializerProtocol, thread_id: str, what: str, type_: str, blob
 
 
 def verify(
-    store: Store,
+    store: LangGraphStore,
     chains: ChainCache,
     runs_key: bytes | None,
     thread_id: str,

@@ -29,7 +29,13 @@ from oncewire.core.limits import (
     check_name,
     check_seconds,
 )
-from oncewire.storage import DEFAULT_OPEN_TIMEOUT_SECONDS, Store, Transaction, open_store
+from oncewire.storage import (
+    DEFAULT_OPEN_TIMEOUT_SECONDS,
+    ReceiptStore,
+    Store,
+    Transaction,
+    open_store,
+)
 from oncewire.storage.records import Receipt
 
 __all__ = ["DEFAULT_RETENTION_SECONDS", "ReceiptResult", "Receipts"]
@@ -90,7 +96,7 @@ class Receipts:
                     f"keep all), not {retention_seconds!r}"
                 ) from None
         self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
-        self.store = (
+        self.store: ReceiptStore = (
             url_or_path
             if isinstance(url_or_path, Store)
             else open_store(

@@ -58,6 +58,7 @@ from oncewire.replies.wire import (
     check_platform,
     vet_outcome,
 )
+from oncewire.storage import ReplyStore
 from oncewire.storage.replies import OpKind, Reply, ReplyOp, ReplyState
 
 if TYPE_CHECKING:
@@ -137,6 +138,11 @@ class ReplyEngine(ReplyOperations):
         self._answered = {}
 
     # -- answering ---------------------------------------------------------------------------
+    @property
+    def store(self) -> ReplyStore:
+        """The Ledger's store as the replies see it: the engine calls no verb beyond this seam."""
+        return self.ledger.store
+
     def platform(self, name: str) -> Platform:
         try:
             return self.platforms[name]
@@ -204,7 +210,7 @@ class ReplyEngine(ReplyOperations):
             # The answer failed mid-stream: leave the record open (its previews are written
             # down) and the reply free for whoever answers it next.
             self._flush(reply.id)
-            self.ledger.store.release_reply(reply.id, owner=self.owner, now=self.ledger.clock.now())
+            self.store.release_reply(reply.id, owner=self.owner, now=self.ledger.clock.now())
             raise
         if previewing and shown != text and self.ledger.clock.now() >= next_at:
             previewing, _ = self._preview_safely(reply, platform, text)
@@ -276,7 +282,7 @@ class ReplyEngine(ReplyOperations):
             # Read under the write lock: an answer committed before (by a process that died
             # before delivering it) is delivered as it is, and the caller's rows are not
             # written a second time.
-            existing = self.ledger.store.reply_for_inbound(inbound_id)
+            existing = self.store.reply_for_inbound(inbound_id)
             if existing is not None and existing.state is not ReplyState.OPEN:
                 if existing.final_text != text:
                     raise ReplyConflict(
@@ -344,7 +350,7 @@ class ReplyEngine(ReplyOperations):
     ) -> DeliveryPass:
         """Step the chat toward ``chunks``; ``read``: the record's operations as :meth:`_take`
         just read them (the first step is planned from those), or None to read them."""
-        store, clock = self.ledger.store, self.ledger.clock
+        store, clock = self.store, self.ledger.clock
         # A withdrawal finishes as withdrawn, in a write of its own after its last operation.
         end = ReplyState.WITHDRAWN if reply.withdrawal else ReplyState.DELIVERED
         while True:
@@ -407,7 +413,7 @@ class ReplyEngine(ReplyOperations):
             "reply scheduled",
             extra={"reply_id": reply.id, "not_before": when, "reason": reason},
         )
-        self.ledger.store.release_reply(
+        self.store.release_reply(
             reply.id, owner=self.owner, now=now, not_before=when, last_error=reason
         )
         return DeliveryPass(self.ledger.replies.get(reply.id), "scheduled")
@@ -419,7 +425,7 @@ class ReplyEngine(ReplyOperations):
     def _give_up(self, reply: Reply, platform: Platform, reason: str) -> DeliveryPass:
         """``dead``, after one attempt at an honest "could not deliver" notice (a withdrawal
         has nothing to apologise for: it gets none)."""
-        store, clock = self.ledger.store, self.ledger.clock
+        store, clock = self.store, self.ledger.clock
         self._flush(reply.id)
         ops = store.reply_ops(reply.id)
         if not reply.withdrawal and not any(op.slot == -1 for op in ops):

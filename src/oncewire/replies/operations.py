@@ -40,7 +40,7 @@ from oncewire.replies.wire import (
     idempotency_key,
     vet_outcome,
 )
-from oncewire.storage import Store
+from oncewire.storage import ReplyStore
 from oncewire.storage.replies import Inbound, OpKind, OpState, Reply, ReplyOp, SendRequest
 
 __all__ = [
@@ -92,7 +92,7 @@ class _LedgerParts(Protocol):
     """What the operations use of the engine's Ledger (which sits above this package)."""
 
     @property
-    def store(self) -> Store: ...
+    def store(self) -> ReplyStore: ...
 
     @property
     def clock(self) -> Clock: ...

@@ -27,7 +27,7 @@ from oncewire.core.states import coerce_states
 from oncewire.inbound.service import Inbox
 from oncewire.replies.splitting import Chunk, split_text
 from oncewire.replies.wire import PlatformProfile
-from oncewire.storage import Store, Transaction
+from oncewire.storage import ReplyStore, Transaction
 from oncewire.storage.replies import (
     Exchange,
     Inbound,
@@ -85,7 +85,7 @@ class Replies:
     """Reply records and their wire operations: ``ledger.replies`` (it reads ``inbox`` for
     the message a reply answers)."""
 
-    def __init__(self, store: Store, clock: Clock, *, inbox: Inbox) -> None:
+    def __init__(self, store: ReplyStore, clock: Clock, *, inbox: Inbox) -> None:
         self._store = store
         self._clock = clock
         self._inbox = inbox

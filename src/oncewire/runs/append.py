@@ -37,7 +37,7 @@ from oncewire.runs.records import CommandResult, Verification
 from oncewire.runs.verify import Audit
 from oncewire.runs.verify import audit as _audit
 from oncewire.runs.views import event_view, run_view
-from oncewire.storage import Store, Transaction
+from oncewire.storage import RunStore, Transaction
 from oncewire.storage.runs import EventRow, RunAppend, RunRow
 
 __all__ = [
@@ -71,7 +71,9 @@ COMMAND_AFTER_COMMIT = crash.register(
 )
 
 
-def command_in_own_tx(store: Store, write: Callable[[Transaction], CommandResult]) -> CommandResult:
+def command_in_own_tx(
+    store: RunStore, write: Callable[[Transaction], CommandResult]
+) -> CommandResult:
     """Run one ``_in_tx`` command (``write``) in a transaction of its own, hitting the crash
     points on either side of its commit (a replay writes nothing, and hits neither)."""
     with store.transaction() as tx:
@@ -88,7 +90,7 @@ class RunContext:
     """What every step of the pipeline needs: the store, the clock, the chain key (held
     outside the database; None for a keyless chain) and the outbox of the action ledger."""
 
-    store: Store
+    store: RunStore
     clock: Clock
     key: bytes | None
     effects: Effects

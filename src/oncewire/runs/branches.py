@@ -35,7 +35,7 @@ from oncewire.runs.append import RunContext
 from oncewire.runs.records import Projection
 from oncewire.runs.verify import fold
 from oncewire.runs.views import event_view, run_view
-from oncewire.storage import Store, Transaction
+from oncewire.storage import RunStore, Transaction
 from oncewire.storage.runs import BarrierRow, BranchRow, CheckpointRow, EventRow, RunRow
 
 __all__ = ["Barrier", "Branch", "Branches", "Checkpoint", "Revert", "visible"]
@@ -144,7 +144,7 @@ class Branches:
         self._ctx = context
 
     @property
-    def store(self) -> Store:
+    def store(self) -> RunStore:
         return self._ctx.store
 
     def ensure_in_tx(self, tx: Transaction, scope: str, branch: str, now: float) -> BranchRow:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hmac
 
 from oncewire.core.errors import ConfigurationError, TransitionRefused
-from oncewire.storage import Store
+from oncewire.storage import RunStore
 from oncewire.storage.runs import KeyPinRow, RunRow
 
 __all__ = ["KEY_ENV", "adopt_key", "chain_key", "key_id", "pin_mac", "pin_problem"]
@@ -104,7 +104,7 @@ def pin_problem(key: bytes, row: RunRow, pin: KeyPinRow) -> str | None:
     return None
 
 
-def adopt_key(store: Store, key: bytes | None, *, now: float) -> list[str]:
+def adopt_key(store: RunStore, key: bytes | None, *, now: float) -> list[str]:
     """Pin every keyless run of ``store`` under ``key``, in one transaction; returns the
     run ids pinned (none when there is nothing left to pin).
 

@@ -15,7 +15,7 @@ from oncewire.runs.records import Run, RunEvent, Verification
 from oncewire.runs.verify import Audit
 from oncewire.runs.views import event_view as _event
 from oncewire.runs.views import run_view
-from oncewire.storage import Store
+from oncewire.storage import RunStore
 from oncewire.storage.runs import RunRow
 
 __all__ = ["RunReads"]
@@ -27,7 +27,7 @@ class RunReads:
     context: RunContext
 
     @property
-    def store(self) -> Store:
+    def store(self) -> RunStore:
         return self.context.store
 
     def snapshot(self) -> AbstractContextManager[None]:

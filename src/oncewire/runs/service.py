@@ -45,7 +45,7 @@ from oncewire.runs.review import ReviewCommands
 from oncewire.runs.turn import TurnCommands
 from oncewire.runs.views import event_view as _event
 from oncewire.runs.views import run_view
-from oncewire.storage import Store, Transaction
+from oncewire.storage import RunStore, Transaction
 from oncewire.storage.runs import ReportRow, RunRow
 from oncewire.storage.twins import own_transaction
 
@@ -85,7 +85,7 @@ class Runs(RunReads):
     """
 
     def __init__(
-        self, store: Store, clock: Clock, *, key: bytes | None = None, effects: Effects
+        self, store: RunStore, clock: Clock, *, key: bytes | None = None, effects: Effects
     ) -> None:
         self.context = RunContext(store, clock, key or None, effects)
         self.key = key or None
@@ -96,7 +96,7 @@ class Runs(RunReads):
         self.turn = TurnCommands(self)
 
     @property
-    def store(self) -> Store:
+    def store(self) -> RunStore:
         return self.context.store
 
     def now(self) -> float:

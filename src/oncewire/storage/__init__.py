@@ -4,11 +4,30 @@ from __future__ import annotations
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.storage.opening import DEFAULT_OPEN_TIMEOUT_SECONDS
-from oncewire.storage.store import Store, Transaction
+from oncewire.storage.store import (
+    AgentStore,
+    EffectStore,
+    InboundStore,
+    LangGraphStore,
+    ReceiptStore,
+    ReplyStore,
+    RunStore,
+    Store,
+    StoreCore,
+    Transaction,
+)
 
 __all__ = [
     "DEFAULT_OPEN_TIMEOUT_SECONDS",
+    "AgentStore",
+    "EffectStore",
+    "InboundStore",
+    "LangGraphStore",
+    "ReceiptStore",
+    "ReplyStore",
+    "RunStore",
     "Store",
+    "StoreCore",
     "Transaction",
     "file_integrity",
     "latest_schema_version",

@@ -43,27 +43,23 @@ from oncewire.storage.verbs.receipts import ReceiptVerbs
 from oncewire.storage.verbs.replies import ReplyVerbs
 from oncewire.storage.verbs.runs import RunLedgerVerbs
 
-__all__ = ["Store", "Transaction"]
+__all__ = [
+    "AgentStore",
+    "EffectStore",
+    "InboundStore",
+    "LangGraphStore",
+    "ReceiptStore",
+    "ReplyStore",
+    "RunStore",
+    "Store",
+    "StoreCore",
+    "Transaction",
+]
 
 
-class Store(
-    EffectVerbs,
-    ReceiptVerbs,
-    InboundVerbs,
-    ReplyVerbs,
-    RunLedgerVerbs,
-    LeaseVerbs,
-    LangGraphVerbs,
-    LangGraphFastVerbs,
-    AgentVerbs,
-    AgentSessionVerbs,
-):
-    """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
-
-    Opening checks and migrates the database; a transient failure while opening is retried for
-    ``open_timeout_seconds`` (:mod:`oncewire.storage.opening`), and whatever a failed attempt
-    opened is closed before the next.
-    """
+class StoreCore:
+    """What every floor's store has, whichever verbs it speaks: opening with retries, the
+    lifecycle, transactions and savepoints, notifications, the facts an operator reads."""
 
     def __init__(
         self,
@@ -220,3 +216,52 @@ class Store(
         """For ``oncewire doctor``: a write probe (always rolled back), the backend's integrity
         check, and the schema's objects compared with the packaged ``schema.sql``."""
         return self.db.inspect()
+
+
+# -- the seams: the verbs each floor uses, and nothing else -------------------------------------
+# A floor is typed against its seam, so mypy refuses a call outside it; :class:`Store` is every
+# seam at once, and what the Ledger hands each floor.
+class EffectStore(StoreCore, EffectVerbs):
+    """The outbox and its dispatcher (``oncewire.effects``, ``oncewire.dispatch``)."""
+
+
+class ReceiptStore(StoreCore, ReceiptVerbs):
+    """The receiver (``oncewire.receipts``, ``oncewire.asgi``)."""
+
+
+class InboundStore(StoreCore, InboundVerbs):
+    """The inbox (``oncewire.inbound``)."""
+
+
+class ReplyStore(InboundStore, ReplyVerbs):
+    """The replies and their engine (``oncewire.replies``): a reply answers an inbound
+    message, and its delivery reads the session's history."""
+
+
+class RunStore(StoreCore, RunLedgerVerbs):
+    """The run ledger (``oncewire.runs``)."""
+
+
+class LangGraphStore(StoreCore, LangGraphVerbs, LangGraphFastVerbs, LeaseVerbs):
+    """The LangGraph checkpointer (``oncewire.langgraph``): its threads' chains, and the
+    fenced lease a thread's writer holds."""
+
+
+class AgentStore(StoreCore, AgentVerbs, AgentSessionVerbs):
+    """The Agents SDK's durable run and session (``oncewire.agents``)."""
+
+
+class Store(
+    EffectStore,
+    ReceiptStore,
+    ReplyStore,
+    RunStore,
+    LangGraphStore,
+    AgentStore,
+):
+    """Every ledger's verbs on one database. Thread-safe: each thread gets its own connection.
+
+    Opening checks and migrates the database; a transient failure while opening is retried for
+    ``open_timeout_seconds`` (:mod:`oncewire.storage.opening`), and whatever a failed attempt
+    opened is closed before the next.
+    """

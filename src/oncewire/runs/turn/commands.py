@@ -34,7 +34,7 @@ from oncewire.runs.turn.table import (
 )
 from oncewire.runs.turn.takeover import take_over_in_tx
 from oncewire.runs.views import event_view, run_view
-from oncewire.storage import Store, Transaction
+from oncewire.storage import RunStore, Transaction
 from oncewire.storage.twins import own_transaction
 
 __all__ = ["TurnCommands", "TurnSession", "text_sha256"]
@@ -135,7 +135,7 @@ class TurnCommands:
         self._runs = runs
 
     @property
-    def _store(self) -> Store:
+    def _store(self) -> RunStore:
         return self._runs.context.store
 
     def _one(self, write: Callable[[Transaction], CommandResult]) -> CommandResult:
