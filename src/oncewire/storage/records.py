@@ -120,28 +120,7 @@ class Effect:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Effect:
         """A row selected as :data:`EFFECT_COLUMNS`, on any backend."""
-        return cls(
-            id=row[0],
-            key=row[1],
-            kind=row[2],
-            payload_json=row[3],
-            digest=row[4],
-            state=EffectState(row[5]),
-            attempts=row[6],
-            max_attempts=row[7],
-            not_before=row[8],
-            deadline=row[9],
-            fence=row[10],
-            lease_owner=row[11],
-            lease_expires_at=row[12],
-            maybe_sent=bool(row[13]),
-            result_json=row[14],
-            last_error=row[15],
-            created_at=row[16],
-            updated_at=row[17],
-            recoveries=row[18],
-            started_fence=row[19],
-        )
+        return cls(*[*row[:5], EffectState(row[5]), *row[6:13], bool(row[13]), *row[14:20]])
 
     @property
     def payload(self) -> Any:
@@ -233,22 +212,8 @@ class Claim:
         """A row returned by a claim as ``id, key, kind, payload, attempts, max_attempts, fence,
         maybe_sent, deadline, not_sent, traceparent, recoveries, started_fence``, on any
         backend."""
-        return cls(
-            id=row[0],
-            key=row[1],
-            kind=row[2],
-            payload_json=row[3],
-            attempt=row[4],
-            max_attempts=row[5],
-            fence=row[6],
-            redelivery=bool(row[7]),
-            deadline=row[8],
-            lease_expires_at=lease_expires_at,
-            not_sent=row[9],
-            traceparent=row[10],
-            recoveries=row[11],
-            started=row[12] == row[6],
-        )
+        started = row[12] == row[6]
+        return cls(*[*row[:7], bool(row[7]), row[8], lease_expires_at, *row[9:12], started])
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,18 +264,7 @@ class AttemptRecord:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> AttemptRecord:
         """A row selected as :data:`ATTEMPT_COLUMNS`, on any backend."""
-        return cls(
-            effect_id=row[0],
-            attempt=row[1],
-            fence=row[2],
-            owner=row[3],
-            redelivery=bool(row[4]),
-            outcome=row[5],
-            state=EffectState(row[6]),
-            error=row[7],
-            started_at=row[8],
-            finished_at=row[9],
-        )
+        return cls(*[*row[:4], bool(row[4]), row[5], EffectState(row[6]), *row[7:10]])
 
     @property
     def duration_ms(self) -> float | None:
@@ -360,14 +314,7 @@ class Receipt:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Receipt:
         """A row selected as :data:`RECEIPT_COLUMNS`, on any backend."""
-        return cls(
-            key=row[0],
-            digest=row[1],
-            payload_json=row[2],
-            result_json=row[3],
-            created_at=row[4],
-            expires_at=row[5],
-        )
+        return cls(*row[:6])
 
     @property
     def result(self) -> Any:

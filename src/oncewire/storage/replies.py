@@ -148,23 +148,7 @@ class Inbound:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Inbound:
         """From a row selected as :data:`INBOUND_COLUMNS`."""
-        return cls(
-            id=row[0],
-            platform=row[1],
-            bot=row[2],
-            chat=row[3],
-            thread=row[4],
-            platform_message_id=row[5],
-            payload_json=row[6],
-            digest=row[7],
-            status=InboundState(row[8]),
-            deliveries=row[9],
-            attempts=row[10],
-            last_error=row[11],
-            created_at=row[12],
-            updated_at=row[13],
-            answered_by=row[14],
-        )
+        return cls(*[*row[:8], InboundState(row[8]), *row[9:15]])
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -229,32 +213,9 @@ class Reply:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Reply:
         """From a row selected as :data:`REPLY_COLUMNS`."""
-        return cls(
-            id=row[0],
-            inbound_id=row[1],
-            request=SendRequest(
-                platform=row[2],
-                bot=row[3],
-                chat=row[4],
-                thread=row[5],
-                reply_to=row[6],
-                format=row[7],
-            ),
-            cap=row[8],
-            unit=row[9],
-            state=ReplyState(row[10]),
-            final_text=row[11],
-            plan_json=row[12],
-            marked=bool(row[13]),
-            attempts=row[14],
-            max_attempts=row[15],
-            not_before=row[16],
-            lease_owner=row[17],
-            lease_expires_at=row[18],
-            last_error=row[19],
-            created_at=row[20],
-            updated_at=row[21],
-        )
+        request = SendRequest(*row[2:8])
+        state, marked = ReplyState(row[10]), bool(row[13])
+        return cls(*[*row[:2], request, *row[8:10], state, *row[11:13], marked, *row[14:22]])
 
     @property
     def withdrawal(self) -> bool:
@@ -309,21 +270,7 @@ class ReplyOp:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ReplyOp:
         """From a row selected as :data:`OP_COLUMNS`."""
-        return cls(
-            id=row[0],
-            reply_id=row[1],
-            seq=row[2],
-            slot=row[3],
-            kind=OpKind(row[4]),
-            body=row[5],
-            marked=bool(row[6]),
-            state=OpState(row[7]),
-            message_id=row[8],
-            retry_after=row[9],
-            error=row[10],
-            created_at=row[11],
-            updated_at=row[12],
-        )
+        return cls(*[*row[:4], OpKind(row[4]), row[5], bool(row[6]), OpState(row[7]), *row[8:13]])
 
     def as_dict(self) -> dict[str, Any]:
         return {
