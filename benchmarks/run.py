@@ -103,6 +103,13 @@ FIGURES: list[Figure] = [
         _ratio_target(0.8),
     ),
     Figure(
+        "accept_sql",
+        "accept_sql",
+        "accept's own INSERT in raw sqlite3 (the real table and indexes), 1 per transaction",
+        "effects/s",
+        "floor",
+    ),
+    Figure(
         "e2e_single",
         "e2e_single",
         "accept 1/tx, then dispatch batch_size=1, no-op sink",
@@ -212,6 +219,7 @@ WORKLOADS: dict[str, w.Workload] = {
     "floor": w.floor,
     "floor_batched": w.floor_batched,
     "accept": w.accept,
+    "accept_sql": w.accept_sql,
     "e2e_single": w.e2e_single,
     "e2e_batched": w.e2e_batched,
     "e2e_single_receipts": w.e2e_single_receipts,

@@ -31,6 +31,7 @@ from common import (
     timed_dispatch,
 )
 from oncewire import Attempt, Dispatcher, Ledger, Receipts, ReceiptsSink
+from oncewire.core.canonical import canonical_json, digest_json
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "child.py"
@@ -156,6 +157,42 @@ def accept(ctx: Context) -> dict[str, Sample]:
     _expect("pending effects", effect_states(ctx.db("accept.db")), {"pending": ctx.single})
     return {
         "accept": Sample(_rate(ctx.single, elapsed), {"effects": ctx.single, "seconds": elapsed})
+    }
+
+
+def accept_sql(ctx: Context) -> dict[str, Sample]:
+    """The outbox's own INSERT (the statement ``Ledger.accept`` sends, its values computed
+    before the clock) through raw sqlite3 into a store oncewire created: the real table, its
+    indexes and pragmas, with no Python of oncewire's around it. What accept could reach if
+    oncewire cost nothing; below the floor by what the table's indexes cost a commit."""
+    name = "accept-sql.db"
+    _ledger(ctx, name).close()  # the schema, created and migrated by oncewire
+    conn = raw_connect(ctx.db(name))
+    try:
+        _check_pragmas(ctx, "floor", read_pragmas(conn.execute))
+        now = time.time()
+        rows = []
+        for i in range(ctx.single):
+            payload = canonical_json(effect_payload(i))
+            rows.append((effect_key(i), KIND, payload, digest_json(payload), 5, now, now, now))
+        insert = (
+            "INSERT INTO oncewire_effects (key, kind, payload, digest, max_attempts, not_before, "
+            "deadline, created_at, updated_at, traceparent) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, "
+            "NULL) ON CONFLICT (key) DO NOTHING RETURNING id"
+        )
+        started = time.perf_counter()
+        for row in rows:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(insert, row).fetchone()
+            conn.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+    finally:
+        conn.close()
+    _expect("pending effects", effect_states(ctx.db(name)), {"pending": ctx.single})
+    return {
+        "accept_sql": Sample(
+            _rate(ctx.single, elapsed), {"effects": ctx.single, "seconds": elapsed}
+        )
     }
 
 

@@ -22,6 +22,7 @@ FIGURES = {
     "floor",
     "floor_batched",
     "accept",
+    "accept_sql",
     "e2e_single",
     "e2e_batched",
     "e2e_single_receipts",
