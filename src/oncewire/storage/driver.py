@@ -72,10 +72,12 @@ class ErrorTranslation:
 
     ``error`` is the driver's root exception (an empty tuple when the driver is not installed:
     nothing matches it); ``translated(what, exc)`` picks the error-tree exception. A class
-    rather than a generator: it wraps every statement on the hot path.
+    rather than a generator: it wraps every statement on the hot path. Made by
+    :meth:`Driver.in_tx`, it also carries the connection of the caller's transaction, which
+    ``with`` gives the block.
     """
 
-    __slots__ = ("error", "translated", "what")
+    __slots__ = ("conn", "error", "translated", "what")
 
     def __init__(
         self,
@@ -84,9 +86,10 @@ class ErrorTranslation:
         what: str,
     ) -> None:
         self.error, self.translated, self.what = error, translated, what
+        self.conn: Any = None
 
-    def __enter__(self) -> None:
-        return None
+    def __enter__(self) -> Any:
+        return self.conn
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, self.error):
@@ -369,7 +372,7 @@ class Driver(abc.ABC):
         back on an exception; driver errors become :class:`StorageError` naming ``what``."""
 
     @abc.abstractmethod
-    def translate_errors(self, what: str) -> AbstractContextManager[None]:
+    def translate_errors(self, what: str) -> ErrorTranslation:
         """Inside the block, a driver error becomes a :class:`StorageError` naming ``what``."""
 
     @abc.abstractmethod
@@ -410,6 +413,14 @@ class Driver(abc.ABC):
             )
         tx.check_open()  # never write outside the caller's transaction (autocommit)
         return tx.conn
+
+    def in_tx(self, tx: Transaction, what: str) -> ErrorTranslation:
+        """``with db.in_tx(tx, what) as conn``: the connection of the caller's open transaction
+        (:meth:`tx_conn`), with driver errors inside the block translated as
+        :meth:`translate_errors` does; the opening of almost every ``_in_tx`` verb."""
+        block = self.translate_errors(what)
+        block.conn = self.tx_conn(tx)
+        return block
 
     def group_commit(self) -> AbstractContextManager[None]:
         """See :meth:`oncewire.storage.store.Store.group_commit`; by default every commit is

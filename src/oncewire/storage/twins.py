@@ -67,8 +67,7 @@ def verb_twins(
         if check is not None:
             check(*args, **kwargs)
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors(what):
+        with db.in_tx(tx, what) as conn:
             return core(self, conn, *args, **kwargs)
 
     signature = inspect.signature(core)

@@ -33,8 +33,7 @@ class AgentVerbs:
         and whether this call stored it (False: it was already recorded, and what is returned
         is what was)."""
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("recording an agent run's step"):
+        with db.in_tx(tx, "recording an agent run's step") as conn:
             inserted = db.run(
                 conn,
                 q.agent_record_step,

@@ -89,8 +89,7 @@ class InboundVerbs:
         commits, for a change the inbox itself does not show (a turn's interrupt recorded).
         SQLite: its commit wakes them already. PostgreSQL: ``NOTIFY oncewire_inbound``."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("announcing an inbox change"):
+        with db.in_tx(tx, "announcing an inbox change") as conn:
             db.announce_inbound(conn)
 
     def _start_inbound(self, conn: Any, inbound_id: int, *, now: float) -> Inbound:
@@ -135,8 +134,7 @@ class InboundVerbs:
         if answered_by == inbound_id:
             raise InvalidState(f"inbound {inbound_id} cannot be answered by itself")
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("linking an inbound message"):
+        with db.in_tx(tx, "linking an inbound message") as conn:
             if db.one(conn, q.inbound_exists, inbound_id=answered_by) is None:
                 raise InboundNotFound(f"no inbound message {answered_by}", inbound_id=answered_by)
             row = db.one(

@@ -196,8 +196,7 @@ class LangGraphVerbs:
         """:meth:`lg_append` inside the caller's transaction (committed with the caller's
         rows, rolled back with them)."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("storing a LangGraph checkpoint"):
+        with db.in_tx(tx, "storing a LangGraph checkpoint") as conn:
             return self._append(conn, thread_id, items, sealer, holder, now)
 
     def _append(

@@ -25,8 +25,7 @@ class ReceiptVerbs:
     ) -> Receipt | None:
         """Reserve ``key`` (None) or return the receipt already stored under it."""
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reserving a receipt"):
+        with db.in_tx(tx, "reserving a receipt") as conn:
             inserted = db.run(
                 conn,
                 q.reserve_receipt,
@@ -44,8 +43,7 @@ class ReceiptVerbs:
 
     def complete_receipt_in_tx(self, tx: Transaction, *, key: str, result_json: str) -> None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("completing a receipt"):
+        with db.in_tx(tx, "completing a receipt") as conn:
             db.run(conn, db.queries.complete_receipt, result=result_json, key=key)
 
     def get_receipt(self, key: str) -> Receipt | None:

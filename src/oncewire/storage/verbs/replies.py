@@ -156,8 +156,7 @@ class ReplyVerbs:
         status is the caller's. A reply already committed, finished or withdrawn is returned
         unchanged (the ledger tells a withdrawal from an answer)."""
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("withdrawing a reply"):
+        with db.in_tx(tx, "withdrawing a reply") as conn:
             self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
             row = db.one(
                 conn, q.withdraw_reply, inbound_id=inbound_id, plan=WITHDRAWAL_PLAN, now=now

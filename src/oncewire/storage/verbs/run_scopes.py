@@ -67,8 +67,7 @@ class RunScopeVerbs:
         # The branch's lock first: whoever reads a branch inside a transaction may create or
         # replace it (ensure, fork, revert), and two of them must not both see it missing.
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a branch"):
+        with db.in_tx(tx, "reading a branch") as conn:
             db.run(conn, q.lock_branch, scope=scope, branch=branch)
             row = db.one(conn, q.get_branch, scope=scope, branch=branch)
         return None if row is None else BranchRow(*row)
@@ -76,8 +75,7 @@ class RunScopeVerbs:
     def put_branch_in_tx(self, tx: Transaction, row: BranchRow) -> None:
         """Insert the branch or replace its view."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("writing a branch"):
+        with db.in_tx(tx, "writing a branch") as conn:
             db.run(conn, db.queries.put_branch, **record_params(row))
 
     def get_branch(self, scope: str, branch: str) -> BranchRow | None:
@@ -97,14 +95,12 @@ class RunScopeVerbs:
     def insert_checkpoint_in_tx(self, tx: Transaction, row: CheckpointRow) -> bool:
         """Insert unless the id exists; return whether it was inserted."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("writing a checkpoint"):
+        with db.in_tx(tx, "writing a checkpoint") as conn:
             return bool(db.run(conn, db.queries.insert_checkpoint, **record_params(row)))
 
     def get_checkpoint_in_tx(self, tx: Transaction, checkpoint_id: str) -> CheckpointRow | None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a checkpoint"):
+        with db.in_tx(tx, "reading a checkpoint") as conn:
             row = db.one(conn, db.queries.get_checkpoint, checkpoint_id=checkpoint_id)
         return None if row is None else CheckpointRow(*row)
 
@@ -113,8 +109,7 @@ class RunScopeVerbs:
         # commit later under a cursor at or below the one read here.
         """The cursor of the newest event of ``scope`` (0 when it has none)."""
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a cursor"):
+        with db.in_tx(tx, "reading a cursor") as conn:
             db.run(conn, q.lock_scope, scope=scope)
             row = db.one(conn, q.scope_cursor, scope=scope)
         assert row is not None  # an aggregate without GROUP BY has one row
@@ -123,8 +118,7 @@ class RunScopeVerbs:
     def max_cursor_in_tx(self, tx: Transaction) -> int:
         """The newest cursor in the whole store."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a cursor"):
+        with db.in_tx(tx, "reading a cursor") as conn:
             row = db.one(conn, db.queries.max_cursor)
         assert row is not None  # an aggregate without GROUP BY has one row
         return int(row[0] or 0)
@@ -162,8 +156,7 @@ class RunScopeVerbs:
         now: float,
     ) -> None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("recording a revert"):
+        with db.in_tx(tx, "recording a revert") as conn:
             db.run(
                 conn,
                 db.queries.insert_revert,
@@ -179,8 +172,7 @@ class RunScopeVerbs:
     def put_barrier_in_tx(self, tx: Transaction, row: BarrierRow) -> None:
         """Insert the barrier or update its state (one held barrier per scope)."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("writing a barrier"):
+        with db.in_tx(tx, "writing a barrier") as conn:
             db.run(conn, db.queries.put_barrier, **record_params(row))
 
     def get_barrier_in_tx(
@@ -189,8 +181,7 @@ class RunScopeVerbs:
         # Whoever reads a barrier in a transaction is about to take or move it: the scope's
         # exclusive lock orders it with other holders and with every append in flight.
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a barrier"):
+        with db.in_tx(tx, "reading a barrier") as conn:
             db.run(conn, q.lock_scope, scope=scope)
             row = db.one(conn, q.get_barrier, scope=scope, operation_id=operation_id)
         return None if row is None else BarrierRow(*row)
@@ -199,8 +190,7 @@ class RunScopeVerbs:
     def insert_delivery_in_tx(self, tx: Transaction, row: DeliveryRow) -> DeliveryRow:
         """Insert unless the idempotency key exists; return the stored row either way."""
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("committing a delivery"):
+        with db.in_tx(tx, "committing a delivery") as conn:
             db.run(conn, q.insert_delivery, **record_params(row))
             stored = db.one(conn, q.delivery_by_key, idempotency_key=row.idempotency_key)
         assert stored is not None  # inserted, or the conflicting row, in this transaction
@@ -209,8 +199,7 @@ class RunScopeVerbs:
     def get_delivery_in_tx(self, tx: Transaction, delivery_id: str) -> DeliveryRow | None:
         # Locked: publishing and reconciliation decide on its status and lease.
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a delivery"):
+        with db.in_tx(tx, "reading a delivery") as conn:
             row = db.one(conn, db.queries.lock_delivery, delivery_id=delivery_id)
         return None if row is None else DeliveryRow(*row)
 
@@ -225,8 +214,7 @@ class RunScopeVerbs:
     ) -> bool:
         """Publish a committed delivery (its bytes untouched); return whether it was."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("publishing a delivery"):
+        with db.in_tx(tx, "publishing a delivery") as conn:
             settled = db.run(
                 conn,
                 db.queries.settle_delivery,
@@ -250,16 +238,14 @@ class RunScopeVerbs:
         self, tx: Transaction, scope: str, branch: str, turn: str | None
     ) -> list[RunRow]:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a turn's runs"):
+        with db.in_tx(tx, "reading a turn's runs") as conn:
             rows = db.all(conn, db.queries.runs_for_turn, scope=scope, branch=branch, turn=turn)
         return [RunRow.from_row(row) for row in rows]
 
     # -- reports -----------------------------------------------------------------------------
     def insert_report_in_tx(self, tx: Transaction, row: ReportRow) -> None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("writing a reconciliation report"):
+        with db.in_tx(tx, "writing a reconciliation report") as conn:
             db.run(conn, db.queries.insert_report, **record_params(row))
 
     def list_reports(self, *, limit: int = 100, subject_id: str | None = None) -> list[ReportRow]:

@@ -78,16 +78,14 @@ class RunLedgerVerbs(RunScopeVerbs):
         """Insert a new run row (no events yet) unless its id exists or its branch already has
         an active run; return whether it was inserted."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("starting a run"):
+        with db.in_tx(tx, "starting a run") as conn:
             return bool(db.run(conn, db.queries.insert_run, **record_params(row)))
 
     def get_run_in_tx(self, tx: Transaction, run_id: str) -> RunRow | None:
         # Locked: what the caller decides on (a renewal's fence, a replay) stays true until it
         # commits.
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a run"):
+        with db.in_tx(tx, "reading a run") as conn:
             row = db.one(conn, db.queries.lock_run, run_id=run_id)
         return None if row is None else RunRow.from_row(row)
 
@@ -96,8 +94,7 @@ class RunLedgerVerbs(RunScopeVerbs):
     ) -> CommandContext | None:
         """The run, its head event, the event under ``key`` and its scope's held barrier."""
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a run"):
+        with db.in_tx(tx, "reading a run") as conn:
             # Read and lock in one statement. If the run changed while this waited for its lock
             # (PostgreSQL), the joined rows are from before the change: lock it alone, then
             # read the context in a statement of its own.
@@ -109,22 +106,19 @@ class RunLedgerVerbs(RunScopeVerbs):
 
     def active_run_on_branch_in_tx(self, tx: Transaction, scope: str, branch: str) -> RunRow | None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a branch's active run"):
+        with db.in_tx(tx, "reading a branch's active run") as conn:
             row = db.one(conn, db.queries.active_run_on_branch, scope=scope, branch=branch)
         return None if row is None else RunRow.from_row(row)
 
     def event_by_key_in_tx(self, tx: Transaction, run_id: str, key: str) -> EventRow | None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a run event"):
+        with db.in_tx(tx, "reading a run event") as conn:
             row = db.one(conn, db.queries.event_by_key, run_id=run_id, idempotency_key=key)
         return None if row is None else EventRow.from_row(row)
 
     def event_at_in_tx(self, tx: Transaction, run_id: str, seq: int) -> EventRow | None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a run event"):
+        with db.in_tx(tx, "reading a run event") as conn:
             row = db.one(conn, db.queries.event_at, run_id=run_id, seq=seq)
         return None if row is None else EventRow.from_row(row)
 
@@ -175,8 +169,7 @@ class RunLedgerVerbs(RunScopeVerbs):
         if not (phases or findings or actions):
             return []
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a run's ids"):
+        with db.in_tx(tx, "reading a run's ids") as conn:
             rows = db.all(
                 conn,
                 db.queries.used_ids,
@@ -198,8 +191,7 @@ class RunLedgerVerbs(RunScopeVerbs):
         now: float,
     ) -> None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("updating a run's lease"):
+        with db.in_tx(tx, "updating a run's lease") as conn:
             db.run(
                 conn,
                 db.queries.update_run_lease,
@@ -213,25 +205,22 @@ class RunLedgerVerbs(RunScopeVerbs):
     def abandon_run_in_tx(self, tx: Transaction, run_id: str, *, reason: str, now: float) -> bool:
         """Mark an active run abandoned (no terminal is written); return whether it was."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("abandoning a run"):
+        with db.in_tx(tx, "abandoning a run") as conn:
             return bool(db.run(conn, db.queries.abandon_run, now=now, reason=reason, run_id=run_id))
 
     def set_runs_hidden_in_tx(self, tx: Transaction, hidden: dict[str, bool]) -> None:
         if not hidden:
             return
         db = self.db
-        conn = db.tx_conn(tx)
         rows = [(run_id, bool(flag)) for run_id, flag in hidden.items()]
-        with db.translate_errors("marking hidden runs"):
+        with db.in_tx(tx, "marking hidden runs") as conn:
             for start in range(0, len(rows), db.values_chunk):
                 chunk = rows[start : start + db.values_chunk]
                 db.run(conn, db.queries.set_runs_hidden, rows=chunk)
 
     def held_barrier_in_tx(self, tx: Transaction, scope: str) -> BarrierRow | None:
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading barriers"):
+        with db.in_tx(tx, "reading barriers") as conn:
             row = db.one(conn, db.queries.held_barrier, scope=scope)
         return None if row is None else BarrierRow(*row)
 
@@ -257,8 +246,7 @@ class RunLedgerVerbs(RunScopeVerbs):
     def unpinned_keyless_runs_in_tx(self, tx: Transaction) -> list[RunRow]:
         """Every keyless run without a key pin, locked where the backend locks rows."""
         db, q = self.db, self.db.queries
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading keyless runs"):
+        with db.in_tx(tx, "reading keyless runs") as conn:
             # Adopters take turns, and the read is a statement of its own after the lock, so
             # that a second adopter sees the first one's pins instead of pinning the same runs
             # again and failing on the primary key.
@@ -270,8 +258,7 @@ class RunLedgerVerbs(RunScopeVerbs):
         if not rows:
             return
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("pinning keyless runs"):
+        with db.in_tx(tx, "pinning keyless runs") as conn:
             db.batch(conn, db.queries.insert_key_pin, [record_params(pin) for pin in rows])
 
     def list_runs(
@@ -349,7 +336,6 @@ class RunLedgerVerbs(RunScopeVerbs):
         # Locked, in one order: a revert decides which of them it abandons and hides.
         """Every run started on this branch (a revert recomputes which are hidden)."""
         db = self.db
-        conn = db.tx_conn(tx)
-        with db.translate_errors("reading a branch's runs"):
+        with db.in_tx(tx, "reading a branch's runs") as conn:
             rows = db.all(conn, db.queries.branch_runs, scope=scope, branch=branch)
         return [RunRow.from_row(row) for row in rows]
