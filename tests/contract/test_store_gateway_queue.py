@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from oncewire.storage import Store
-from oncewire.storage.replies import InboundState, ReplyState, SendRequest
+from oncewire.storage.replies import InboundState, ReplyOpening, ReplyState, SendRequest
 
 from .conftest import T0, RawDatabase
 
@@ -57,11 +57,7 @@ def _commit(store: Store, inbound_id: int, *, platform: str = "tg", now: float =
     with store.transaction() as tx:
         reply, changed = store.commit_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=request,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, request, 4096, "utf16", 5),
             final_text="hello",
             plan_json='[{"body":"hello"}]',
             planned_sends=[(0, "hello")],

@@ -13,7 +13,7 @@ import pytest
 
 from oncewire.core.errors import InboundNotFound, InvalidState
 from oncewire.storage import Store
-from oncewire.storage.replies import InboundState
+from oncewire.storage.replies import InboundState, ReplyOpening
 
 from .conftest import T0, RawDatabase
 from .test_store_replies import REQUEST, _admit, _commit
@@ -111,11 +111,7 @@ def test_a_turn_starts_in_one_transaction(store: Store, raw: RawDatabase, commit
         started = store.start_inbound_in_tx(tx, inbound_id, now=T0 + 1)
         reply = store.open_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=REQUEST,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5),
             now=T0 + 1,
         )
         assert started.attempts == 1 and reply.inbound_id == inbound_id
@@ -140,11 +136,7 @@ def test_the_in_tx_verbs_need_an_open_transaction(store: Store, raw: RawDatabase
     with pytest.raises(InvalidState):
         store.open_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=REQUEST,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5),
             now=T0,
         )
     assert _row(raw, inbound_id)[:2] == ("received", None)

@@ -10,6 +10,7 @@ from oncewire.storage.replies import (
     InboundState,
     OpKind,
     OpState,
+    ReplyOpening,
     ReplyState,
     SendRequest,
 )
@@ -37,11 +38,7 @@ def _commit(store: Store, inbound_id: int, text: str = "hello") -> int:
     with store.transaction() as tx:
         reply, changed = store.commit_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=REQUEST,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5),
             final_text=text,
             plan_json='[{"body":"hello"}]',
             planned_sends=[(0, text)],
@@ -108,14 +105,10 @@ def test_start_and_quarantine(store: Store) -> None:
 
 def test_open_then_commit_keeps_one_record(store: Store, raw: RawDatabase) -> None:
     inbound_id = _admit(store)
-    opened = store.open_reply(
-        inbound_id=inbound_id, request=REQUEST, cap=4096, unit="utf16", max_attempts=5, now=T0
-    )
+    opened = store.open_reply(ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5), now=T0)
     assert opened.state is ReplyState.OPEN and opened.final_text is None
     assert store.get_inbound(inbound_id).status is InboundState.ANSWERING  # type: ignore[union-attr]
-    again = store.open_reply(
-        inbound_id=inbound_id, request=REQUEST, cap=4096, unit="utf16", max_attempts=5, now=T0
-    )
+    again = store.open_reply(ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5), now=T0)
     assert again.id == opened.id
     reply_id = _commit(store, inbound_id)
     assert reply_id == opened.id
@@ -130,11 +123,7 @@ def test_open_then_commit_keeps_one_record(store: Store, raw: RawDatabase) -> No
     with store.transaction() as tx:
         same, changed = store.commit_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=REQUEST,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5),
             final_text="other",
             plan_json="[]",
             planned_sends=[(0, "other")],
@@ -149,11 +138,7 @@ def test_commit_outside_a_transaction_is_refused(store: Store) -> None:
     with pytest.raises(InvalidState):
         store.commit_reply_in_tx(
             None,  # type: ignore[arg-type]
-            inbound_id=inbound_id,
-            request=REQUEST,
-            cap=10,
-            unit="utf16",
-            max_attempts=1,
+            ReplyOpening(inbound_id, REQUEST, 10, "utf16", 1),
             final_text="x",
             plan_json="[]",
             planned_sends=[],

@@ -16,6 +16,7 @@ from oncewire.storage.replies import (
     InboundState,
     OpKind,
     OpState,
+    ReplyOpening,
     ReplyState,
     SendRequest,
 )
@@ -28,11 +29,7 @@ def _withdraw(store: Store, inbound_id: int, request: SendRequest = REQUEST) -> 
     with store.transaction() as tx:
         reply, changed = store.withdraw_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=request,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, request, 4096, "utf16", 5),
             now=T0 + 1,
         )
     return reply.id, changed
@@ -80,9 +77,7 @@ def test_a_gone_edit_sets_the_send_it_targeted_gone(store: Store, raw: RawDataba
 
 def test_an_open_reply_is_withdrawn_with_no_chunk(store: Store, raw: RawDatabase) -> None:
     inbound_id = _admit(store)
-    opened = store.open_reply(
-        inbound_id=inbound_id, request=REQUEST, cap=4096, unit="utf16", max_attempts=5, now=T0
-    )
+    opened = store.open_reply(ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5), now=T0)
     reply_id, changed = _withdraw(store, inbound_id)
     assert changed and reply_id == opened.id
     row = raw.query(
@@ -132,11 +127,7 @@ def test_withdrawing_outside_a_transaction_is_refused(store: Store, raw: RawData
     with pytest.raises(InvalidState):
         store.withdraw_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=REQUEST,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5),
             now=T0,
         )
     assert raw.count("oncewire_replies") == 0

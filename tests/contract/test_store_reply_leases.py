@@ -6,7 +6,14 @@ import pytest
 
 from oncewire.core.errors import StaleFence
 from oncewire.storage import Store
-from oncewire.storage.replies import InboundState, OpKind, OpState, ReplyState, SendRequest
+from oncewire.storage.replies import (
+    InboundState,
+    OpKind,
+    OpState,
+    ReplyOpening,
+    ReplyState,
+    SendRequest,
+)
 
 from .conftest import T0, RawDatabase
 
@@ -31,11 +38,7 @@ def _commit(store: Store, inbound_id: int, sends: list[tuple[int, str]]) -> int:
     with store.transaction() as tx:
         reply, changed = store.commit_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=REQUEST,
-            cap=4096,
-            unit="utf16",
-            max_attempts=5,
+            ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5),
             final_text="".join(body for _, body in sends),
             plan_json="[]",
             planned_sends=sends,
@@ -208,9 +211,7 @@ def test_a_stale_sequence_refuses_the_operation_and_its_settlement(
 
 def test_commit_plans_only_the_slots_a_preview_did_not_send(store: Store, raw: RawDatabase) -> None:
     inbound_id = _admit(store, "m")
-    opened = store.open_reply(
-        inbound_id=inbound_id, request=REQUEST, cap=4096, unit="utf16", max_attempts=5, now=T0
-    )
+    opened = store.open_reply(ReplyOpening(inbound_id, REQUEST, 4096, "utf16", 5), now=T0)
     preview = store.begin_op(
         opened.id, slot=0, kind=OpKind.SEND, body="pre", marked=False, message_id=None, now=T0
     )
@@ -236,9 +237,7 @@ def test_listings_filter_and_order(store: Store) -> None:
     ] == [ids[0], ids[2], ids[3]]
     assert [i.id for i in store.list_inbound(after_id=ids[0], limit=2)] == ids[1:3]
 
-    opened = store.open_reply(
-        inbound_id=ids[0], request=REQUEST, cap=4096, unit="utf16", max_attempts=5, now=T0
-    )
+    opened = store.open_reply(ReplyOpening(ids[0], REQUEST, 4096, "utf16", 5), now=T0)
     first = _commit(store, ids[1], [(0, "a")])
     second = _commit(store, ids[3], [(0, "b")])
     assert [r.id for r in store.list_replies(states=[ReplyState.OPEN])] == [opened.id]

@@ -34,6 +34,7 @@ from oncewire.storage.replies import (
     InboundState,
     Reply,
     ReplyOp,
+    ReplyOpening,
     ReplyState,
     SendRequest,
 )
@@ -68,10 +69,17 @@ def plan_chunks(text: str, profile: PlatformProfile) -> list[Chunk]:
     return split_text(text, profile.cap, profile.unit, reserve=profile.marker_cost)
 
 
-def _request(
-    inbound: Inbound, *, reply_to: str | None, format: str, use_reply_to: bool
-) -> SendRequest:
-    return SendRequest(
+def _opening(
+    inbound: Inbound,
+    profile: PlatformProfile,
+    max_attempts: int,
+    *,
+    reply_to: str | None = None,
+    format: str = "plain",
+    use_reply_to: bool = True,
+) -> ReplyOpening:
+    """What the inbound's reply record is created with, if it has none yet."""
+    request = SendRequest(
         platform=inbound.platform,
         bot=inbound.bot,
         chat=inbound.chat,
@@ -79,6 +87,7 @@ def _request(
         reply_to=(reply_to or inbound.platform_message_id) if use_reply_to else None,
         format=format,
     )
+    return ReplyOpening(inbound.id, request, profile.cap, profile.unit, max_attempts)
 
 
 class Replies:
@@ -111,11 +120,14 @@ class Replies:
         """The inbound's reply record, opened (before any preview is sent) if it has none."""
         inbound = self._inbound(inbound_id)
         return self._store.open_reply(
-            inbound_id=inbound_id,
-            request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
-            cap=profile.cap,
-            unit=profile.unit,
-            max_attempts=max_attempts,
+            _opening(
+                inbound,
+                profile,
+                max_attempts,
+                reply_to=reply_to,
+                format=format,
+                use_reply_to=use_reply_to,
+            ),
             now=self._clock.now(),
         )
 
@@ -136,11 +148,14 @@ class Replies:
         inbound = self._inbound(inbound_id)
         return self._store.open_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
-            cap=profile.cap,
-            unit=profile.unit,
-            max_attempts=max_attempts,
+            _opening(
+                inbound,
+                profile,
+                max_attempts,
+                reply_to=reply_to,
+                format=format,
+                use_reply_to=use_reply_to,
+            ),
             now=self._clock.now(),
         )
 
@@ -168,11 +183,14 @@ class Replies:
         chunks = plan_chunks(text, profile)
         reply, changed = self._store.commit_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=_request(inbound, reply_to=reply_to, format=format, use_reply_to=use_reply_to),
-            cap=profile.cap,
-            unit=profile.unit,
-            max_attempts=max_attempts,
+            _opening(
+                inbound,
+                profile,
+                max_attempts,
+                reply_to=reply_to,
+                format=format,
+                use_reply_to=use_reply_to,
+            ),
             final_text=text,
             plan_json=canonical_json([c.as_dict() for c in chunks]),
             planned_sends=[(slot, chunk.text) for slot, chunk in enumerate(chunks)],
@@ -214,11 +232,7 @@ class Replies:
         inbound = self._inbound(inbound_id)
         reply, _ = self._store.withdraw_reply_in_tx(
             tx,
-            inbound_id=inbound_id,
-            request=_request(inbound, reply_to=None, format="plain", use_reply_to=True),
-            cap=profile.cap,
-            unit=profile.unit,
-            max_attempts=max_attempts,
+            _opening(inbound, profile, max_attempts),
             now=self._clock.now(),
         )
         if not reply.withdrawal:

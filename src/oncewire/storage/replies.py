@@ -121,6 +121,18 @@ class SendRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyOpening:
+    """What an inbound's reply record is created with when a verb finds none: where it goes,
+    the platform's message cap (in ``unit``: "utf16" or "codepoints") and its attempts."""
+
+    inbound_id: int
+    request: SendRequest
+    cap: int
+    unit: str
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
 class Inbound:
     """One message received from a platform, admitted once."""
 

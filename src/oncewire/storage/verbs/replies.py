@@ -18,8 +18,8 @@ from oncewire.storage.replies import (
     OpState,
     Reply,
     ReplyOp,
+    ReplyOpening,
     ReplyState,
-    SendRequest,
 )
 from oncewire.storage.twins import verb_twins
 
@@ -33,17 +33,9 @@ class ReplyVerbs:
     db: Driver
 
     # -- replies -----------------------------------------------------------------------------
-    def _insert_reply(
-        self,
-        conn: Any,
-        inbound_id: int,
-        request: SendRequest,
-        cap: int,
-        unit: str,
-        max_attempts: int,
-        now: float,
-    ) -> None:
+    def _insert_reply(self, conn: Any, opening: ReplyOpening, now: float) -> None:
         db, q = self.db, self.db.queries
+        inbound_id, request = opening.inbound_id, opening.request
         if db.one(conn, q.inbound_exists, inbound_id=inbound_id) is None:
             raise InboundNotFound(f"no inbound message {inbound_id}", inbound_id=inbound_id)
         db.run(
@@ -56,28 +48,18 @@ class ReplyVerbs:
             thread=request.thread,
             reply_to=request.reply_to,
             format=request.format,
-            cap=cap,
-            unit=unit,
-            max_attempts=max_attempts,
+            cap=opening.cap,
+            unit=opening.unit,
+            max_attempts=opening.max_attempts,
             now=now,
         )
 
-    def _open_reply(
-        self,
-        conn: Any,
-        *,
-        inbound_id: int,
-        request: SendRequest,
-        cap: int,
-        unit: str,
-        max_attempts: int,
-        now: float,
-    ) -> Reply:
+    def _open_reply(self, conn: Any, opening: ReplyOpening, *, now: float) -> Reply:
         """The inbound's reply record, created ``open`` if it has none (inbound: answering)."""
         db, q = self.db, self.db.queries
-        self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
-        db.run(conn, q.inbound_answering, inbound_id=inbound_id, now=now)
-        row = db.one(conn, q.reply_for_inbound, inbound_id=inbound_id)
+        self._insert_reply(conn, opening, now)
+        db.run(conn, q.inbound_answering, inbound_id=opening.inbound_id, now=now)
+        row = db.one(conn, q.reply_for_inbound, inbound_id=opening.inbound_id)
         assert row is not None  # inserted, or already there, in this transaction
         return Reply.from_row(row)
 
@@ -86,12 +68,8 @@ class ReplyVerbs:
     def commit_reply_in_tx(
         self,
         tx: Transaction,
+        opening: ReplyOpening,
         *,
-        inbound_id: int,
-        request: SendRequest,
-        cap: int,
-        unit: str,
-        max_attempts: int,
         final_text: str,
         plan_json: str,
         planned_sends: Sequence[tuple[int, str]],
@@ -108,7 +86,8 @@ class ReplyVerbs:
         if not db.in_transaction(conn):
             raise InvalidState("commit_reply_in_tx needs an open transaction on this thread")
         with db.translate_errors("committing a reply"):
-            self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
+            self._insert_reply(conn, opening, now)
+            inbound_id = opening.inbound_id
             row = db.one(
                 conn,
                 q.commit_reply,
@@ -140,12 +119,8 @@ class ReplyVerbs:
     def withdraw_reply_in_tx(
         self,
         tx: Transaction,
+        opening: ReplyOpening,
         *,
-        inbound_id: int,
-        request: SendRequest,
-        cap: int,
-        unit: str,
-        max_attempts: int,
         now: float,
     ) -> tuple[Reply, bool]:
         """Withdraw the inbound's reply (creating it if needed) before an answer is committed;
@@ -157,7 +132,8 @@ class ReplyVerbs:
         unchanged (the ledger tells a withdrawal from an answer)."""
         db, q = self.db, self.db.queries
         with db.in_tx(tx, "withdrawing a reply") as conn:
-            self._insert_reply(conn, inbound_id, request, cap, unit, max_attempts, now)
+            self._insert_reply(conn, opening, now)
+            inbound_id = opening.inbound_id
             row = db.one(
                 conn, q.withdraw_reply, inbound_id=inbound_id, plan=WITHDRAWAL_PLAN, now=now
             )
