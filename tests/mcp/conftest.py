@@ -1,6 +1,7 @@
-"""Fixtures for the MCP proxy tests: ``db_url`` (a SQLite file, or a fresh PostgreSQL schema),
-``raw`` to read the store's tables directly, and :func:`proxied`, an official SDK client
-(``ClientSession`` over ``stdio_client``) talking to ``oncewire mcp proxy`` started as a real
+"""Fixtures for the MCP proxy tests: ``db_url`` (the suite's ``store_url``: a SQLite file, or
+a PostgreSQL schema of the test's own), ``raw`` to read the store's tables directly, and
+:func:`proxied`, an official SDK client (``ClientSession`` over ``stdio_client``) talking to
+``oncewire mcp proxy`` started as a real
 child process, which starts the SDK server in ``upstream_server.py`` as its own child.
 
 ``shared``: one such proxy and server pair per module and backend (per test worker), kept
@@ -38,19 +39,16 @@ ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgresql"]
 
 SQLITE_BY_DEFAULT = pytest.mark.parametrize(
-    "db_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)], indirect=True
+    "store_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)], indirect=True
 )
 """For a behaviour of the proxy that does not depend on the store's backend: SQLite in the
 default run, both backends under ``--soak``."""
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "proxy.db")
-        return
-    with fresh_schema(server_url(), "mcp") as url:
-        yield url
+@pytest.fixture
+def db_url(store_url: str) -> str:
+    """The suite's one store fixture (``store_url``), by the name these tests use."""
+    return store_url
 
 
 class Raw(tables.Connection):

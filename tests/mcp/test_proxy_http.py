@@ -31,7 +31,7 @@ KEY = "io.oncewire/idempotency-key"
 
 # The two transports' main cases, on both backends in every run (the rest of the file runs on
 # PostgreSQL under --soak).
-BOTH_BACKENDS = pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
+BOTH_BACKENDS = pytest.mark.parametrize("store_url", ["sqlite", "postgresql"], indirect=True)
 
 
 def _free_port() -> int:
