@@ -267,7 +267,7 @@ class Seed002:
                 env,
             ),
             (
-                "tests.support.discord_api",
+                "oncewire.testing.discord_api",
                 [
                     "--port",
                     "0",
