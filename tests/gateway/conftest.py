@@ -6,7 +6,6 @@ the ``answering`` fixture)."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,10 +19,6 @@ import httpx2
 import pytest
 
 from tests.conftest import _child_env
-
-# The repository's root, on the path of every fake started here: the fakes only the tests use
-# (the fake Discord) are modules of tests.support.
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -48,11 +43,9 @@ def spawn_fake(
 ) -> tuple[subprocess.Popen[str], int]:
     """Start ``python -m module args...`` and wait for its ``ready port=N`` line: (the process,
     N). A fake that does not start is killed, and the RuntimeError says what it printed."""
-    env = dict(env if env is not None else _child_env())
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     process = subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        env=env,
+        env=dict(env if env is not None else _child_env()),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -35,12 +35,12 @@ CHAT = "500000000000000001"
 
 
 class FakeDiscord(PlatformFakeProcess):
-    """A running ``python -m tests.support.discord_api`` and its journal directory."""
+    """A running ``python -m oncewire.testing.discord_api`` and its journal directory."""
 
     def __init__(self, directory: Path, *args: str, heartbeat_ms: int = 400) -> None:
         self.directory = directory
         super().__init__(
-            "tests.support.discord_api",
+            "oncewire.testing.discord_api",
             [
                 "--port",
                 "0",

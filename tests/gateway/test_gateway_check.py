@@ -59,11 +59,11 @@ class FakeWebhookPlatform:
 
 
 class FakeDiscord:
-    """A running ``python -m tests.support.discord_api`` accepting ``TOKEN``."""
+    """A running ``python -m oncewire.testing.discord_api`` accepting ``TOKEN``."""
 
     def __init__(self, directory: Path) -> None:
         self.process, port = spawn_fake(
-            "tests.support.discord_api",
+            "oncewire.testing.discord_api",
             ["--port", "0", "--journal", str(directory), "--token", TOKEN],
         )
         self.api_base = f"http://127.0.0.1:{port}/api/v10"

@@ -3,15 +3,16 @@ SQLite file and on PostgreSQL, with its evidence read back here (the fakes' jour
 store, both kept in the lab's folder or schema).
 
 The lab is the one home of the gateway's crash evidence: its scenario table (the seed 002 cells
-C1-C6 of :data:`~oncewire.lab.suites.gateway_cells.CELLS`, the kills, the idle restart and
-every ``replies.*`` crash point) and its one verdict
-(:func:`~oncewire.lab.suites.gateway_verdict.check_answer`). The default run has the whole
-suite on SQLite (through ``oncewire lab``) and, on PostgreSQL, one scenario per outcome class
-the verdict knows (``exact``, ``one_copy``, ``marked_dupes``) plus the crash points the
-gateway's path must reach (:data:`ON_POSTGRESQL`), each a test of its own (through the
-suite's own ``run_scenario``). Every other scenario on PostgreSQL is a soak test (``make
-soak``): the store's verbs are the same on both backends, and the contract tests hold them to
-it.
+C1-C6 of :data:`~oncewire.lab.suites.gateway_cells.CELLS`, the streaming ones C3, C5 and C6 on
+Telegram and on Discord, the kills, the idle restart and every ``replies.*`` crash point) and
+its one verdict (:func:`~oncewire.lab.suites.gateway_verdict.check_answer`, with
+:func:`~oncewire.lab.suites.gateway_verdict.check_asked`). The default run has the whole suite
+on SQLite (through ``oncewire lab``) and, on PostgreSQL, one scenario per outcome class the
+verdict knows (``exact``, ``one_copy``, ``marked_dupes``) plus the crash points the gateway's
+path must reach (:data:`ON_POSTGRESQL`), each a test of its own (through the suite's own
+``run_scenario``). Every other scenario on PostgreSQL, the Discord cells among them, is a soak
+test (``make soak``): the store's verbs are the same on both backends, and the contract tests
+hold them to it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from oncewire.lab.suites.gateway import (
     crash_point_scenarios,
     run_scenario,
 )
-from oncewire.lab.suites.gateway_cells import CELLS
+from oncewire.lab.suites.gateway_cells import CELLS, STREAMING_PLATFORMS
+from oncewire.lab.suites.gateway_verdict import check_asked
 from oncewire.testing.fake_platform import ChatView
 from tests.conftest import _child_env
 from tests.support.pg import server_url
@@ -94,6 +96,9 @@ def _check_evidence(scenarios: dict[str, Any], backend: str) -> None:
     assert held["processes"][0]["armed"] == "replies.send_in_flight"
     ack_lost = scenarios[f"killed_with_send_ack_lost[{backend}]"]["summary"]["visible"]
     assert sorted(marked for _, marked in ack_lost) == [False, True]
+    for cell in CELLS:  # each cell ran on the fake of its platform
+        platform = {"telegram": "fk_tg", "webhook": "fk_ne", "discord": "fk_dc"}[cell.platform]
+        assert scenarios[f"{cell.name}[{backend}]"]["summary"]["platform"] == platform
 
 
 def test_the_default_run_keeps_one_scenario_per_outcome_class_on_postgresql() -> None:
@@ -104,6 +109,19 @@ def test_the_default_run_keeps_one_scenario_per_outcome_class_on_postgresql() ->
     assert sorted(kept) == sorted(
         ["completed_not_ledgered", "killed_with_send_held", "killed_with_send_ack_lost"]
     )
+
+
+def test_the_streaming_cells_run_on_every_streaming_platform() -> None:
+    """C3, C5 and C6, the cells the seed sets on a streaming platform, are one scenario function
+    each, on Telegram and on Discord: the table holds each function once per platform."""
+    assert STREAMING_PLATFORMS == ("telegram", "discord")
+    streaming = [c for c in CELLS if c.platform in STREAMING_PLATFORMS]
+    by_run = {c.run: sorted(s.platform for s in streaming if s.run is c.run) for c in streaming}
+    assert len(by_run) == 3
+    assert all(platforms == ["discord", "telegram"] for platforms in by_run.values())
+    assert sorted(c.description.split(":")[0] for c in streaming) == [
+        f"{cell} on {name}" for cell in ("C3", "C5", "C6") for name in ("Discord", "Telegram")
+    ]
 
 
 @pytest.mark.parametrize("name", [s.name for s in EVERY])
@@ -149,6 +167,34 @@ def test_the_verdict_fails_on_a_duplicate_or_a_partial_answer(tmp_path: Path) ->
         missing = ScenarioResult("another inbound")
         check_answer(missing, rig, answer, "exact", inbound_id=2)
         assert not missing.passed
+        asked = ScenarioResult("asked")
+        check_asked(asked, rig, resumed=False)
+        assert asked.passed, asked.failures
+        resumed = ScenarioResult("a resume expected")
+        check_asked(resumed, rig, resumed=True)
+        assert not resumed.passed
+        rig.injected.append("999")  # a message the user sent that the store never admitted
+        unadmitted = ScenarioResult("unadmitted")
+        check_answer(unadmitted, rig, answer, "exact")
+        assert any("the store admitted" in f for f in unadmitted.failures), unadmitted.failures
+        rig.injected.pop()
+        rig.terminate()
+        # A copy of the answer the store never sent (a duplicate send it did not record)...
+        journal = rig.platform_dir / "chat.jsonl"
+        entries = [json.loads(line) for line in journal.read_text().splitlines()]
+        (sent,) = [e for e in entries if e["event"] == "send"]
+        with journal.open("a", encoding="utf-8") as out:
+            out.write(json.dumps({**sent, "message_id": "77"}) + "\n")
+        duplicate = ScenarioResult("duplicate")
+        check_answer(duplicate, rig, answer, "marked_dupes")
+        assert any("a duplicate send" in f for f in duplicate.failures), duplicate.failures
+        # ...and a marker the record gives a send no earlier send of which may have landed.
+        with closing(sqlite3.connect(rig.db)) as db, db:
+            db.execute("UPDATE oncewire_reply_ops SET marked = 1 WHERE kind = 'send'")
+        flagged = ScenarioResult("flagged")
+        check_answer(flagged, rig, answer, "marked_dupes")
+        assert any("no earlier send of it may have landed" in f for f in flagged.failures)
+        assert any("marker decision" in f for f in flagged.failures), flagged.failures
 
 
 def test_oncewire_lab_runs_the_gateway_suite_on_sqlite(tmp_path: Path) -> None:

@@ -1,15 +1,18 @@
 """A real gateway between its two fakes: the harness of the ``gateway`` lab suite and the demo.
 
-:class:`GatewayRig` owns one folder. It starts a platform fake, the fake Telegram Bot API
-(``python -m oncewire.testing.telegram_api``, platform ``fk_tg``: editable) or the fake generic
-webhook platform (``python -m oncewire.testing.webhook_platform``, platform ``fk_ne``: not
-editable, never streamed), and the fake OpenAI-compatible model server
-(``python -m oncewire.testing.openai_api``) as child processes, writes a ``gateway.toml`` that
-points the platform (Telegram's ``api_base``, or the webhook platform's ``send_url``, with the
-gateway's webhook server as the fake's delivery address) and ``model.base_url`` at them, and runs
-``python -m oncewire gateway run`` in a process group of its own, so that :meth:`kill9` takes
-the whole group down with SIGKILL and nothing else. :meth:`start` again runs a new gateway on
-the same store and the same fakes.
+:class:`GatewayRig` owns one folder. It starts a platform fake, one of :data:`KINDS`: the fake
+Telegram Bot API (``python -m oncewire.testing.telegram_api``, platform ``fk_tg``: editable),
+the fake Discord (``python -m oncewire.testing.discord_api``, platform ``fk_dc``: REST and
+Gateway, editable, a nonce window) or the fake generic webhook platform
+(``python -m oncewire.testing.webhook_platform``, platform ``fk_ne``: not editable, never
+streamed), and the fake OpenAI-compatible model server (``python -m oncewire.testing.openai_api``)
+as child processes, writes a ``gateway.toml`` that points the platform (Telegram's or Discord's
+``api_base``, or the webhook platform's ``send_url``, with the gateway's webhook server as the
+fake's delivery address) and ``model.base_url`` at them, and runs ``python -m oncewire gateway
+run`` in a process group of its own, so that :meth:`kill9` takes the whole group down with
+SIGKILL and nothing else. :meth:`start` again runs a new gateway on the same store and the same
+fakes; on Discord it returns once that gateway's own Gateway session is identified, so a
+message the user writes next is dispatched to it.
 
 Everything the rig reports is read from outside the gateway: what the user sees from the fake's
 chat journal (:class:`~oncewire.testing.ChatView`), what the model was asked from the
@@ -38,12 +41,14 @@ from oncewire.core.errors import MissingExtra
 from oncewire.lab.fixtures import dialect_of, rows
 from oncewire.lab.framework import ProcessRecord
 from oncewire.lab.ports import stable_port
-from oncewire.replies import NON_EDITABLE, TELEGRAM_LIKE
+from oncewire.replies import DISCORD_LIKE, NON_EDITABLE, TELEGRAM_LIKE, PlatformProfile
 from oncewire.testing.fake_platform import ChatView
 
 __all__ = [
     "BOT_TOKEN",
     "CHAT",
+    "DISCORD_CHAT",
+    "DISCORD_PLATFORM",
     "HOOK_CHAT",
     "HOOK_PLATFORM",
     "KINDS",
@@ -61,9 +66,19 @@ HOOK_PLATFORM = "fk_ne"  # the webhook platform's name, in the gateway and in it
 HOOK_CHAT = "lab-chat"  # the user's chat on the webhook platform
 HOOK_SECRET_ENV = "LAB_HOOK_SECRET"  # the variable holding the webhook platform's HMAC secret
 HOOK_SECRET = "lab-webhook-secret"
-KINDS = ("telegram", "webhook")  # the platform a rig puts in front of the gateway
+DISCORD_PLATFORM = "fk_dc"  # the fake Discord's name, in the gateway and in its journal
+DISCORD_CHAT = "510000000000004242"  # the user's channel (a snowflake)
+DISCORD_TOKEN = "fake-LAB-discord.token"  # the only bot token the fake Discord accepts
+DISCORD_HEARTBEAT_MS = 5000
+KINDS = ("telegram", "webhook", "discord")  # the platform a rig puts in front of the gateway
+# Each kind's platform name, the user's chat and the profile the chat is read with.
+_PLATFORMS: dict[str, tuple[str, str, PlatformProfile]] = {
+    "telegram": (PLATFORM, CHAT, TELEGRAM_LIKE),
+    "webhook": (HOOK_PLATFORM, HOOK_CHAT, NON_EDITABLE),
+    "discord": (DISCORD_PLATFORM, DISCORD_CHAT, DISCORD_LIKE),
+}
 START_SECONDS = 30.0  # how long a fake or the gateway may take to say it is ready
-GATEWAY_EXTRA = ("httpx2", "starlette", "uvicorn")  # oncewire[gateway]
+GATEWAY_EXTRA = ("httpx2", "starlette", "uvicorn", "websockets")  # oncewire[gateway]
 
 
 def missing_gateway_extra(feature: str) -> MissingExtra | None:
@@ -134,8 +149,8 @@ class GatewayRig:
 
     ``script`` is the fake model's script (see :mod:`oncewire.testing.openai_api`): a list of
     responses consumed in order across every gateway the rig starts. ``streaming`` says whether
-    the gateway previews the answer while the model streams it; ``platform`` is ``telegram``
-    or ``webhook`` (never streamed: it cannot edit).
+    the gateway previews the answer while the model streams it; ``platform`` is one of
+    :data:`KINDS` (``webhook`` is never streamed: it cannot edit).
     """
 
     def __init__(
@@ -158,10 +173,8 @@ class GatewayRig:
         self.dialect = dialect_of(db)
         self.db = db if self.dialect == "postgresql" else str(Path(db).absolute())
         self.kind = platform
-        self.platform = PLATFORM if platform == "telegram" else HOOK_PLATFORM
-        self.chat = CHAT if platform == "telegram" else HOOK_CHAT
-        self.profile = TELEGRAM_LIKE if platform == "telegram" else NON_EDITABLE
-        self.streaming = streaming and platform == "telegram"
+        self.platform, self.chat, self.profile = _PLATFORMS[platform]
+        self.streaming = streaming and self.profile.can_edit
         self.read_timeout_seconds = read_timeout_seconds
         self._log = log
         folder.mkdir(parents=True, exist_ok=True)
@@ -177,6 +190,7 @@ class GatewayRig:
         self.webhook_port = stable_port() if platform == "webhook" else 0
         self.model_base = ""
         self.starts = 0
+        self.injected: list[str] = []  # the platform's ids of the user's messages, in order
         self.processes: list[ProcessRecord] = []  # every gateway that ended, for the evidence
         self._started_at = 0.0
         self._armed: str | None = None
@@ -197,6 +211,9 @@ class GatewayRig:
         if self.kind == "telegram":
             module, what = "oncewire.testing.telegram_api", "the fake Bot API"
             args = ["--token", BOT_TOKEN]
+        elif self.kind == "discord":
+            module, what = "oncewire.testing.discord_api", "the fake Discord"
+            args = ["--token", DISCORD_TOKEN, "--heartbeat-ms", str(DISCORD_HEARTBEAT_MS)]
         else:
             module, what = "oncewire.testing.webhook_platform", "the fake webhook platform"
             extra = {HOOK_SECRET_ENV: HOOK_SECRET}
@@ -261,6 +278,16 @@ streaming = false
 [webhooks]
 bind = "127.0.0.1:{self.webhook_port}"
 """
+        if self.kind == "discord":
+            return f"""
+[[platforms]]
+name = "{self.platform}"
+kind = "discord"
+token_env = "DISCORD_BOT_TOKEN"
+api_base = {json.dumps(self.platform_base + "/api/v10")}
+streaming = {json.dumps(self.streaming)}
+edit_interval_seconds = 0.05
+"""
         return f"""
 [[platforms]]
 name = "{self.platform}"
@@ -286,11 +313,16 @@ chat_burst = 1000
         if self.gateway is not None and self.gateway.poll() is None:
             raise RigError("a gateway is already running")
         self.start_fakes()
-        extra = {"TELEGRAM_BOT_TOKEN": BOT_TOKEN, HOOK_SECRET_ENV: HOOK_SECRET}
+        extra = {
+            "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+            "DISCORD_BOT_TOKEN": DISCORD_TOKEN,
+            HOOK_SECRET_ENV: HOOK_SECRET,
+        }
         if arm:
             extra["ONCEWIRE_CRASH"] = arm
             if token is not None:
                 extra["ONCEWIRE_CRASH_TOKEN"] = str(token)
+        identified = self._identifies()
         self.starts += 1
         self._started_at, self._armed = time.monotonic(), arm
         with open(self.log_path(self.starts), "w", encoding="utf-8") as stderr:
@@ -315,8 +347,30 @@ chat_burst = 1000
             # Its last line says why; a longer log follows for the lines before it.
             more = "\n" + log.strip()[-2000:] if len(lines) > 1 else ""
             raise RigError(f"{_not_ready('the gateway', line, code)}: {lines[-1]}{more}")
+        if self.kind == "discord":
+            self.wait(
+                lambda: self._session_after(identified),
+                "the gateway's Discord session (its Identify answered)",
+                START_SECONDS,
+            )
         self.note(f"gateway started (pid {self.gateway.pid})")
         return self.gateway.pid
+
+    def _identifies(self) -> int:
+        """How many times a client identified with the fake Discord so far (0 elsewhere)."""
+        return int(self.control("state")["identifies"]) if self.kind == "discord" else 0
+
+    def _session_after(self, identified: int) -> bool:
+        """A gateway identified since ``identified`` Identifies were counted, and the newest
+        session is connected: a message dispatched now reaches it. A gateway that died before
+        is a RigError: nothing would identify any more."""
+        if self.gateway is not None and self.gateway.poll() is not None:
+            raise RigError(f"the gateway exited with code {self.gateway.poll()} before identifying")
+        state = self.control("state")
+        sessions = state["sessions"]
+        return int(state["identifies"]) > identified and bool(
+            sessions and sessions[-1]["connected"]
+        )
 
     def log_path(self, start: int) -> Path:
         return self.folder / f"gateway-{start}.log"
@@ -399,12 +453,15 @@ chat_burst = 1000
         return result
 
     def inject(self, text: str) -> str:
-        """The user sends ``text``; the platform's id of the message."""
+        """The user sends ``text``; the platform's id of the message (kept in :attr:`injected`)."""
         if self.kind == "telegram":
             sent = self.control("inject", chat_id=int(CHAT), text=text)
+        elif self.kind == "discord":
+            sent = self.control("inject", channel_id=DISCORD_CHAT, text=text)
         else:
             sent = self.control("inject", chat=HOOK_CHAT, text=text)
-        return str(sent["message_id"])
+        self.injected.append(str(sent["message_id"]))
+        return self.injected[-1]
 
     def fault(self, kind: str, **params: Any) -> None:
         """Arm a fault on the platform fake (a :class:`~oncewire.testing.Fault`)."""
@@ -445,7 +502,7 @@ chat_burst = 1000
 
     def inbound(self) -> list[dict[str, Any]]:
         return self.rows(
-            "SELECT id, platform_message_id, status, deliveries, attempts "
+            "SELECT id, platform, chat, platform_message_id, status, deliveries, attempts "
             "FROM oncewire_inbound ORDER BY id"
         )
 
@@ -456,7 +513,7 @@ chat_burst = 1000
 
     def reply_ops(self) -> list[dict[str, Any]]:
         return self.rows(
-            "SELECT reply_id, seq, kind, state, marked FROM oncewire_reply_ops "
+            "SELECT reply_id, seq, slot, kind, state, marked, message_id FROM oncewire_reply_ops "
             "ORDER BY reply_id, seq"
         )
 

@@ -1,9 +1,11 @@
 """Seed 002's fixtures: ``rig`` is one gateway per module and backend (SQLite, PostgreSQL with a
 schema of its own), serving every platform, each cell in a chat of its own, like the seed's
 module-scoped ``gw``, with the short platform read timeout
-(:data:`~tests.gateway.seed002.harness.SHARED_READ_TIMEOUT_SECONDS`); ``fresh_rig(backend)``
-makes a rig of its own for a cell that kills and restarts the gateway (the seed's
-``fresh_gw``), with the gateway's default 10 s read timeout, stopped when the test ends.
+(:data:`~tests.gateway.seed002.harness.SHARED_READ_TIMEOUT_SECONDS`); ``fresh_rig()`` makes a
+rig of its own on SQLite for a test that must not share the chats (the seed's ``fresh_gw``: the
+audits' own tests), with the gateway's default 10 s read timeout, stopped when the test ends.
+The seed's crash cells are the ``gateway`` lab suite's scenarios
+(:data:`oncewire.lab.suites.gateway_cells.CELLS`), run by tests/gateway/test_lab_gateway.py.
 
 A module may define ``soak_only(test, params)``: given a test's function name and parameters
 (the rig's backend under ``rig``), whether that test runs only in a soak run; tests/conftest.py
@@ -50,13 +52,13 @@ def rig(
 
 @pytest.fixture
 def fresh_rig(tmp_path: Path) -> Iterator[Callable[..., Seed002]]:
-    """``fresh_rig(backend, **options)``: a rig of this test's own, its gateway started."""
+    """``fresh_rig()``: a rig of this test's own on SQLite, its gateway started."""
     with ExitStack() as stack:
         made: list[Seed002] = []
 
-        def make(backend: str = "sqlite", *, busy_mode: str = "interrupt") -> Seed002:
-            folder = tmp_path / f"rig-{backend}-{len(made)}"
-            made.append(Seed002(folder, _store(stack, backend, folder), busy_mode=busy_mode))
+        def make() -> Seed002:
+            folder = tmp_path / f"rig-{len(made)}"
+            made.append(Seed002(folder, _store(stack, "sqlite", folder)))
             stack.callback(made[-1].close)
             made[-1].start()
             return made[-1]

@@ -34,7 +34,7 @@ gateway's own); the model's retries capped at 1 (H2). The platforms' ``read_time
 is the rig's ``read_timeout_seconds``: the gateway's default 10 s unless the rig is made with
 less. A ``timeout`` or ``ack_lost`` fault is a silence the gateway waits out, so each such cell
 costs one read timeout; the module-wide rig uses :data:`SHARED_READ_TIMEOUT_SECONDS`, while a
-crash cell's rig keeps the 10 s, since its parked operation must outlast the kill. The fake
+test's own rig (``fresh_rig``) keeps the 10 s. The fake
 Discord's route buckets are its default 50 calls a second per channel: a preview every 0.05 s
 stays under it.
 """
@@ -245,7 +245,7 @@ class Seed002:
         (self.model_dir / "script.json").write_text("{}", encoding="utf-8")
         self._processes: list[subprocess.Popen[str]] = []
         # The four fakes start side by side (each is a Python process importing oncewire): a
-        # rig is made once per module and backend, and once per crash cell.
+        # rig is made once per module and backend, and once per test of its own.
         fakes: list[tuple[str, list[str], dict[str, str] | None]] = [
             (
                 "oncewire.testing.telegram_api",
@@ -267,7 +267,7 @@ class Seed002:
                 env,
             ),
             (
-                "tests.support.discord_api",
+                "oncewire.testing.discord_api",
                 [
                     "--port",
                     "0",

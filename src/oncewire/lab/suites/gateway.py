@@ -1,9 +1,9 @@
 """Suite ``gateway``: the real ``oncewire gateway run`` process, SIGKILLed and started again.
 
-Each scenario runs in a folder of its own: a platform fake (the fake Telegram Bot API, or the
-fake generic webhook platform, which cannot edit) and the fake model server as child processes,
-a store on the lab's backend (a SQLite file, or a fresh schema of the PostgreSQL database given
-to the lab), and the gateway in a process group of its own
+Each scenario runs in a folder of its own: a platform fake (the fake Telegram Bot API, the fake
+Discord, or the fake generic webhook platform, which cannot edit) and the fake model server as
+child processes, a store on the lab's backend (a SQLite file, or a fresh schema of the
+PostgreSQL database given to the lab), and the gateway in a process group of its own
 (:class:`~oncewire.lab.gateway_rig.GatewayRig`). The user writes through the fake's control
 route; the gateway is killed from outside with SIGKILL (or kills itself at an armed crash
 point), then started again on the same store. Every verdict is read from the fake's chat
@@ -24,9 +24,11 @@ store's rows read directly, never from the gateway's output:
   landed);
 * ``crash_point_send_in_flight``: the same window reached by the crash point
   ``replies.send_in_flight`` armed in the gateway process, which kills itself there;
-* ``killed_with_final_edit_held`` (C3, Telegram, streaming): the edit showing the whole answer
-  is parked (never applied) when the gateway is killed; after the restart the user sees one
-  unmarked answer in that message (the edit replayed, or the unfinished turn resumed onto it);
+* ``killed_with_final_edit_held`` (C3, Telegram, streaming; ``..._on_discord`` the same on
+  Discord, as for C5 and C6): the edit showing the whole answer is parked (never applied) when
+  the gateway is killed; after the restart the user sees one unmarked answer in that message
+  (the edit replayed, or the unfinished turn resumed onto it: the model asked again only if
+  the answer was not committed at the kill);
 * ``killed_with_send_ack_lost`` (C4, webhook platform): the platform accepted the send, its
   acknowledgement died with the gateway; after the restart the user sees the answer, and a
   second copy only marked;

@@ -1,7 +1,7 @@
 """The fake Discord's side of a REST call: errors shaped as Discord shapes them, its per-route
 rate-limit buckets and 429s, snowflakes and timestamps.
 
-Shared by the fake's REST routes (:mod:`tests.support.discord_api`); it imports nothing of them.
+Shared by the fake's REST routes (:mod:`oncewire.testing.discord_api`); it imports nothing of them.
 """
 
 from __future__ import annotations

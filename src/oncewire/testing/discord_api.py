@@ -1,13 +1,13 @@
 """A fake Discord (REST API and Gateway), run as its own process, journaled like the fake platform.
 
-``python -m tests.support.discord_api --port 0 --journal DIR --token TOKEN [--name fk_dc]
+``python -m oncewire.testing.discord_api --port 0 --journal DIR --token TOKEN [--name fk_dc]
 [--nonce-window-seconds S] [--heartbeat-ms MS] [--resume-window-seconds S]
 [--allowed-intents N] [--bucket-limit N] [--bucket-seconds S] [--fault JSON]... [--host H]``
 prints ``ready port=N`` once it listens. Every REST call needs ``Authorization: Bot TOKEN``
 (else 401 ``{"message": "401: Unauthorized", "code": 0}``); under ``/api/v10``:
 
 * ``GET /gateway/bot`` → ``{"url": "ws://...", "shards": 1, "session_start_limit": ...}``: the
-  Gateway (:mod:`tests.support.discord_api_gateway`), on a port of its own; ``GET /users/@me``;
+  Gateway (:mod:`oncewire.testing.discord_api_gateway`), on a port of its own; ``GET /users/@me``;
   ``GET /channels/{id}`` (``type`` 0, a thread 11 with its ``parent_id``, a DM 1);
 * ``POST /channels/{id}/messages`` (``content``, ``nonce``, ``enforce_nonce``,
   ``message_reference``, ``allowed_mentions``) → the Message (``id`` a snowflake string,
@@ -58,7 +58,7 @@ Control routes (``POST /control/<action>``, JSON), as on the other fakes:
   ``close`` with ``code`` (default 4000), ``zombie``; ``rewind``: the next Resume replays that
   many message dispatches already handled, a re-delivery; ``rewind_to``: a message id, the next
   Resume replays from its dispatch on) and ``expire_sessions``: see
-  :mod:`tests.support.discord_api_gateway`;
+  :mod:`oncewire.testing.discord_api_gateway`;
 * ``redeliver`` (``message_id``): a user's message already injected is dispatched again as a
   new ``MESSAGE_CREATE`` to every live session (a duplicate delivery, into whichever session is
   there now: a fresh process's included);
@@ -74,10 +74,12 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+from oncewire.core.errors import MissingExtra
 from oncewire.replies.wire import (
     DISCORD_LIKE,
     Delivered,
@@ -99,9 +101,7 @@ from oncewire.testing.control import (
     print_error,
     startup_faults,
 )
-from oncewire.testing.fake_platform import ChatView, Fault
-from tests.support.discord_api_gateway import ALL_INTENTS, GatewayHub, serve_gateway
-from tests.support.discord_calls import (
+from oncewire.testing.discord_calls import (
     DISCORD_EPOCH_MS,
     Buckets,
     DiscordError,
@@ -112,6 +112,10 @@ from tests.support.discord_calls import (
     snowflake,
     unknown_message,
 )
+from oncewire.testing.fake_platform import ChatView, Fault
+
+if TYPE_CHECKING:  # the Gateway needs websockets (the gateway extra): imported by main()
+    from oncewire.testing.discord_api_gateway import GatewayHub
 
 __all__ = ["BOT_ID", "DISCORD_EPOCH_MS", "DiscordFake", "main", "snowflake"]
 
@@ -136,14 +140,14 @@ class DiscordFake(PlatformFake):
         nonce_window_seconds: float = 300.0,
         bucket_limit: int = 50,
         bucket_seconds: float = 1.0,
-        hub: GatewayHub | None = None,
+        hub: GatewayHub,
     ) -> None:
         super().__init__(directory, DISCORD_LIKE, name=name, faults=faults)
         self.chats.honour_keys = True  # enforce_nonce: a repeated nonce is dropped
         self.chats.key_window_seconds = nonce_window_seconds
         self.token = token
-        self.user = {"id": BOT_ID, "username": "oncewire-fake", "bot": True, "discriminator": "0"}
-        self.hub = hub or GatewayHub(token, self.user)
+        self.user = dict(hub.user)
+        self.hub = hub
         self.buckets = Buckets(bucket_limit, bucket_seconds)
         self._lock = threading.Lock()
         self._parents: dict[str, str | None] = {}  # channel id -> its parent (a thread's chat)
@@ -183,7 +187,7 @@ class DiscordFake(PlatformFake):
         reply_to = reference.get("message_id") if isinstance(reference, Mapping) else None
         request = self._request(channel, parent, None if reply_to is None else str(reply_to))
         if enforce:
-            request = SendRequest(**{**_fields(request), "idempotency_key": str(nonce)})
+            request = replace(request, idempotency_key=str(nonce))
         outcome = self.chats.send(request, content, marked=False)
         if isinstance(outcome, Delivered):
             key = (channel, outcome.message_id)
@@ -429,10 +433,6 @@ def _listed(message: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in message.items() if k != "parent_id" and v is not None}
 
 
-def _fields(request: SendRequest) -> dict[str, Any]:
-    return {name: getattr(request, name) for name in SendRequest.__dataclass_fields__}
-
-
 class _Handler(ControlHandler):
     server: FakeServer[DiscordFake]
 
@@ -552,7 +552,11 @@ class _Handler(ControlHandler):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = fake_parser("tests.support.discord_api", name="discord")
+    try:
+        from oncewire.testing.discord_api_gateway import ALL_INTENTS, GatewayHub, serve_gateway
+    except MissingExtra as exc:
+        return print_error(str(exc))
+    parser = fake_parser("oncewire.testing.discord_api", name="discord")
     parser.add_argument("--token", required=True, help="the only bot token the fake accepts")
     parser.add_argument("--nonce-window-seconds", type=float, default=300.0)
     parser.add_argument("--heartbeat-ms", type=int, default=41250)
