@@ -14,6 +14,8 @@ import random
 import signal
 import sqlite3
 import subprocess
+import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from contextlib import closing
@@ -111,6 +113,36 @@ def _started_not_delivered(caller: str, deliveries: Path) -> int:
     )
 
 
+def _named_sessions(caller: str) -> tuple[str, str | None]:
+    """The URL the dispatchers open, naming their PostgreSQL sessions so that they can be found
+    after a kill; SQLite's the caller's own."""
+    if not caller.startswith("postgresql"):
+        return caller, None
+    name = f"crash-loop-{uuid.uuid4().hex[:12]}"
+    return f"{caller}{'&' if '?' in caller else '?'}application_name={name}", name
+
+
+def _wait_sessions_gone(caller: str, name: str | None) -> None:
+    """Wait until a killed dispatcher's PostgreSQL sessions have ended. The server may still be
+    running a COMMIT the process sent just before it died (a claim recorded as starting, say):
+    the count of what the death left started must see that commit, as the next dispatcher's
+    recovery will. A session ends once its statement is done and the server reads the closed
+    socket."""
+    if name is None:
+        return
+    import psycopg
+
+    with psycopg.connect(caller, autocommit=True) as conn:
+        for _ in range(600):
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"a killed dispatcher's PostgreSQL sessions ({name}) did not end")
+
+
 def _crash_loop(
     caller: str,
     tmp_path: Path,
@@ -132,7 +164,8 @@ def _crash_loop(
             ledger.accept(f"k{i:05d}", KIND, {"i": i}, max_attempts=3)
             if poison and i == effects // 3:
                 ledger.accept(POISON, KIND, {"poison": True}, max_attempts=3)
-    args = (caller, str(downstream), str(log), str(max_recoveries))
+    worker_url, sessions = _named_sessions(caller)
+    args = (worker_url, str(downstream), str(log), str(max_recoveries))
     exposed: list[int] = []
     killed = 0
     while True:
@@ -149,6 +182,7 @@ def _crash_loop(
             return exposed, child
         # killed by the loop, or by the poison effect's own delivery
         assert child.returncode == -signal.SIGKILL, err
+        _wait_sessions_gone(caller, sessions)
         exposed.append(_started_not_delivered(caller, log))
 
 
