@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.runs_db import RunsDatabase
-from tests.ui.support import artifacts, browser, prepare, server
+from tests.ui.support import FAST, artifacts, browser, prepare, server
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -195,7 +195,7 @@ def test_pages_refresh_in_place(tmp_path: Path) -> None:
     db = str(tmp_path / "live.db")
     with Ledger(db) as ledger:
         ledger.accept("first", "mail", {})
-    with server(db) as ui, browser() as chromium:
+    with server(db, *FAST) as ui, browser() as chromium:
         page = chromium.new_page()
         page.goto(ui.url + "/")
         pending = '#effects-by-state g[data-label="pending"]'

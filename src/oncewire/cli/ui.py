@@ -10,6 +10,7 @@ import click
 from oncewire.cli.common import db_option
 from oncewire.core.extras import require
 from oncewire.runs.keys import KEY_ENV
+from oncewire.ui import period
 
 __all__ = ["command"]
 
@@ -52,6 +53,15 @@ __all__ = ["command"]
     metavar="NAME",
     help="Environment variable holding the run chain's HMAC key (unset: no key).",
 )
+@click.option(
+    "--refresh-seconds",
+    "refresh",
+    default=f"{period.DEFAULT_SECONDS:g}",
+    show_default=True,
+    metavar="SECONDS",
+    help=f"How often each page fetches its data again, in seconds "
+    f"({period.MIN_SECONDS:g} to {period.MAX_SECONDS:g}; decimals allowed).",
+)
 def command(
     db: str,
     host: str,
@@ -60,13 +70,15 @@ def command(
     allow_actions: bool,
     evidence: tuple[Path, ...],
     key_env: str,
+    refresh: str,
 ) -> None:
     """Serve a dashboard of the store: effects, receipts, chats, runs and lab evidence.
 
-    Pages refresh their data every two seconds. Read-only unless --allow-actions is given.
-    Listening on anything but loopback requires --token. Prints one JSON line with the
-    address once listening; Ctrl-C stops it.
+    Pages refresh their data in place every --refresh-seconds (two by default). Read-only
+    unless --allow-actions is given. Listening on anything but loopback requires --token.
+    Prints one JSON line with the address once listening; Ctrl-C stops it.
     """
+    refresh_seconds = period.parse(refresh)  # a bad value is refused before anything starts
     require("ui", "oncewire ui")
     from oncewire.ui.server import serve
 
@@ -79,4 +91,5 @@ def command(
         allow_actions=allow_actions,
         runs_key=key.encode() if key else None,
         evidence=list(evidence),
+        refresh_seconds=refresh_seconds,
     )

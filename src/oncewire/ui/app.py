@@ -3,8 +3,9 @@
 Every GET page answers ``?fragment=1`` with its content alone: each template extends
 ``layout``, which is the whole page (``base.html``) or its content alone (``fragment.html``),
 so a fragment is rendered like the page, with everything its template imports. The page's
-script (``/static/dashboard.js``, the only script there is) fetches that every two seconds and
-swaps it in, so the data stays current without a reload. Reads run in Starlette's thread pool;
+script (``/static/dashboard.js``, the only script there is) fetches that once a refresh period
+(``data-refresh-ms`` on ``#live``, two seconds unless told) and swaps it in, so the data stays
+current without a reload. Reads run in Starlette's thread pool;
 the store gives each thread a connection of its own.
 
 An effect's page is ``/effect?key=KEY``, a run's ``/run?id=ID`` and a LangGraph thread's
@@ -40,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from oncewire.core.errors import ConfigurationError, InvalidState, OncewireError
 from oncewire.ledger import Ledger
 from oncewire.storage.records import EffectState
-from oncewire.ui import labview, threads, views
+from oncewire.ui import labview, period, threads, views
 from oncewire.ui.guard import COOKIE, Guard, Refusal
 from oncewire.ui.headers import SecurityHeaders
 
@@ -85,12 +86,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass
 class Dashboard:
-    """What one server process serves: the store, the guard, preloaded evidence files."""
+    """What one server process serves: the store, the guard, preloaded evidence files, and
+    how often its pages refresh (milliseconds)."""
 
     ledger: Ledger
     guard: Guard
     db_label: str
     evidence: list[tuple[str, dict[str, Any]]]
+    refresh_ms: int = period.milliseconds(period.DEFAULT_SECONDS)
 
     def render(self, request: Request, name: str, http_status: int = 200, **data: Any) -> Response:
         template = _ENV.get_template(name)
@@ -101,6 +104,7 @@ class Dashboard:
             "db_label": self.db_label,
             "actions": self.guard.allow_actions,
             "csrf": self.guard.csrf,
+            "refresh_ms": self.refresh_ms,
             "path": request.url.path,
             **data,
         }
@@ -182,9 +186,12 @@ def create_app(
     *,
     db_label: str,
     evidence: list[tuple[str, dict[str, Any]]] | None = None,
+    refresh_seconds: float = period.DEFAULT_SECONDS,
 ) -> ASGIApp:
-    """The dashboard over ``ledger`` (opened by the caller, closed by the caller)."""
-    dash = Dashboard(ledger, guard, db_label, list(evidence or []))
+    """The dashboard over ``ledger`` (opened by the caller, closed by the caller), its pages
+    refreshing every ``refresh_seconds`` (0.1 to 3600; ConfigurationError otherwise)."""
+    refresh_ms = period.milliseconds(refresh_seconds)
+    dash = Dashboard(ledger, guard, db_label, list(evidence or []), refresh_ms)
     static = _static_files()
 
     def page(name: str, read: Callable[[Request], dict[str, Any]]) -> Handler:

@@ -18,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from oncewire.core.errors import ConfigurationError
 from oncewire.ledger import Ledger
-from oncewire.ui import labview
+from oncewire.ui import labview, period
 from oncewire.ui.app import create_app
 from oncewire.ui.guard import Guard, Refusal, check_binding
 
@@ -68,8 +68,10 @@ def serve(
     allow_actions: bool,
     runs_key: bytes | None,
     evidence: list[Path],
+    refresh_seconds: float = period.DEFAULT_SECONDS,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Prints one JSON line on stdout once listening."""
+    period.check(refresh_seconds)
     check_binding(host, token)
     loaded = load_evidence(evidence)
     ledger = Ledger(db, create=False, runs_key=runs_key)
@@ -77,7 +79,13 @@ def serve(
         sock = _bind(host, port)
         bound = sock.getsockname()[1]
         guard = Guard(token=token, allow_actions=allow_actions)
-        app = create_app(ledger, guard, db_label=_label(ledger), evidence=loaded)
+        app = create_app(
+            ledger,
+            guard,
+            db_label=_label(ledger),
+            evidence=loaded,
+            refresh_seconds=refresh_seconds,
+        )
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{bound}/"
         print(

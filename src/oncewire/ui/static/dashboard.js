@@ -7,14 +7,23 @@
 
    - Actions: a form with data-confirm is submitted only when the person confirms its text;
      dismissing the dialog submits nothing.
-   - Live refresh: a page with #live and #live-status fetches its own content again every two
-     seconds (?fragment=1) and swaps it in; the status says when, or why a refresh failed.
+   - Live refresh: a page with #live and #live-status fetches its own content again once a
+     period (?fragment=1) and swaps it in, unless a control in it took the focus meanwhile;
+     the status says when, or why a refresh failed. The period is #live's data-refresh-ms (the
+     server's --refresh-seconds), two seconds when the attribute is missing or not a whole
+     number of milliseconds from 100 to 3600000.
    - Lab: the lab page's file input sends an evidence file to /lab/render and shows the report.
 */
 (function () {
   "use strict";
 
-  var PERIOD_MS = 2000;
+  var DEFAULT_MS = 2000;
+
+  function periodOf(live) {
+    var text = live.getAttribute("data-refresh-ms") || "";
+    var ms = /^[0-9]+$/.test(text) ? Number(text) : NaN;
+    return ms >= 100 && ms <= 3600000 ? ms : DEFAULT_MS;
+  }
 
   document.addEventListener("submit", function (event) {
     var form = event.target;
@@ -27,11 +36,17 @@
     var status = document.getElementById("live-status");
     var pause = document.getElementById("live-pause");
     if (!live || !status) { return; }
-    function tick() {
-      // A control inside the content has the focus: a form being filled in is not replaced.
+    var period = periodOf(live);
+    // Paused, hidden, or a control inside the content has the focus: a form being filled in is
+    // not replaced. Asked before a refresh is fetched and again before it is swapped in, so
+    // what was typed while it was on its way stays.
+    function held() {
       var busy = live.contains(document.activeElement) && document.activeElement !== document.body;
-      if ((pause && pause.checked) || document.hidden || busy) {
-        setTimeout(tick, PERIOD_MS);
+      return (pause && pause.checked) || document.hidden || busy;
+    }
+    function tick() {
+      if (held()) {
+        setTimeout(tick, period);
         return;
       }
       var url = new URL(window.location.href);
@@ -42,14 +57,15 @@
           return r.text();
         })
         .then(function (html) {
+          if (held()) { return; }
           live.innerHTML = html;
           status.dataset.refreshes = String(Number(status.dataset.refreshes) + 1);
           status.textContent = "live · " + new Date().toISOString().slice(11, 19) + " UTC";
         })
         .catch(function (e) { status.textContent = "refresh failed: " + e.message; })
-        .finally(function () { setTimeout(tick, PERIOD_MS); });
+        .finally(function () { setTimeout(tick, period); });
     }
-    setTimeout(tick, PERIOD_MS);
+    setTimeout(tick, period);
   }
 
   function labPicker() {
