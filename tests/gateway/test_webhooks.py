@@ -8,12 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,7 @@ from oncewire.gateway.webhooks import (
 )
 from oncewire.inbound.service import Admission
 from tests.conftest import _child_env, wait_for
-from tests.support.pg import fresh_schema, server_url
+from tests.support import tables
 
 TOKEN = "123456:fake-SECRET-token"
 TG_SECRET = "tg-webhook_Secret-1"
@@ -79,56 +77,37 @@ def loopback_config(text: str, path: Path) -> GatewayConfig:
 class Store:
     """The store admissions commit to, and a plain driver's view of its inbound rows."""
 
-    def __init__(self, db: str, read: Callable[[str], Rows]) -> None:
+    def __init__(self, db: str) -> None:
         self.db = db
         self.ledger = Ledger(db)
-        self._read = read
 
     def rows(self) -> Rows:
         """(platform, chat, platform_message_id, deliveries) of every admitted message."""
-        return self._read(
+        return tables.rows(
+            self.db,
             "SELECT platform, chat, platform_message_id, deliveries FROM oncewire_inbound "
-            "ORDER BY id"
+            "ORDER BY id",
         )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        yield from _sqlite_store(tmp_path)
-        return
-    import psycopg
-
-    with fresh_schema(server_url(), "webhooks") as url:
-
-        def read(sql: str) -> Rows:
-            with psycopg.connect(url) as conn:
-                return [tuple(row) for row in conn.execute(sql.encode()).fetchall()]
-
-        store = Store(url, read)
-        try:
-            yield store
-        finally:
-            store.ledger.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    yield from _sqlite_store(tmp_path)
-
-
-def _sqlite_store(tmp_path: Path) -> Iterator[Store]:
-    path = tmp_path / "gateway.db"
-
-    def read(sql: str) -> Rows:
-        with closing(sqlite3.connect(path, timeout=10)) as conn:
-            return [tuple(row) for row in conn.execute(sql).fetchall()]
-
-    store = Store(str(path), read)
+def _opened(db: str) -> Iterator[Store]:
+    store = Store(db)
     try:
         yield store
     finally:
         store.ledger.close()
+
+
+@pytest.fixture
+def any_store(store_url: str) -> Iterator[Store]:
+    """The suite's store on each backend."""
+    yield from _opened(store_url)
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    """A SQLite store, for what does not depend on the backend."""
+    yield from _opened(str(db_path))
 
 
 class Admitter:

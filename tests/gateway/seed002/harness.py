@@ -17,8 +17,8 @@ for the cells:
   any platform: over the fake Discord's Gateway as a ``MESSAGE_CREATE`` dispatch;
 * :meth:`~Seed002.fault` arms a fault on a platform fake (the vocabulary of
   :class:`~oncewire.testing.Fault`), :meth:`~Seed002.faults_fired` reads its journal
-  (H11), :meth:`~Seed002.release` lets parked operations go;
-* :meth:`~Seed002.wait_idle` (H4) and :meth:`~Seed002.wait_settled`, read from the store;
+  (H11);
+* :meth:`~Seed002.wait_idle` (H4), read from the store;
 * :meth:`~Seed002.view` the chats as users see them (:class:`~oncewire.testing.ChatView`
   over the three journals; a Discord thread's messages are in its parent channel's chat, their
   ``thread`` naming the thread), :meth:`~Seed002.model_turns` the model's requests per token
@@ -399,16 +399,15 @@ bind = "127.0.0.1:{self.webhook_port}"
 """
 
     # -- the gateway -------------------------------------------------------------------------
-    def start(self, *, arm: str | None = None) -> GatewayProcess:
-        """Start a gateway on the store (the previous one must be gone) and wait for ``ready``;
-        ``arm`` names a crash point (:mod:`oncewire.core.crash`) at which this gateway, and only
-        this one, kills itself."""
+    def start(self) -> GatewayProcess:
+        """Start a gateway on the store (the previous one must be gone) and wait for ``ready``
+        and its Discord session."""
         if self.gateway is not None and self.gateway.alive:
             raise AssertionError("a gateway is already running")
         self.starts += 1
-        env = dict(self._env, ONCEWIRE_CRASH=arm) if arm else self._env
         identifies = int(self.control(DC, "state")["identifies"])
-        self.gateway = GatewayProcess(self.config, self.folder / f"gateway-{self.starts}.log", env)
+        log = self.folder / f"gateway-{self.starts}.log"
+        self.gateway = GatewayProcess(self.config, log, self._env)
         self.wait_until(
             lambda: self._discord_session_after(identifies),
             "the gateway's Discord session (Identify answered)",
@@ -578,9 +577,6 @@ bind = "127.0.0.1:{self.webhook_port}"
         params = {k: v for k, v in params.items() if v is not None}
         params["chat"] = chat
         return str(self.control(platform, "fault", kind=kind, **params)["name"])
-
-    def release(self, platform: str) -> None:
-        self.control(platform, "release")
 
     def faults_fired(self, platform: str, chat: str) -> list[dict[str, Any]]:
         """H11: the faults the platform's journal records as fired in ``chat``."""
