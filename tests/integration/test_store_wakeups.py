@@ -122,6 +122,28 @@ def test_the_watch_thread_ends_with_its_last_subscriber(tmp_path: Path) -> None:
         assert not thread.is_alive()
 
 
+def test_a_commit_right_after_the_first_subscription_wakes_it(tmp_path: Path) -> None:
+    """The watching thread's first look is its baseline: a commit made after ``subscribe``
+    returned but before that look (a thread slow to start on a busy machine, here a connection
+    slow to open) must still wake the subscriber, not become part of the baseline."""
+    db = tmp_path / "app.db"
+    Ledger(str(db)).close()
+
+    def slow_connect() -> sqlite3.Connection:
+        time.sleep(0.3)
+        return sqlite3.connect(db, check_same_thread=False)
+
+    watch = wake.Watch(str(db), slow_connect)  # a watch of its own, not the process's
+    woken = threading.Event()
+    stop = watch.add(woken.set)
+    try:
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE after_subscribing (x INTEGER)")
+        assert woken.wait(timeout=20), "a commit made after subscribing woke nobody"
+    finally:
+        stop()
+
+
 def test_a_sink_attempt_is_unchanged_by_wakeups(tmp_path: Path) -> None:
     """Wake-ups only make the dispatcher look sooner: every effect still runs once."""
     db = tmp_path / "app.db"

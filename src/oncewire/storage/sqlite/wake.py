@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 
 INTERVAL_SECONDS = 0.002
+# How long a first subscriber waits for a new thread's first look (see Watch.add).
+READY_SECONDS = 5.0
 
 
 class Watch:
@@ -39,7 +41,9 @@ class Watch:
         self._stop = threading.Event()
 
     def add(self, wake: Callable[[], None]) -> Callable[[], None]:
-        """Call ``wake`` after every commit to the file; the returned function stops it."""
+        """Call ``wake`` after every commit to the file that lands once this returns; the
+        returned function stops it."""
+        ready: threading.Event | None = None
         with self._lock:
             token = self._next
             self._next += 1
@@ -47,14 +51,20 @@ class Watch:
             # A thread told to stop (its last subscriber left) may still be finishing its
             # wait: it ends without looking again, so a new one is started.
             if self._thread is None or not self._thread.is_alive() or self._stop.is_set():
-                self._stop = threading.Event()
+                self._stop, ready = threading.Event(), threading.Event()
                 self._thread = threading.Thread(
                     target=self._run,
-                    args=(self._stop,),
+                    args=(self._stop, ready),
                     name=f"oncewire-wake {os.path.basename(self.path)}",
                     daemon=True,
                 )
                 self._thread.start()
+        if ready is not None:
+            # The count the thread compares against is its first answer: a commit made before
+            # that answer moves nothing it sees. Waiting for it here means a commit made after
+            # this returns always wakes (bounded: a thread that cannot start in time is no
+            # worse than before).
+            ready.wait(READY_SECONDS)
 
         def remove() -> None:
             with self._lock:
@@ -64,9 +74,10 @@ class Watch:
 
         return remove
 
-    def _run(self, stop: threading.Event) -> None:
+    def _run(self, stop: threading.Event, ready: threading.Event) -> None:
         conn: sqlite3.Connection | None = None
-        last: int | None = None
+        last: int | None = None  # the count on ``conn``: each connection counts on its own
+        missed = False  # a look failed since the last answer: a commit may have gone unseen
         while not stop.is_set():
             try:
                 if conn is None:
@@ -74,17 +85,19 @@ class Watch:
                     last = None
                 version = int(conn.execute("PRAGMA data_version").fetchone()[0])
             except sqlite3.Error:
-                # The file is busy being created, or went away: ask again later, wake everyone
-                # so that nobody misses a commit made meanwhile.
+                # The file is busy being created, or went away: ask again later, and wake
+                # everyone at the next answer, so that nobody misses a commit made meanwhile.
                 if conn is not None:
                     conn.close()
                     conn = None
-                version = -1
+                missed = True
+                ready.set()
                 stop.wait(0.1)
-            if version != last:
-                if last is not None:
-                    self._wake_all()
-                last = version
+                continue
+            ready.set()
+            if missed or (last is not None and version != last):
+                self._wake_all()
+            last, missed = version, False
             stop.wait(INTERVAL_SECONDS)
         if conn is not None:
             conn.close()
