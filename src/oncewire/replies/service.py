@@ -69,27 +69,6 @@ def plan_chunks(text: str, profile: PlatformProfile) -> list[Chunk]:
     return split_text(text, profile.cap, profile.unit, reserve=profile.marker_cost)
 
 
-def _opening(
-    inbound: Inbound,
-    profile: PlatformProfile,
-    max_attempts: int,
-    *,
-    reply_to: str | None = None,
-    format: str = "plain",
-    use_reply_to: bool = True,
-) -> ReplyOpening:
-    """What the inbound's reply record is created with, if it has none yet."""
-    request = SendRequest(
-        platform=inbound.platform,
-        bot=inbound.bot,
-        chat=inbound.chat,
-        thread=inbound.thread,
-        reply_to=(reply_to or inbound.platform_message_id) if use_reply_to else None,
-        format=format,
-    )
-    return ReplyOpening(inbound.id, request, profile.cap, profile.unit, max_attempts)
-
-
 class Replies:
     """Reply records and their wire operations: ``ledger.replies`` (it reads ``inbox`` for
     the message a reply answers)."""
@@ -101,6 +80,27 @@ class Replies:
 
     def _inbound(self, inbound_id: int) -> Inbound:
         return self._inbox.get(inbound_id)
+
+    def _opening(
+        self,
+        inbound_id: int,
+        profile: PlatformProfile,
+        max_attempts: int,
+        reply_to: str | None = None,
+        format: str = "plain",
+        use_reply_to: bool = True,
+    ) -> ReplyOpening:
+        """What the inbound's reply record is created with, if it has none yet."""
+        inbound = self._inbound(inbound_id)
+        request = SendRequest(
+            platform=inbound.platform,
+            bot=inbound.bot,
+            chat=inbound.chat,
+            thread=inbound.thread,
+            reply_to=(reply_to or inbound.platform_message_id) if use_reply_to else None,
+            format=format,
+        )
+        return ReplyOpening(inbound.id, request, profile.cap, profile.unit, max_attempts)
 
     def _in_own_transaction(self, write: Callable[[Transaction], T]) -> T:
         """``write(tx)`` in a store transaction of its own, committed when it returns."""
@@ -118,16 +118,8 @@ class Replies:
         max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
     ) -> Reply:
         """The inbound's reply record, opened (before any preview is sent) if it has none."""
-        inbound = self._inbound(inbound_id)
         return self._store.open_reply(
-            _opening(
-                inbound,
-                profile,
-                max_attempts,
-                reply_to=reply_to,
-                format=format,
-                use_reply_to=use_reply_to,
-            ),
+            self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to),
             now=self._clock.now(),
         )
 
@@ -145,17 +137,9 @@ class Replies:
         """:meth:`open` in the caller's transaction, so that a turn's start (the inbound's
         start, the run's, the reply record) commits as one."""
         check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
-        inbound = self._inbound(inbound_id)
         return self._store.open_reply_in_tx(
             tx,
-            _opening(
-                inbound,
-                profile,
-                max_attempts,
-                reply_to=reply_to,
-                format=format,
-                use_reply_to=use_reply_to,
-            ),
+            self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to),
             now=self._clock.now(),
         )
 
@@ -179,18 +163,10 @@ class Replies:
         if not isinstance(text, str):
             raise ConfigurationError("a reply's text must be a string")
         check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
-        inbound = self._inbound(inbound_id)
         chunks = plan_chunks(text, profile)
         reply, changed = self._store.commit_reply_in_tx(
             tx,
-            _opening(
-                inbound,
-                profile,
-                max_attempts,
-                reply_to=reply_to,
-                format=format,
-                use_reply_to=use_reply_to,
-            ),
+            self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to),
             final_text=text,
             plan_json=canonical_json([c.as_dict() for c in chunks]),
             planned_sends=[(slot, chunk.text) for slot, chunk in enumerate(chunks)],
@@ -229,10 +205,9 @@ class Replies:
         answer is committed is always delivered: withdrawing it raises :class:`InvalidState`.
         """
         check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
-        inbound = self._inbound(inbound_id)
         reply, _ = self._store.withdraw_reply_in_tx(
             tx,
-            _opening(inbound, profile, max_attempts),
+            self._opening(inbound_id, profile, max_attempts),
             now=self._clock.now(),
         )
         if not reply.withdrawal:
