@@ -126,6 +126,16 @@ CAP = DISCORD_LIKE.cap
 API = "/api/v10"
 
 
+def _content(body: Mapping[str, Any]) -> str:
+    """The text a message create or edit carries, refused as Discord refuses it."""
+    content = body.get("content")
+    if not isinstance(content, str) or not content:
+        raise DiscordError(400, 50006, "Cannot send an empty message")
+    if len(content) > CAP:
+        raise form_error("content", "BASE_TYPE_MAX_LENGTH", f"Must be {CAP} or fewer in length.")
+    return content
+
+
 class DiscordFake(PlatformFake):
     """The fake's state: channels, users' messages, the bot's messages (a journaled
     FakePlatform) and the Gateway's sessions."""
@@ -172,13 +182,7 @@ class DiscordFake(PlatformFake):
     # -- REST --------------------------------------------------------------------------------
     def create(self, channel: str, body: Mapping[str, Any]) -> Reply:
         parent = self._channel(channel)
-        content = body.get("content")
-        if not isinstance(content, str) or not content:
-            raise DiscordError(400, 50006, "Cannot send an empty message")
-        if len(content) > CAP:
-            raise form_error(
-                "content", "BASE_TYPE_MAX_LENGTH", f"Must be {CAP} or fewer in length."
-            )
+        content = _content(body)
         nonce = body.get("nonce")
         if nonce is not None and (not isinstance(nonce, str | int) or len(str(nonce)) > 25):
             raise form_error("nonce", "BASE_TYPE_MAX_LENGTH", "Must be 25 or fewer in length.")
@@ -208,13 +212,7 @@ class DiscordFake(PlatformFake):
 
     def edit(self, channel: str, message_id: str, body: Mapping[str, Any]) -> Reply:
         parent = self._channel(channel)
-        content = body.get("content")
-        if not isinstance(content, str) or not content:
-            raise DiscordError(400, 50006, "Cannot send an empty message")
-        if len(content) > CAP:
-            raise form_error(
-                "content", "BASE_TYPE_MAX_LENGTH", f"Must be {CAP} or fewer in length."
-            )
+        content = _content(body)
         with self._lock:
             shown = self._shown.get((channel, message_id))
         if shown is None:
