@@ -36,6 +36,7 @@ BOTS = {  # platform name (and the fake's journal name) -> (token, chat)
     "tg_a": ("111111:fake-token-of-bot-a", "5001"),
     "tg_b": ("222222:fake-token-of-bot-b", "5002"),
 }
+BOT_LEASE_SECONDS = 3
 ENV = {"TG_A_TOKEN": BOTS["tg_a"][0], "TG_B_TOKEN": BOTS["tg_b"][0]}
 
 
@@ -136,7 +137,7 @@ read_timeout = 120
 max_concurrent = {max_concurrent}
 
 [leases]
-bot_lease_seconds = 3
+bot_lease_seconds = {BOT_LEASE_SECONDS}
 turn_lease_seconds = 6
 {platforms}""",
             encoding="utf-8",
@@ -158,6 +159,15 @@ turn_lease_seconds = 6
                 for name, (token, _) in BOTS.items()
             }
         return {name: (lease.owner, lease.fence) for name, lease in found.items() if lease}
+
+    def lease_expiries(self) -> dict[str, float]:
+        """Each held bot lease's expiry, which its holder's renewals move on."""
+        with self.ledger() as ledger:
+            found = {
+                name: ledger.store.get_lease(f"bot:{name}:{token.split(':')[0]}")
+                for name, (token, _) in BOTS.items()
+            }
+        return {name: lease.expires_at for name, lease in found.items() if lease}
 
     def inbounds(self) -> dict[str, list[Any]]:
         with self.ledger() as ledger:
@@ -344,8 +354,18 @@ def test_a_drained_gateway_hands_its_bots_to_the_standby_and_no_bot_is_polled_tw
         r.bots["tg_a"].inject("alpha-one")
         r.bots["tg_b"].inject("beta-one")
         wait_for(lambda: r.delivered(2), timeout=60, what="the first messages answered by A")
-        # Both run side by side a while: the standby asks for the leases every second.
-        wait_for(lambda: all(len(bot.polls()) >= 2 for bot in r.bots.values()), timeout=60)
+        # Both run side by side for a whole lease period (the standby asks for the leases every
+        # second): A renews both leases past the expiry they had, and B takes neither.
+        first = r.lease_expiries()
+        wait_for(
+            lambda: all(
+                r.lease_expiries()[name] >= first[name] + BOT_LEASE_SECONDS for name in BOTS
+            ),
+            timeout=60,
+            what="A to renew both bot leases through a lease period",
+        )
+        owners = r.lease_owners().values()
+        assert {(pid_of(owner), fence) for owner, fence in owners} == {(a.process.pid, 1)}
         assert a.terminate() == 0
         # Given back at the end of the drain, then taken by the standby.
         wait_for(
