@@ -130,7 +130,8 @@ class LoopbackServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # A short poll: stop() waits for the serving loop's next look (0.5 s by default).
+        threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True).start()
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -135,7 +135,8 @@ def server() -> Iterator[tuple[str, Journal]]:
     journal = Journal()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(journal))
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for the serving loop's next look (0.5 s by default).
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", journal
