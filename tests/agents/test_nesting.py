@@ -308,8 +308,8 @@ def test_runs_with_other_settings_get_dispatchers_of_their_own(tmp_path: Path) -
     peak = 0
 
     @function_tool
-    async def wait_for_peers(n: int) -> str:
-        """Wait until three calls run at once (or give up)."""
+    async def wait_for_peers(n: int, want: int) -> str:
+        """Wait until ``want`` calls run at once (or give up)."""
         nonlocal peak
         effect = ledger.store.get_effect(durable.current_attempt().key)
         assert effect is not None and effect.lease_expires_at is not None
@@ -317,14 +317,17 @@ def test_runs_with_other_settings_get_dispatchers_of_their_own(tmp_path: Path) -
         in_flight.append(n)
         peak = max(peak, len(in_flight))
         for _ in range(1000):  # at most 10 s
-            if len(in_flight) >= 3 or peak >= 3:
+            if len(in_flight) >= want or peak >= want:
                 break
             await asyncio.sleep(0.01)
         in_flight.remove(n)
         return "ok"
 
     def agent(count: int) -> Agent[Any]:
-        calls = [function_call("wait_for_peers", {"n": n}, call_id=f"c-{n}") for n in range(count)]
+        calls = [
+            function_call("wait_for_peers", {"n": n, "want": count}, call_id=f"c-{n}")
+            for n in range(count)
+        ]
         model = ScriptedModel([calls, [assistant_message("done")]])
         return Agent(name="peers", model=model, tools=[wait_for_peers])
 

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
 from tests.langgraph.conftest import Raw
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,15 +45,21 @@ def test_upstream_sqlite_saver_loses_the_parents_writes(tmp_path: Path) -> None:
             "ORDER BY checkpoint_id DESC LIMIT 1"
         ).fetchone()
         assert parent is not None
-        tasks = conn.execute(
-            "SELECT COUNT(DISTINCT task_id) FROM writes WHERE thread_id = 't' "
-            "AND checkpoint_id = ?",
-            (parent,),
-        ).fetchone()[0]
+        logged = [
+            JsonPlusSerializer().loads_typed((type_, value))
+            for type_, value in conn.execute(
+                "SELECT type, value FROM writes WHERE thread_id = 't' AND checkpoint_id = ? "
+                "AND channel = 'log'",
+                (parent,),
+            )
+        ]
     finally:
         conn.close()
     assert newest is not None
-    assert tasks == 1  # c's writes only: b ran, its child checkpoint is durable, its writes lost
+    # b ran (the checkpoint after it is durable: the probe killed the process once it was put)
+    # and its write on the parent is lost. c's may or may not have landed: its job runs
+    # beside the put, on a loaded machine after it.
+    assert ["b"] not in logged, logged
 
 
 def test_oncewire_saver_stores_the_parents_writes_first(db_url: str, raw: Raw) -> None:
