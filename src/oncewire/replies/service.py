@@ -118,6 +118,7 @@ class Replies:
         max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
     ) -> Reply:
         """The inbound's reply record, opened (before any preview is sent) if it has none."""
+        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         return self._store.open_reply(
             self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to),
             now=self._clock.now(),
