@@ -90,7 +90,10 @@ class Replies:
         format: str = "plain",
         use_reply_to: bool = True,
     ) -> ReplyOpening:
-        """What the inbound's reply record is created with, if it has none yet."""
+        """What the inbound's reply record is created with, if it has none yet; every way of
+        making a reply record builds it here, so ``max_attempts`` is checked for all of them
+        before the inbound is read or anything stored."""
+        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         inbound = self._inbound(inbound_id)
         request = SendRequest(
             platform=inbound.platform,
@@ -118,7 +121,6 @@ class Replies:
         max_attempts: int = DEFAULT_REPLY_ATTEMPTS,
     ) -> Reply:
         """The inbound's reply record, opened (before any preview is sent) if it has none."""
-        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         return self._store.open_reply(
             self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to),
             now=self._clock.now(),
@@ -137,7 +139,6 @@ class Replies:
     ) -> Reply:
         """:meth:`open` in the caller's transaction, so that a turn's start (the inbound's
         start, the run's, the reply record) commits as one."""
-        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         return self._store.open_reply_in_tx(
             tx,
             self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to),
@@ -163,11 +164,11 @@ class Replies:
         """
         if not isinstance(text, str):
             raise ConfigurationError("a reply's text must be a string")
-        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+        opening = self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to)
         chunks = plan_chunks(text, profile)
         reply, changed = self._store.commit_reply_in_tx(
             tx,
-            self._opening(inbound_id, profile, max_attempts, reply_to, format, use_reply_to),
+            opening,
             final_text=text,
             plan_json=canonical_json([c.as_dict() for c in chunks]),
             planned_sends=[(slot, chunk.text) for slot, chunk in enumerate(chunks)],
@@ -205,7 +206,6 @@ class Replies:
         raises :class:`ReplyConflict`. Withdrawing again returns the record. A reply whose
         answer is committed is always delivered: withdrawing it raises :class:`InvalidState`.
         """
-        check_count("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         reply, _ = self._store.withdraw_reply_in_tx(
             tx,
             self._opening(inbound_id, profile, max_attempts),
