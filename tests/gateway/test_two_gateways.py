@@ -28,6 +28,7 @@ import pytest
 from oncewire import Ledger
 from oncewire.inbound import InboundState
 from oncewire.replies import TELEGRAM_LIKE, OpState, ReplyState
+from oncewire.storage.verbs.leases import Lease
 from tests.conftest import _child_env, wait_for
 from tests.gateway.conftest import FakeOpenAI, PlatformFakeProcess
 from tests.support.pg import fresh_schema, server_url
@@ -152,22 +153,21 @@ turn_lease_seconds = 6
     def ledger(self) -> Ledger:
         return Ledger(self.db, create=False)
 
-    def lease_owners(self) -> dict[str, tuple[str | None, int]]:
+    def _leases(self) -> dict[str, Lease]:
+        """Each bot's lease as stored, for the bots that have one."""
         with self.ledger() as ledger:
             found = {
                 name: ledger.store.get_lease(f"bot:{name}:{token.split(':')[0]}")
                 for name, (token, _) in BOTS.items()
             }
-        return {name: (lease.owner, lease.fence) for name, lease in found.items() if lease}
+        return {name: lease for name, lease in found.items() if lease}
+
+    def lease_owners(self) -> dict[str, tuple[str | None, int]]:
+        return {name: (lease.owner, lease.fence) for name, lease in self._leases().items()}
 
     def lease_expiries(self) -> dict[str, float]:
         """Each held bot lease's expiry, which its holder's renewals move on."""
-        with self.ledger() as ledger:
-            found = {
-                name: ledger.store.get_lease(f"bot:{name}:{token.split(':')[0]}")
-                for name, (token, _) in BOTS.items()
-            }
-        return {name: lease.expires_at for name, lease in found.items() if lease}
+        return {name: lease.expires_at for name, lease in self._leases().items()}
 
     def inbounds(self) -> dict[str, list[Any]]:
         with self.ledger() as ledger:
