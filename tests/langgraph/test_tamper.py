@@ -13,7 +13,7 @@ from oncewire.core.errors import CheckpointTampered, CheckpointUnreadable
 from oncewire.langgraph import OncewireSaver
 from oncewire.ledger import Ledger
 from tests.langgraph.conftest import Raw
-from tests.langgraph.test_saver_graph import run_graph
+from tests.langgraph.test_saver_graph import graph, run_graph
 
 CONFIG = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
@@ -122,6 +122,53 @@ def test_a_write_edited_in_place_is_refused(db_url: str, raw: Raw) -> None:
         _fresh(db_url).get_tuple(stored)
     with pytest.raises(CheckpointTampered):
         saver.get_tuple(stored)  # the saver that wrote it, too: every row is checked
+
+
+def _edit_metadata(raw: Raw) -> None:
+    cid, _ = _newest(raw)
+    (blob,) = raw.query(
+        "SELECT metadata FROM oncewire_lg_checkpoints WHERE thread_id = 't' AND checkpoint_id = ?",
+        (cid,),
+    )[0]
+    raw.execute(
+        "UPDATE oncewire_lg_checkpoints SET metadata = ? WHERE thread_id = 't' AND "
+        "checkpoint_id = ?",
+        (_flip(bytes(blob)), cid),
+    )
+
+
+def _edit_newest_material(raw: Raw) -> None:
+    _, seq = _newest(raw)
+    raw.execute(
+        "UPDATE oncewire_lg_chain SET material = replace(material, '\"k\"', ' \"k\"') "
+        "WHERE thread_id = 't' AND seq = ?",
+        (seq,),
+    )
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [_edit_blob, _edit_metadata, _edit_newest_material, _edit_write],
+    ids=["blob", "metadata", "entry-material", "write"],
+)
+def test_a_saver_that_read_the_rows_intact_refuses_them_edited(
+    db_url: str, raw: Raw, tamper: Callable[[Raw], None]
+) -> None:
+    """A saver keeps the rows that passed its checks, to compare instead of hashing them
+    again: the same saver reading them after an edit checks them from scratch and refuses."""
+    reader = _fresh(db_url)
+    graph().compile(checkpointer=reader).invoke({"log": []}, CONFIG)
+    newest = reader.get_tuple(CONFIG)
+    assert newest is not None
+    reader.put_writes(newest.config, [("x", "hello")], "task-9", "~__pregel_pull, z")
+    for _ in range(2):  # the second read is served by what the first one checked
+        again = reader.get_tuple(CONFIG)
+        assert again is not None and again.pending_writes == [("task-9", "x", "hello")]
+    tamper(raw)
+    with pytest.raises(CheckpointTampered):
+        reader.get_tuple(CONFIG)
+    with pytest.raises(CheckpointTampered):
+        list(reader.list(CONFIG))
 
 
 def test_a_blob_that_does_not_deserialise_is_refused(db_url: str, raw: Raw) -> None:
