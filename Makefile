@@ -4,8 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Test processes (pytest-xdist): one more than the cores, as many tests wait on their child
-# processes, servers and leases (on 2 cores, 3 ran the suite in 13 min where 2 took 17); 0 runs
-# the suite in this process, one test at a time.
+# processes, servers and leases; 0 runs the suite in this process, one test at a time.
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 
 .PHONY: lab test soak lint typecheck unit bench bytecode clean

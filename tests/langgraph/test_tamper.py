@@ -47,18 +47,22 @@ def _flip(value: bytes) -> bytes:
     return bytes([value[0] ^ 0x01]) + bytes(value[1:])
 
 
-def _edit_blob(raw: Raw) -> None:
+def _flip_newest(raw: Raw, column: str) -> None:
+    """Flip a bit of ``column`` (a blob) of the thread's newest checkpoint row."""
     cid, _ = _newest(raw)
     (blob,) = raw.query(
-        "SELECT checkpoint FROM oncewire_lg_checkpoints WHERE thread_id = 't' AND "
-        "checkpoint_id = ?",
+        f"SELECT {column} FROM oncewire_lg_checkpoints WHERE thread_id = 't' AND checkpoint_id = ?",
         (cid,),
     )[0]
     raw.execute(
-        "UPDATE oncewire_lg_checkpoints SET checkpoint = ? WHERE thread_id = 't' AND "
+        f"UPDATE oncewire_lg_checkpoints SET {column} = ? WHERE thread_id = 't' AND "
         "checkpoint_id = ?",
         (_flip(bytes(blob)), cid),
     )
+
+
+def _edit_blob(raw: Raw) -> None:
+    _flip_newest(raw, "checkpoint")
 
 
 def _edit_hash(raw: Raw) -> None:
@@ -125,16 +129,7 @@ def test_a_write_edited_in_place_is_refused(db_url: str, raw: Raw) -> None:
 
 
 def _edit_metadata(raw: Raw) -> None:
-    cid, _ = _newest(raw)
-    (blob,) = raw.query(
-        "SELECT metadata FROM oncewire_lg_checkpoints WHERE thread_id = 't' AND checkpoint_id = ?",
-        (cid,),
-    )[0]
-    raw.execute(
-        "UPDATE oncewire_lg_checkpoints SET metadata = ? WHERE thread_id = 't' AND "
-        "checkpoint_id = ?",
-        (_flip(bytes(blob)), cid),
-    )
+    _flip_newest(raw, "metadata")
 
 
 def _edit_newest_material(raw: Raw) -> None:
@@ -154,14 +149,15 @@ def _edit_newest_material(raw: Raw) -> None:
 def test_a_saver_that_read_the_rows_intact_refuses_them_edited(
     db_url: str, raw: Raw, tamper: Callable[[Raw], None]
 ) -> None:
-    """A saver keeps the rows that passed its checks, to compare instead of hashing them
-    again: the same saver reading them after an edit checks them from scratch and refuses."""
+    """A saver keeps the chain entries it verified and compares an entry read again with them
+    instead of hashing it: what it read intact and was edited since is still refused, by the
+    same saver, on get_tuple and on list."""
     reader = _fresh(db_url)
     graph().compile(checkpointer=reader).invoke({"log": []}, CONFIG)
     newest = reader.get_tuple(CONFIG)
     assert newest is not None
     reader.put_writes(newest.config, [("x", "hello")], "task-9", "~__pregel_pull, z")
-    for _ in range(2):  # the second read is served by what the first one checked
+    for _ in range(2):  # the second read compares the entries with those the first verified
         again = reader.get_tuple(CONFIG)
         assert again is not None and again.pending_writes == [("task-9", "x", "hello")]
     tamper(raw)
