@@ -106,6 +106,10 @@ class Effects:
     ) -> None:
         self._store = store
         self._clock = clock
+        # accept_alone's insert, made once: it runs on every Ledger.accept.
+        self._insert_alone = functools.partial(
+            store.insert_effect_alone, before_commit=ACCEPT_BEFORE_COMMIT.hit
+        )
         self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
 
     def accept_in_tx(
@@ -153,9 +157,7 @@ class Effects:
         which wrote nothing (the key's effect was already there, and is left as it was).
         :data:`ACCEPT_BEFORE_COMMIT` is hit where nothing is durable yet."""
         return self._accept(
-            functools.partial(
-                self._store.insert_effect_alone, before_commit=ACCEPT_BEFORE_COMMIT.hit
-            ),
+            self._insert_alone,
             key,
             kind,
             payload,

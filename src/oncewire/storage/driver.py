@@ -507,9 +507,10 @@ class Driver(abc.ABC):
     ) -> Row | None:
         """Run ``q``, one idempotent writing statement, in a transaction of its own and commit
         it: its first row, or None. ``before_commit()`` is called where nothing of it is
-        durable yet, as late as the backend allows (SQLite: between the statement and its
-        ``COMMIT``). Inside this thread's open transaction it is :class:`InvalidState`, as
-        :meth:`write` is. PostgreSQL runs it as one autocommit statement, one round trip."""
+        durable yet. Inside this thread's open transaction it is :class:`InvalidState`, as
+        :meth:`write` is. By default the statement runs in :meth:`write`'s transaction,
+        ``before_commit()`` between it and the ``COMMIT``; SQLite and PostgreSQL run it as one
+        autocommit statement (PostgreSQL: one round trip), ``before_commit()`` before it."""
         with self.write(what) as conn:
             row = self.one(conn, q, **params)
             before_commit()

@@ -32,9 +32,10 @@ from oncewire.core.errors import (
     StoreUnusable,
 )
 from oncewire.storage import migrate as runner
-from oncewire.storage.driver import Driver, ErrorTranslation
+from oncewire.storage.driver import Driver, ErrorTranslation, Row
 from oncewire.storage.inspection import Inspection
 from oncewire.storage.records import UndecodableText
+from oncewire.storage.sql import Query
 from oncewire.storage.sqlguard import caller_statement
 from oncewire.storage.sqlite import files, forkgate
 from oncewire.storage.sqlite.errors import translate_errors, translated
@@ -439,6 +440,28 @@ class SQLiteDriver(Driver):
 
     def write(self, what: str) -> _Write:
         return _Write(self.conn(), what, store=self.path)
+
+    def one_alone(
+        self, what: str, q: Query, /, *, before_commit: Callable[[], None], **params: Any
+    ) -> Row | None:
+        """One statement in autocommit mode, committed as it completes. A statement that
+        writes takes the write lock before it reads anything, as ``BEGIN IMMEDIATE`` does, and
+        waits out the busy timeout the same way: a ``BEGIN`` and a ``COMMIT`` of its own would
+        add two calls and change nothing. ``before_commit()`` runs before it starts (nothing is
+        written yet). Every row is fetched: the commit is the statement's last step."""
+        conn = self.conn()
+        if conn.in_transaction:
+            raise InvalidState("a transaction is already open on this thread")
+        text, values = q.render(params)
+        before_commit()
+        forkgate.enter()  # no fork copies this process while the statement holds the lock
+        try:
+            rows = conn.execute(text, values).fetchall()
+        except sqlite3.Error as exc:
+            raise translated(what, exc, self.path) from exc
+        finally:
+            forkgate.leave()
+        return rows[0] if rows else None
 
     def translate_errors(self, what: str) -> ErrorTranslation:
         return ErrorTranslation(sqlite3.Error, functools.partial(translated, store=self.path), what)
