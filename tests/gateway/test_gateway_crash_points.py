@@ -116,21 +116,36 @@ def tool_script() -> list[dict[str, Any]]:
 
 
 def test_step_recorded_before_dispatch(tool_rig: Callable[..., Rig]) -> None:
+    """Killed on the turn's thread right after T3 committed. The dispatcher's thread, woken by
+    that commit, may have gone on before the kill landed (the turn's thread can lose the
+    processor there): claimed the effect, even run the tool and recorded its outcome. The turn
+    itself got no further. Whatever the dispatcher got to, the restart answers once without
+    asking the model for the step again, and runs the tool again only where the first process
+    had claimed it and not recorded an outcome, marked as a redelivery (it may have been sent)."""
     r = tool_rig(tool_script())
     first = r.start(env=armed("gateway.step_recorded_before_dispatch"))
     r.telegram.inject(text="add 1 and 2")
     died_at(first)
-    assert executions(r) == []  # the effect was accepted with the step, never run
+    ran = [e["redelivery"] for e in executions(r)]
     with r.ledger() as ledger:
         effect = ledger.effects.get("turn/1/s1/0")
-        assert (effect.state, effect.attempts) == (EffectState.PENDING, 0)
+        state = (effect.state, effect.attempts)
+        assert run_events(ledger, 1) == ["run_started", "step_recorded", "action_proposed"]
+    assert (state, ran) in (
+        ((EffectState.PENDING, 0), []),  # the dispatcher had not claimed it
+        ((EffectState.CLAIMED, 1), []),  # claimed, the tool not called yet
+        ((EffectState.CLAIMED, 1), [False]),  # called, its outcome not recorded
+        ((EffectState.DONE, 1), [False]),  # called and recorded
+    ), (state, ran)
+    again = [] if state[0] is EffectState.DONE else [state[0] is EffectState.CLAIMED]
 
     second = r.start()
     r.wait_status(1, InboundState.DELIVERED)
     assert bot_messages(r) == [(SUM, False)]
-    assert [e["redelivery"] for e in executions(r)] == [False]  # run once, by the restart
+    assert [e["redelivery"] for e in executions(r)] == ran + again
     with r.ledger() as ledger:
         effect = ledger.effects.get("turn/1/s1/0")
+        # A claim the crash cut short is given back at recovery: it is not counted.
         assert (effect.state, effect.attempts) == (EffectState.DONE, 1)
         assert run_events(ledger, 1).count("action_resolved") == 1
         assert ledger.runs.get("turn:1").status == "answered"

@@ -365,7 +365,12 @@ def test_a_drained_gateway_hands_its_bots_to_the_standby_and_no_bot_is_polled_tw
             what="A to renew both bot leases through a lease period",
         )
         owners = r.lease_owners().values()
-        assert {(pid_of(owner), fence) for owner, fence in owners} == {(a.process.pid, 1)}
+        # Said when it fails: whether A was still alive, and what both logged about the leases.
+        said = (
+            f"A exit code {a.process.poll()}\n"
+            f"A:\n{a.log_text()[-3000:]}\nB:\n{b.log_text()[-3000:]}"
+        )
+        assert {(pid_of(owner), fence) for owner, fence in owners} == {(a.process.pid, 1)}, said
         assert a.terminate() == 0
         # Given back at the end of the drain, then taken by the standby.
         wait_for(
