@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
-import socket
-import uuid
 
 __all__ = ["new_id", "owner_is_dead_locally", "process_start_ticks", "this_process_owner"]
 
 
 def new_id() -> str:
+    """A random version-4 UUID as 32 hex digits."""
+    import uuid  # here: most processes never need one, and the module pulls in platform
+
     return uuid.uuid4().hex
+
+
+def _hostname() -> str:
+    return os.uname().nodename  # what socket.gethostname() returns, without loading socket
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -40,13 +45,13 @@ def process_start_ticks(pid: int) -> int | None:
 def this_process_owner() -> str:
     """``host:pid:start_ticks:nonce`` - enough for a peer on the same host to tell we died."""
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{process_start_ticks(pid) or 0}:{uuid.uuid4().hex[:8]}"
+    return f"{_hostname()}:{pid}:{process_start_ticks(pid) or 0}:{os.urandom(4).hex()}"
 
 
 def owner_is_dead_locally(owner: str) -> bool:
     """True only when ``owner`` is a process on this host that is certainly gone."""
     parts = owner.split(":")
-    if len(parts) != 4 or parts[0] != socket.gethostname():
+    if len(parts) != 4 or parts[0] != _hostname():
         return False
     try:
         pid, ticks = int(parts[1]), int(parts[2])

@@ -19,7 +19,6 @@ take_unstarted`): its sink was never called, so the dispatcher can say so.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import queue
@@ -28,13 +27,16 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncewire.core.canonical import loads
 from oncewire.core.clock import Clock
 from oncewire.dispatch.sinkspec import SinkSpec
 from oncewire.effects.attempt import Attempt
 from oncewire.storage.records import Claim
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Call", "SinkRunner", "attempt_of", "form_calls"]
 
@@ -303,6 +305,8 @@ class SinkRunner:
     # -- the event loop ----------------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
+            import asyncio  # here: a process whose sinks are all plain never loads it
+
             loop = asyncio.new_event_loop()
             thread = threading.Thread(
                 target=loop.run_forever, name="oncewire-sink-loop", daemon=True
@@ -312,6 +316,8 @@ class SinkRunner:
         return self._loop
 
     def _pump(self) -> None:  # on the loop
+        import asyncio
+
         while self._async_running < self.concurrency:
             now = self.clock.now()
             with self._lock:
@@ -323,6 +329,8 @@ class SinkRunner:
             call.future = asyncio.ensure_future(self._run_async(call))
 
     async def _run_async(self, call: Call) -> None:  # on the loop
+        import asyncio
+
         try:
             value = await _invoke(call)
         except asyncio.CancelledError as exc:
@@ -357,6 +365,8 @@ class SinkRunner:
         self._loop = self._loop_thread = None
         if loop is None or thread is None:
             return
+        import asyncio  # an event loop ran: already loaded
+
         # An async sink's own resources (a connection made on this loop) are closed on it.
         closing = asyncio.run_coroutine_threadsafe(_aclose(self._async_sinks.values()), loop)
         try:
@@ -377,6 +387,8 @@ class SinkRunner:
 
 async def _aclose(sinks: Any) -> None:
     """Await each sink's ``aclose()`` (if it has one), each for at most SINK_CLOSE_SECONDS."""
+    import asyncio
+
     for sink in list(sinks):
         aclose = getattr(sink, "aclose", None)
         if aclose is None:

@@ -14,11 +14,12 @@ read the version, and the placeholder of the bookkeeping INSERT.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from oncewire.core.errors import SchemaError
@@ -62,7 +63,7 @@ class Dialect:
 
 def migrations(package: str) -> list[Migration]:
     """(version, name, sql) for every numbered migration file of ``package``, in order."""
-    folder = resources.files(package) / "migrations"
+    folder = _folder(package) / "migrations"
     found = [
         (int(entry.name[:4]), entry.name, entry.read_text(encoding="utf-8"))
         for entry in folder.iterdir()
@@ -73,7 +74,12 @@ def migrations(package: str) -> list[Migration]:
 
 
 def fresh_schema(package: str) -> str:
-    return (resources.files(package) / "schema.sql").read_text(encoding="utf-8")
+    return (_folder(package) / "schema.sql").read_text(encoding="utf-8")
+
+
+def _folder(package: str) -> Path:
+    """The folder of ``package`` (a dialect's), whose files ship beside its modules."""
+    return Path(str(importlib.import_module(package).__file__)).parent
 
 
 def applied(conn: Any, dialect: Dialect) -> set[int]:

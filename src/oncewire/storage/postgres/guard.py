@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 from typing import Any, TypeVar
 
 from oncewire.core.errors import InvalidState
@@ -44,7 +44,7 @@ AT_COMMIT = "SET CONSTRAINTS ALL IMMEDIATE"
 @functools.lru_cache(maxsize=1)
 def _relations() -> tuple[str, ...]:
     """The tables and sequences of oncewire's schema, as its statements name them."""
-    schema = (resources.files("oncewire.storage.postgres") / "schema.sql").read_text("utf-8")
+    schema = (Path(__file__).parent / "schema.sql").read_text("utf-8")
     return (
         "oncewire_schema",
         *re.findall(r"CREATE (?:TABLE|SEQUENCE|VIEW) (oncewire_\w+)", schema),

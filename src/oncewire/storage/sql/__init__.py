@@ -58,7 +58,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from oncewire.storage import records, replies, runs
@@ -342,7 +342,7 @@ def load(dialect: str, files: Mapping[str, str] | None = None, *, lazy: bool = F
 
 
 def _package_files() -> dict[str, str]:
-    root = resources.files(__name__)
+    root = Path(__file__).parent  # the package is files on disk (a wheel is unpacked)
     return {
         entry.name: entry.read_text(encoding="utf-8")
         for entry in root.iterdir()
