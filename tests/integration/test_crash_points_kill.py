@@ -70,7 +70,20 @@ with Ledger(sys.argv[1]) as ledger:
 print("committed", flush=True)
 """
 
+# Ledger.accept outside a transaction: one autocommit statement, the point hit before it starts.
+ACCEPT_ALONE = """
+import sys
+from oncewire import Ledger
+with Ledger(sys.argv[1]) as ledger:
+    ledger.accept("order-1/charge", "charge", {"order": 1})
+print("committed", flush=True)
+"""
 
+# Each form of accept, and the caller's rows it commits with the effect.
+ACCEPTS = {"in-a-transaction": (ACCEPT, 1), "alone": (ACCEPT_ALONE, 0)}
+
+
+@pytest.mark.parametrize("how", sorted(ACCEPTS))
 @pytest.mark.parametrize("armed", [True, False], ids=["killed-before-commit", "not-armed"])
 def test_an_accept_is_all_or_nothing_across_a_kill(
     db_path: Path,
@@ -78,11 +91,13 @@ def test_an_accept_is_all_or_nothing_across_a_kill(
     child_env: Callable[..., dict[str, str]],
     peek: Peek,
     armed: bool,
+    how: str,
 ) -> None:
+    code, rows = ACCEPTS[how]
     with Ledger(str(db_path)) as ledger, ledger.transaction() as tx:
         tx.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
     extra = {"ONCEWIRE_CRASH": "effects.accept_before_commit"} if armed else {}
-    child = python_child(ACCEPT, str(db_path), env=child_env(**extra))
+    child = python_child(code, str(db_path), env=child_env(**extra))
     out, err = child.communicate(timeout=30)
     orders = peek(db_path, "SELECT COUNT(*) FROM orders")[0][0]
     effects = peek(db_path, "SELECT COUNT(*) FROM oncewire_effects")[0][0]
@@ -91,4 +106,4 @@ def test_an_accept_is_all_or_nothing_across_a_kill(
         assert (orders, effects, out) == (0, 0, "")
     else:
         assert child.returncode == 0, err
-        assert (orders, effects, out) == (1, 1, "committed\n")
+        assert (orders, effects, out) == (rows, 1, "committed\n")

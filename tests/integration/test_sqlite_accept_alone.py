@@ -3,7 +3,8 @@
 SQLite commits a statement run outside ``BEGIN`` when it completes, and a statement that writes
 takes the write lock before it reads, as ``BEGIN IMMEDIATE`` would. What the connection ran is
 read from sqlite3's trace callback; what was stored, from separate connections (``peek``) and
-from a child killed with SIGKILL.
+from a child killed with SIGKILL. Killed at its crash point, it stores nothing
+(``tests/integration/test_crash_points_kill.py``).
 """
 
 from __future__ import annotations
@@ -122,14 +123,6 @@ with Ledger(sys.argv[1]) as ledger:
         print(n, flush=True)
 """
 
-ACCEPT_ONE = """
-import sys
-from oncewire import Ledger
-with Ledger(sys.argv[1]) as ledger:
-    ledger.accept("k", "send", {"n": 1})
-print("accepted", flush=True)
-"""
-
 
 def test_every_accept_alone_that_returned_survives_a_sigkill(
     db_path: Path, python_child: Child, peek: Peek
@@ -153,24 +146,3 @@ def test_every_accept_alone_that_returned_survives_a_sigkill(
     assert len(keys) - (returned + 1) in (0, 1), (len(keys), returned)
     payloads = peek(db_path, "SELECT key, payload FROM oncewire_effects")
     assert all(payload == f'{{"n":{int(key[1:])}}}' for key, payload in payloads)
-
-
-@pytest.mark.parametrize("armed", [True, False], ids=["killed-before-commit", "not-armed"])
-def test_an_accept_alone_killed_before_its_commit_stored_nothing(
-    db_path: Path,
-    python_child: Child,
-    child_env: Callable[..., dict[str, str]],
-    peek: Peek,
-    armed: bool,
-) -> None:
-    Ledger(str(db_path)).close()
-    extra = {"ONCEWIRE_CRASH": "effects.accept_before_commit"} if armed else {}
-    child = python_child(ACCEPT_ONE, str(db_path), env=child_env(**extra))
-    out, err = child.communicate(timeout=30)
-    effects = peek(db_path, "SELECT COUNT(*) FROM oncewire_effects")[0][0]
-    if armed:
-        assert child.returncode == -signal.SIGKILL
-        assert (effects, out) == (0, "")
-    else:
-        assert child.returncode == 0, err
-        assert (effects, out) == (1, "accepted\n")
