@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ from oncewire import Ledger
 from oncewire.gateway.config import load_config
 from oncewire.gateway.model_results import DeltaCallback, Interrupt, ModelResponse
 from oncewire.gateway.runner import Runner
-from oncewire.gateway.turn import SET_ASIDE_TEXT
+from oncewire.gateway.turn import SET_ASIDE_TEXT, TurnWorker
 from oncewire.inbound import InboundState
-from oncewire.replies import ReplyState
+from oncewire.replies import ReplyEngine, ReplyState
 from tests.conftest import wait_for
 from tests.gateway.test_telegram_wire import TOKEN, FakeTelegram
 
@@ -157,6 +158,47 @@ def test_a_turn_that_keeps_raising_is_quarantined_and_frees_its_session(
         stop(runner, thread)
     assert telegram.texts() == [SET_ASIDE_TEXT.format(starts=2), "echo: the next question"]
     assert model.calls.count("a poison message") == 2
+
+
+def test_a_set_aside_reply_the_reply_thread_took_is_shown_before_the_next_answer(
+    tmp_path: Path, telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quarantine commits the note with it, so the process's reply thread, woken by that
+    commit, may take the note before the turn delivers it. The turn then waits for that pass:
+    the session's next message starts only once the note is shown. Forced here: the turn
+    delivers only once the reply thread has taken the note, and the reply thread's pass is
+    slow."""
+    taken = threading.Event()
+    converge = ReplyEngine._converge
+
+    def slow_on_the_reply_thread(self: ReplyEngine, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "replies":
+            taken.set()
+            time.sleep(1.0)
+        return converge(self, *args, **kwargs)
+
+    set_aside = TurnWorker._deliver_set_aside
+
+    def after_the_reply_thread_took_it(self: TurnWorker, inbound_id: int) -> Any:
+        assert taken.wait(10), "the reply thread never took the note"
+        return set_aside(self, inbound_id)
+
+    monkeypatch.setattr(ReplyEngine, "_converge", slow_on_the_reply_thread)
+    monkeypatch.setattr(TurnWorker, "_deliver_set_aside", after_the_reply_thread_took_it)
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    runner, thread = start(tmp_path, telegram, Flaky("poison", failures=100), max_starts=1)
+    try:
+        telegram.inject(text="a poison message")
+        telegram.inject(text="/queue the next question")
+        with Ledger(str(tmp_path / "gateway.db")) as ledger:
+            wait_for(lambda: delivered(ledger, 2), what="the next message to be answered")
+            reply = ledger.replies.for_inbound(1)
+            assert reply is not None and reply.state is ReplyState.DELIVERED, reply
+            first, second = reply, ledger.replies.for_inbound(2)
+            assert second is not None and first.updated_at <= second.created_at
+    finally:
+        stop(runner, thread)
+    assert telegram.texts() == [SET_ASIDE_TEXT.format(starts=1), "echo: the next question"]
 
 
 def test_only_allowed_users_and_no_bots_are_admitted(

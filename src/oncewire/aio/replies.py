@@ -227,9 +227,11 @@ class AsyncReplyEngine:
         feed.end()
         return await finish(job)
 
-    async def deliver(self, reply_id: int, *, ignore_schedule: bool = False) -> DeliveryPass:
+    async def deliver(
+        self, reply_id: int, *, ignore_schedule: bool = False, wait: bool = False
+    ) -> DeliveryPass:
         return await self._pass(
-            lambda: self.engine.deliver(reply_id, ignore_schedule=ignore_schedule)
+            lambda: self.engine.deliver(reply_id, ignore_schedule=ignore_schedule, wait=wait)
         )
 
     async def withdraw(self, inbound_id: int) -> DeliveryPass:

@@ -347,7 +347,7 @@ class TurnWorker:
                 previewer.stop(self.settings.preview_join_seconds)
         else:
             status = "answered"  # committed before (cannot happen while T5 is one commit)
-        delivery = self.engine.deliver(reply.id)
+        delivery = self.engine.deliver(reply.id, wait=True)
         log.info(
             "turn deliver inbound=%s reply=%s status=%s", inbound_id, reply.id, delivery.status
         )
@@ -360,7 +360,7 @@ class TurnWorker:
         with self.ledger.transaction() as tx:
             end_interrupted_in_tx(self.ledger, tx, run, profile)
         reply = self.ledger.replies.for_inbound(inbound_id)
-        delivery = None if reply is None else self.engine.deliver(reply.id).status
+        delivery = None if reply is None else self.engine.deliver(reply.id, wait=True).status
         log.info("turn interrupted inbound=%s withdrawn=%s", inbound_id, delivery)
         return TurnResult(inbound_id, "interrupted", delivery)
 
@@ -374,7 +374,7 @@ class TurnWorker:
 
     def _deliver_set_aside(self, inbound_id: int) -> TurnResult:
         reply = self.engine.open(inbound_id)
-        delivery = self.engine.deliver(reply.id)
+        delivery = self.engine.deliver(reply.id, wait=True)
         log.warning("turn set aside inbound=%s delivery=%s", inbound_id, delivery.status)
         return TurnResult(inbound_id, "quarantined", delivery.status)
 
@@ -395,7 +395,7 @@ class TurnWorker:
         if started is None:
             return self._deliver_set_aside(inbound_id)
         reply = self.engine.open(inbound_id)
-        delivery = self.engine.deliver(reply.id)
+        delivery = self.engine.deliver(reply.id, wait=True)
         log.info("stop confirmed inbound=%s delivery=%s", inbound_id, delivery.status)
         return TurnResult(inbound_id, "answered", delivery.status)
 

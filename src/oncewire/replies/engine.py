@@ -134,7 +134,7 @@ class ReplyEngine(ReplyOperations):
         # What ReplyOperations keeps per reply (see its declarations).
         self._pending = {}
         self._working = {}
-        self._working_lock = threading.Lock()
+        self._working_lock = threading.Condition()
         self._answered = {}
 
     # -- answering ---------------------------------------------------------------------------
@@ -324,9 +324,16 @@ class ReplyEngine(ReplyOperations):
                 return False, 0.0  # the final delivery repairs (and marks) what is unknown
 
     # -- delivering --------------------------------------------------------------------------
-    def deliver(self, reply_id: int, *, ignore_schedule: bool = False) -> DeliveryPass:
-        """Bring the chat in line with the committed reply, as far as the platform allows now."""
-        if not self._enter(reply_id):  # another thread of this engine is delivering it
+    def deliver(
+        self, reply_id: int, *, ignore_schedule: bool = False, wait: bool = False
+    ) -> DeliveryPass:
+        """Bring the chat in line with the committed reply, as far as the platform allows now.
+
+        Where another thread of this engine is delivering it, the pass is ``busy`` at once, or
+        with ``wait`` it waits for that thread to end its pass and then delivers what is left
+        (nothing, if that pass delivered it): a turn delivering its own reply ends only once
+        the reply is delivered or given back, whichever thread of the process sent it."""
+        if not self._enter(reply_id, wait=wait):  # another thread of this engine is on it
             return DeliveryPass(self.ledger.replies.get(reply_id), "busy")
         try:
             reply = self.ledger.replies.get(reply_id)  # read after the other thread left

@@ -113,7 +113,7 @@ class ReplyOperations:
     _pending: dict[int, tuple[int, str]]
     # reply id -> (thread, depth): the thread of this engine working on the reply now.
     _working: dict[int, tuple[int, int]]
-    _working_lock: threading.Lock
+    _working_lock: threading.Condition  # notified whenever a thread leaves a reply
     # inbound id -> its platform message id (never changes once admitted), which every send's
     # idempotency key names: read once per inbound, not once per send. Bounded: cleared when
     # it holds _ANSWERED_KEPT entries.
@@ -131,22 +131,26 @@ class ReplyOperations:
             for op in ops
         ]
 
-    def _enter(self, reply_id: int) -> bool:
+    def _enter(self, reply_id: int, *, wait: bool = False) -> bool:
         """Claim ``reply_id`` for this thread within this engine (re-entrant); False when
-        another thread of the engine is working on it."""
+        another thread of the engine is working on it, or with ``wait`` once it has left."""
         me = threading.get_ident()
         with self._working_lock:
-            thread, depth = self._working.get(reply_id, (me, 0))
-            if thread != me:
-                return False
-            self._working[reply_id] = (me, depth + 1)
-            return True
+            while True:
+                thread, depth = self._working.get(reply_id, (me, 0))
+                if thread == me:
+                    self._working[reply_id] = (me, depth + 1)
+                    return True
+                if not wait:
+                    return False
+                self._working_lock.wait()
 
     def _leave(self, reply_id: int) -> None:
         with self._working_lock:
             thread, depth = self._working[reply_id]
             if depth == 1:
                 del self._working[reply_id]
+                self._working_lock.notify_all()
             else:
                 self._working[reply_id] = (thread, depth - 1)
 
