@@ -51,20 +51,47 @@ def _verbose_option() -> click.Option:
     )
 
 
-# A top-level command's name: the module under oncewire.cli that defines it, and its name there.
-_COMMANDS: dict[str, tuple[str, str]] = {
-    "effects": ("effects", "group"),
-    "receipts": ("receipts", "group"),
-    "dispatch": ("dispatch", "command"),
-    "doctor": ("doctor", "command"),
-    "lab": ("lab", "command"),
-    "runs": ("runs", "group"),
-    "inbound": ("replies", "inbound_group"),
-    "replies": ("replies", "replies_group"),
-    "gateway": ("gateway", "group"),
-    "ui": ("ui", "command"),
-    "langgraph": ("langgraph", "group"),
-    "mcp": ("mcp", "group"),
+# A top-level command's name: the module under oncewire.cli that defines it, its name there, and
+# the first sentence of its help, which ``oncewire --help`` lists without importing the module
+# (tests/e2e/test_cli_help.py holds each to the command's own).
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "effects": ("effects", "group", "Accepted intents: list, show, accept, cancel, retry."),
+    "receipts": ("receipts", "group", "A receiver's receipts: list, show, purge."),
+    "dispatch": (
+        "dispatch",
+        "command",
+        "Run dispatchers: claim due effects, call the app's sinks, record their outcomes.",
+    ),
+    "doctor": (
+        "doctor",
+        "command",
+        "Check the store: access, integrity, schema, settings, clock skew and work that waits.",
+    ),
+    "lab": (
+        "lab",
+        "command",
+        "Run the crash lab: real child processes, real SIGKILL, invariants read from the stores.",
+    ),
+    "runs": ("runs", "group", "Run ledgers: list, show, verify, reconcile, adopt-key, reports."),
+    "inbound": ("replies", "inbound_group", "Inbound chat messages, admitted once: list, show."),
+    "replies": (
+        "replies",
+        "replies_group",
+        "Reply records and their wire operations: list, show, counts.",
+    ),
+    "gateway": (
+        "gateway",
+        "group",
+        "The chat gateway: check its configuration and what it connects to, and switch a "
+        "Telegram bot to webhook mode.",
+    ),
+    "ui": (
+        "ui",
+        "command",
+        "Serve a dashboard of the store: effects, receipts, chats, runs and lab evidence.",
+    ),
+    "langgraph": ("langgraph", "group", "LangGraph runs (the langgraph extra): pending, resume."),
+    "mcp": ("mcp", "group", "The Model Context Protocol (the mcp extra): proxy."),
 }
 
 
@@ -86,12 +113,16 @@ class _Nouns(MutableMapping[str, click.Command]):
 
     def _load(self, name: str) -> None:
         if name in _COMMANDS and name not in self._loaded:
-            module, attr = _COMMANDS[name]
+            module, attr, _ = _COMMANDS[name]
             command: click.Command = getattr(
                 importlib.import_module(f"oncewire.cli.{module}"), attr
             )
             _add_verbose(command)
             self._loaded[name] = command
+
+    def loaded(self) -> dict[str, click.Command]:
+        """The commands imported so far (or added), by name."""
+        return self._loaded
 
     def __getitem__(self, name: str) -> click.Command:
         self._load(name)
@@ -112,7 +143,29 @@ class _Nouns(MutableMapping[str, click.Command]):
         return len(set(self._loaded) | set(_COMMANDS))
 
 
+class _Cli(click.Group):
+    """The top-level group: its help lists the nouns from :data:`_COMMANDS` without importing
+    them (each pulls in the part of oncewire it drives: the gateway, the lab, a framework)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        nouns: _Nouns = self.commands  # type: ignore[assignment]
+        names = sorted(set(_COMMANDS) | set(nouns.loaded()))
+        width = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            loaded = nouns.loaded().get(name)
+            if loaded is not None:
+                if not loaded.hidden:
+                    rows.append((name, loaded.get_short_help_str(width)))
+            else:  # shortened as click shortens a command's own help
+                summary = click.Command(name, help=_COMMANDS[name][2])
+                rows.append((name, summary.get_short_help_str(width)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
 @click.group(
+    cls=_Cli,
     commands=_Nouns(),
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
