@@ -502,19 +502,15 @@ class Driver(abc.ABC):
         finally:
             cursor.close()
 
+    @abc.abstractmethod
     def one_alone(
         self, what: str, q: Query, /, *, before_commit: Callable[[], None], **params: Any
     ) -> Row | None:
         """Run ``q``, one idempotent writing statement, in a transaction of its own and commit
         it: its first row, or None. ``before_commit()`` is called where nothing of it is
         durable yet. Inside this thread's open transaction it is :class:`InvalidState`, as
-        :meth:`write` is. By default the statement runs in :meth:`write`'s transaction,
-        ``before_commit()`` between it and the ``COMMIT``; SQLite and PostgreSQL run it as one
-        autocommit statement (PostgreSQL: one round trip), ``before_commit()`` before it."""
-        with self.write(what) as conn:
-            row = self.one(conn, q, **params)
-            before_commit()
-        return row
+        :meth:`write` is. Both backends run it as one autocommit statement, ``before_commit()``
+        before it (PostgreSQL: one round trip)."""
 
     # -- execution strategy ------------------------------------------------------------------
     @contextlib.contextmanager

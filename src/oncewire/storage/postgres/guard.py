@@ -27,10 +27,10 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from oncewire.core.errors import InvalidState
+from oncewire.storage.migrate import fresh_schema
 from oncewire.storage.postgres.errors import psycopg
 from oncewire.storage.sqlguard import RELIED_ON_SETTINGS
 
@@ -44,7 +44,7 @@ AT_COMMIT = "SET CONSTRAINTS ALL IMMEDIATE"
 @functools.lru_cache(maxsize=1)
 def _relations() -> tuple[str, ...]:
     """The tables and sequences of oncewire's schema, as its statements name them."""
-    schema = (Path(__file__).parent / "schema.sql").read_text("utf-8")
+    schema = fresh_schema("oncewire.storage.postgres")
     return (
         "oncewire_schema",
         *re.findall(r"CREATE (?:TABLE|SEQUENCE|VIEW) (oncewire_\w+)", schema),
